@@ -1,0 +1,134 @@
+"""Environments: one ``make(env_id)`` for every supported family.
+
+Families, by id:
+
+- Gymnasium ids (``CartPole-v1``, ``HalfCheetah-v5``, ...), built with ``gymnasium.make``;
+- Atari, ``ALE/<Game>-v5``, with DeepMind preprocessing (see :mod:`rlherd.envs.atari`);
+- MinAtar, ``MinAtar/<Game>-v1``, observations as ``[C, 10, 10]`` uint8;
+- rlherd's tiny test environments, ``rlherd/Bandit-v0`` and ``rlherd/Corridor-v0``.
+
+``make_vector`` builds a batch of environments with Gymnasium's next-step autoreset (DESIGN.md):
+ale-py's native ``AtariVectorEnv`` for Atari, Gymnasium's ``SyncVectorEnv`` otherwise.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlherd.core import EnvSpec
+from rlherd.envs import toy
+from rlherd.envs.atari import make_atari, make_atari_vector
+
+__all__ = ["EnvSpec", "make", "make_vector", "spec_of", "known_ids"]
+
+toy.register()
+
+
+def _register_optional_families() -> None:
+    """Make the ids of installed optional families known to Gymnasium's registry."""
+    try:
+        import ale_py
+
+        gym.register_envs(ale_py)
+    except ImportError:
+        pass
+    if not any(k.startswith("MinAtar/") for k in gym.registry):
+        try:
+            from minatar.gym import register_envs
+
+            register_envs()
+        except ImportError:
+            pass
+
+
+def known_ids() -> list[str]:
+    _register_optional_families()
+    return sorted(gym.registry)
+
+
+def _check_id(env_id: str) -> None:
+    if env_id in gym.registry:
+        return
+    _register_optional_families()
+    if env_id in gym.registry:
+        return
+    ids = known_ids()
+    hint = ""
+    for prefix, extra in (("ALE/", "atari"), ("MinAtar/", "minatar")):
+        if env_id.startswith(prefix) and not any(i.startswith(prefix) for i in ids):
+            hint = f" {prefix[:-1]} ids need the '{extra}' extra: pip install 'rlherd[{extra}]'."
+    close = difflib.get_close_matches(env_id, ids, n=5, cutoff=0.6)
+    if not close:  # match on the name alone, e.g. "Cartpole" -> "CartPole-v1"
+        lower = {i.lower(): i for i in ids}
+        close = [lower[c] for c in difflib.get_close_matches(env_id.lower(), list(lower), n=5)]
+    did_you_mean = (
+        f" Did you mean: {', '.join(close)}?"
+        if close
+        else " Known families: Gymnasium ids (CartPole-v1), ALE/<Game>-v5, MinAtar/<Game>-v1,"
+        " rlherd/Bandit-v0, rlherd/Corridor-v0."
+    )
+    raise ValueError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
+
+
+class _ChannelsFirst(gym.ObservationWrapper):
+    """MinAtar's ``[10, 10, C]`` bool grids as ``[C, 10, 10]`` uint8, like Atari frames."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        h, w, c = env.observation_space.shape
+        self.observation_space = gym.spaces.Box(0, 1, shape=(c, h, w), dtype=np.uint8)
+
+    def observation(self, observation):
+        return np.ascontiguousarray(np.transpose(observation, (2, 0, 1)), dtype=np.uint8)
+
+
+def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
+    """Build one environment of any supported family, with the family's standard preprocessing.
+
+    Extra keyword arguments go to the family's builder (e.g. ``episodic_life=True`` for Atari,
+    ``length=10`` for the corridor).
+    """
+    _check_id(env_id)
+    if env_id.startswith("ALE/"):
+        return make_atari(env_id, render_mode=render_mode, **kwargs)
+    env = gym.make(env_id, render_mode=render_mode, **kwargs)
+    if env_id.startswith("MinAtar/"):
+        env = _ChannelsFirst(env)
+    spec_of(env, env_id)  # fail here, with the space named, rather than inside an agent
+    return env
+
+
+def make_vector(
+    env_id: str, num_envs: int, *, native: bool = True, **kwargs: Any
+) -> gym.vector.VectorEnv:
+    """``num_envs`` environments stepped together, with next-step autoreset.
+
+    ``native=True`` uses ale-py's C++ vector environment for Atari; otherwise the environments are
+    built with :func:`make` and stepped in this process. Seed with ``reset(seed=s)``: environment
+    ``i`` gets seed ``s + i``.
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    _check_id(env_id)
+    if native and env_id.startswith("ALE/"):
+        return make_atari_vector(env_id, num_envs, **kwargs)
+    return gym.vector.SyncVectorEnv(
+        [lambda: make(env_id, **kwargs) for _ in range(num_envs)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+
+
+def spec_of(env: gym.Env | gym.vector.VectorEnv, env_id: str | None = None) -> EnvSpec:
+    """The :class:`EnvSpec` of a single or vector environment."""
+    if isinstance(env, gym.vector.VectorEnv):
+        obs_space, act_space = env.single_observation_space, env.single_action_space
+    else:
+        obs_space, act_space = env.observation_space, env.action_space
+    spec = getattr(env, "spec", None)
+    env_id = env_id or (spec.id if spec is not None else type(env).__name__)
+    max_steps = spec.max_episode_steps if spec is not None else None
+    return EnvSpec.from_spaces(env_id, obs_space, act_space, max_steps)

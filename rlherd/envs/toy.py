@@ -1,0 +1,94 @@
+"""Tiny deterministic environments with known optimal returns, for fast end-to-end tests.
+
+They are registered with Gymnasium under the ``rlherd/`` namespace, so ``rlherd.envs.make`` and
+``gymnasium.make`` both build them.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class Bandit(gym.Env):
+    """A one-step bandit: arm ``k`` pays ``payouts[k]``. Optimal return: ``max(payouts)``.
+
+    The observation is a constant, so a learner must find the best arm from rewards alone.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self, payouts: tuple[float, ...] = (0.0, 0.2, 1.0, 0.5), render_mode: str | None = None
+    ):
+        self.render_mode = render_mode
+        self.payouts = np.asarray(payouts, dtype=np.float32)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(len(payouts))
+
+    @property
+    def optimal_return(self) -> float:
+        return float(self.payouts.max())
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.ones(1, dtype=np.float32), {}
+
+    def step(self, action):
+        return np.ones(1, dtype=np.float32), float(self.payouts[int(action)]), True, False, {}
+
+
+class Corridor(gym.Env):
+    """A corridor of ``length`` cells; start at cell 0, actions 0 = left, 1 = right.
+
+    Reaching the last cell terminates with reward +1; every step costs ``step_cost``. Episodes are
+    truncated after ``max_steps``. The optimal return is ``1 - (length - 1) * step_cost`` and
+    needs credit assignment over ``length - 1`` steps, which tests discounting and bootstrapping.
+    The observation is a one-hot of the current cell.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        length: int = 6,
+        step_cost: float = 0.01,
+        max_steps: int = 50,
+        render_mode: str | None = None,
+    ):
+        self.render_mode = render_mode
+        if length < 2:
+            raise ValueError(f"Corridor length must be >= 2, got {length}")
+        self.length, self.step_cost, self.max_steps = length, step_cost, max_steps
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(length,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._pos = 0
+        self._t = 0
+
+    @property
+    def optimal_return(self) -> float:
+        return 1.0 - (self.length - 1) * self.step_cost
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(self.length, dtype=np.float32)
+        obs[self._pos] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._pos, self._t = 0, 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self._pos = min(self._pos + 1, self.length - 1) if int(action) == 1 else max(self._pos - 1, 0)
+        self._t += 1
+        terminated = self._pos == self.length - 1
+        reward = (1.0 if terminated else 0.0) - self.step_cost
+        return self._obs(), reward, terminated, self._t >= self.max_steps and not terminated, {}
+
+
+def register() -> None:
+    """Register the toy environments with Gymnasium (idempotent)."""
+    for name, entry in (("rlherd/Bandit-v0", Bandit), ("rlherd/Corridor-v0", Corridor)):
+        if name not in gym.registry:
+            gym.register(id=name, entry_point=entry)

@@ -1,0 +1,176 @@
+"""Network building blocks: torsos that embed observations, an LSTM core, policy/value heads.
+
+Torsos take observations of shape ``[N, *obs_shape]`` and return ``[N, out_dim]`` features;
+image torsos accept uint8 frames and scale them to [0, 1] themselves, so actors can ship the
+compact uint8 observations.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rlherd.core import EnvSpec
+
+__all__ = [
+    "MLPTorso",
+    "AtariShallowTorso",
+    "ImpalaResNetTorso",
+    "MinAtarTorso",
+    "LSTMCore",
+    "make_torso",
+]
+
+
+def _as_float(obs: torch.Tensor) -> torch.Tensor:
+    return obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
+
+
+class MLPTorso(nn.Module):
+    """Fully connected layers with ReLU for vector observations (flattened)."""
+
+    def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...] = (64, 64)):
+        super().__init__()
+        layers: list[nn.Module] = []
+        size = int(torch.tensor(obs_shape).prod()) if obs_shape else 1
+        for h in hidden:
+            layers += [nn.Linear(size, h), nn.ReLU()]
+            size = h
+        self.net = nn.Sequential(*layers)
+        self.out_dim = size
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float().flatten(1))
+
+
+class AtariShallowTorso(nn.Module):
+    """The IMPALA "shallow" network (TorchBeast's AtariNet): three convolutions and a 512 fc.
+
+    Nature-DQN convolutions 32x8x8/4, 64x4x4/2, 64x3x3/1 for ``[C, 84, 84]`` frames.
+    """
+
+    def __init__(self, obs_shape: tuple[int, int, int], fc: int = 512):
+        super().__init__()
+        c, h, w = obs_shape
+        self.convs = nn.Sequential(
+            nn.Conv2d(c, 32, 8, stride=4), nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Flatten(),
+        )  # fmt: skip
+        with torch.no_grad():
+            n = self.convs(torch.zeros(1, c, h, w)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n, fc), nn.ReLU())
+        self.out_dim = fc
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(_as_float(obs)))
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ImpalaResNetTorso(nn.Module):
+    """The IMPALA "deep" network: three sections (16, 32, 32 channels) and a 256 fc.
+
+    Each section is a 3x3 convolution, a 3x3 max-pool with stride 2 and two residual blocks
+    (Espeholt et al. 2018, figure 3).
+    """
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, int, int],
+        channels: tuple[int, ...] = (16, 32, 32),
+        fc: int = 256,
+    ):
+        super().__init__()
+        c, h, w = obs_shape
+        sections: list[nn.Module] = []
+        for out in channels:
+            sections += [
+                nn.Conv2d(c, out, 3, padding=1),
+                nn.MaxPool2d(3, stride=2, padding=1),
+                _ResidualBlock(out),
+                _ResidualBlock(out),
+            ]
+            c = out
+        self.convs = nn.Sequential(*sections, nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            n = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.fc = nn.Sequential(nn.Linear(n, fc), nn.ReLU())
+        self.out_dim = fc
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(_as_float(obs)))
+
+
+class MinAtarTorso(nn.Module):
+    """The MinAtar paper's network: one 16x3x3 convolution and a 128 fc (Young & Tian 2019)."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], fc: int = 128):
+        super().__init__()
+        c, h, w = obs_shape
+        self.conv = nn.Sequential(nn.Conv2d(c, 16, 3, stride=1), nn.ReLU(), nn.Flatten())
+        self.fc = nn.Sequential(nn.Linear(16 * (h - 2) * (w - 2), fc), nn.ReLU())
+        self.out_dim = fc
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.conv(obs.float()))
+
+
+TORSOS = ("auto", "mlp", "shallow", "deep", "minatar")
+
+
+def make_torso(spec: EnvSpec, kind: str = "auto", hidden: tuple[int, ...] = (64, 64)) -> nn.Module:
+    """Pick a torso for ``spec``: ``auto`` is ``shallow`` for Atari-sized frames, ``minatar`` for
+    small grids and ``mlp`` for vectors."""
+    if kind not in TORSOS:
+        raise ValueError(f"unknown torso {kind!r}; choose one of {', '.join(TORSOS)}")
+    if kind == "auto":
+        kind = "mlp" if not spec.is_image else ("shallow" if spec.obs_shape[1] >= 36 else "minatar")
+    if kind == "mlp":
+        return MLPTorso(spec.obs_shape, hidden)
+    if not spec.is_image:
+        raise ValueError(f"torso {kind!r} needs [C, H, W] image observations, got {spec.obs_shape}")
+    return {"shallow": AtariShallowTorso, "deep": ImpalaResNetTorso, "minatar": MinAtarTorso}[kind](
+        spec.obs_shape
+    )
+
+
+class LSTMCore(nn.Module):
+    """An LSTM over time that zeroes its state at episode starts.
+
+    ``forward(x [T, B, D], first [T, B], state)``: before reading row ``t`` the state of every
+    environment with ``first[t]`` true is reset to zeros, so one unroll can span episodes.
+    """
+
+    def __init__(self, input_dim: int, hidden: int = 256, layers: int = 1):
+        super().__init__()
+        self.lstm = nn.LSTM(input_dim, hidden, num_layers=layers)
+        self.out_dim = hidden
+
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (self.lstm.num_layers, batch_size, self.lstm.hidden_size)
+        return torch.zeros(shape), torch.zeros(shape)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        first: torch.Tensor,
+        state: tuple[torch.Tensor, torch.Tensor],
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        outputs = []
+        keep = (~first).float()[:, None, :, None]  # [T, 1, B, 1] broadcasts over layers and H
+        h, c = state
+        for t in range(x.shape[0]):
+            h, c = h * keep[t], c * keep[t]
+            out, (h, c) = self.lstm(x[t : t + 1], (h, c))
+            outputs.append(out)
+        return torch.cat(outputs), (h, c)

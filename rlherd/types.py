@@ -1,0 +1,36 @@
+"""Field names and conventions of rlherd batches. This docstring is the contract.
+
+Batches are plain ``dict[str, torch.Tensor]``.
+
+Trajectories (on-policy agents: IMPALA, PPO, A2C) are time-major ``[T + 1, B, ...]``. Row ``t``:
+
+- ``obs[t]``: the observation.
+- ``reset[t]``: true when ``obs[t]`` is the *final* observation of an episode. Vector environments
+  use Gymnasium's next-step autoreset, so the step taken from a final observation only resets the
+  environment; its action is ignored and the transition at ``t`` is masked out of every loss.
+- ``action[t]``, ``policy_logits[t]`` (the behaviour policy's logits), ``baseline[t]``: the
+  agent's outputs computed from ``obs[t]``.
+- ``reward[t]``, ``terminated[t]``, ``truncated[t]``: the outcome of ``action[t]``.
+- Row ``T`` is the bootstrap row; its outcome fields are not yet known and are never read.
+  Consecutive rollouts of one actor overlap by that row (as in TorchBeast).
+- Recurrent agents carry ``core_state`` (a tuple of ``[layers, B, H]`` tensors) for row 0: the
+  state *before* reading ``obs[0]``, already zeroed if ``obs[0]`` starts an episode. Inside the
+  rollout the state is zeroed before row ``t + 1`` whenever ``reset[t]``.
+- A terminated transition has discount 0; a truncated one bootstraps from ``V(obs[t + 1])``
+  (``obs[t + 1]`` is the real final observation, with ``reset[t + 1]`` true).
+
+Episode statistics travel beside rollouts as ``episode_return`` / ``episode_length`` rows that are
+valid where ``reset`` is true.
+"""
+
+OBS = "obs"
+RESET = "reset"
+ACTION = "action"
+POLICY_LOGITS = "policy_logits"
+BASELINE = "baseline"
+REWARD = "reward"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+EPISODE_RETURN = "episode_return"
+EPISODE_LENGTH = "episode_length"
+CORE_STATE = "core_state"
