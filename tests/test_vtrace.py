@@ -23,7 +23,7 @@ def reference_vtrace(blp, tlp, r, v, term, trunc, mask, gamma, lam, rho_bar, pg_
     adv = np.zeros((T, B))
     for b in range(B):
 
-        def delta(t):
+        def delta(t, b=b):
             g = 0.0 if term[t, b] else gamma
             return min(rho_bar, rho[t, b]) * (r[t, b] + g * v[t + 1, b] - v[t, b])
 
@@ -42,10 +42,7 @@ def reference_vtrace(blp, tlp, r, v, term, trunc, mask, gamma, lam, rho_bar, pg_
             if not mask[s, b]:
                 continue
             g = 0.0 if term[s, b] else gamma
-            if s + 1 < T:
-                nxt = vs[s + 1, b]
-            else:
-                nxt = v[T, b]
+            nxt = vs[s + 1, b] if s + 1 < T else v[T, b]
             adv[s, b] = min(pg_rho_bar, rho[s, b]) * (r[s, b] + g * nxt - v[s, b])
     return vs, adv
 
@@ -121,9 +118,7 @@ def test_from_logits_and_loss_terms():
     pg = policy_gradient_loss(tl, actions, out.pg_advantages, mask)
     torch.testing.assert_close(pg, -(lp * out.pg_advantages * mask).sum())
     p = torch.softmax(tl, -1)
-    ent = sum(
-        (p[t, b] * p[t, b].log()).sum() for t in range(T) for b in range(B) if mask[t, b]
-    )
+    ent = sum((p[t, b] * p[t, b].log()).sum() for t in range(T) for b in range(B) if mask[t, b])
     torch.testing.assert_close(entropy_loss(tl, mask), ent)
     vals = torch.randn(T, B)
     torch.testing.assert_close(

@@ -14,6 +14,7 @@ ale-py's native ``AtariVectorEnv`` for Atari, Gymnasium's ``SyncVectorEnv`` othe
 from __future__ import annotations
 
 import difflib
+import functools
 from typing import Any
 
 import gymnasium as gym
@@ -117,7 +118,7 @@ def make_vector(
     if native and env_id.startswith("ALE/"):
         return make_atari_vector(env_id, num_envs, **kwargs)
     return gym.vector.SyncVectorEnv(
-        [lambda: make(env_id, **kwargs) for _ in range(num_envs)],
+        [functools.partial(make, env_id, **kwargs)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
     )
 

@@ -80,7 +80,9 @@ class Corridor(gym.Env):
         return self._obs(), {}
 
     def step(self, action):
-        self._pos = min(self._pos + 1, self.length - 1) if int(action) == 1 else max(self._pos - 1, 0)
+        self._pos = (
+            min(self._pos + 1, self.length - 1) if int(action) == 1 else max(self._pos - 1, 0)
+        )
         self._t += 1
         terminated = self._pos == self.length - 1
         reward = (1.0 if terminated else 0.0) - self.step_cost

@@ -1,0 +1,3 @@
+"""Agents, one folder each: config, networks, acting, learning, builder."""
+
+AGENTS = ("impala",)

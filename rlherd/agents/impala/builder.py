@@ -1,0 +1,62 @@
+"""How runtimes assemble IMPALA: the only entry points they call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import gymnasium as gym
+import torch
+
+from rlherd import envs as rl_envs
+from rlherd.agents.impala.acting import ImpalaActor, sample_actions
+from rlherd.agents.impala.config import ImpalaConfig
+from rlherd.agents.impala.learning import Batch, ImpalaLearner
+from rlherd.agents.impala.networks import ImpalaNet
+from rlherd.core import EnvSpec
+
+
+class ImpalaBuilder:
+    name = "impala"
+    config_class = ImpalaConfig
+
+    def __init__(self, config: ImpalaConfig, env_id: str, env_kwargs: dict | None = None):
+        self.config = config
+        self.env_id = env_id
+        self.env_kwargs = env_kwargs or {}
+
+    def make_envs(self, num_envs: int) -> gym.vector.VectorEnv:
+        return rl_envs.make_vector(
+            self.env_id, num_envs, native=self.config.native_vector_env, **self.env_kwargs
+        )
+
+    def make_networks(self, spec: EnvSpec) -> ImpalaNet:
+        return ImpalaNet(spec, self.config)
+
+    def make_actor(self, net: ImpalaNet, envs: gym.vector.VectorEnv, seed: int) -> ImpalaActor:
+        return ImpalaActor(net, envs, seed)
+
+    def make_learner(
+        self, net: ImpalaNet, dataset: Iterator[Batch], total_steps: int
+    ) -> ImpalaLearner:
+        return ImpalaLearner(net, self.config, dataset, total_steps)
+
+    def make_policy(self, net: ImpalaNet, evaluation: bool = True):
+        """A stateful policy for one environment: ``policy(obs, first) -> action``.
+
+        Evaluation acts greedily; otherwise it samples like the actors.
+        """
+        state = net.initial_state(1)
+        generator = torch.Generator().manual_seed(0)
+
+        @torch.no_grad()
+        def policy(obs, first: bool) -> int:
+            nonlocal state
+            if first:
+                state = net.initial_state(1)
+            outputs, state = net(
+                torch.as_tensor(obs)[None, None], torch.zeros(1, 1, dtype=torch.bool), state
+            )
+            logits = outputs["policy_logits"][0]
+            return int(logits.argmax(-1) if evaluation else sample_actions(logits, generator))
+
+        return policy

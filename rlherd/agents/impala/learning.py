@@ -1,0 +1,136 @@
+"""The IMPALA learner: V-trace targets, the three loss terms, one optimiser step per batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from rlherd import types as F
+from rlherd.agents.impala.config import ImpalaConfig
+from rlherd.agents.impala.networks import CoreState, ImpalaNet
+from rlherd.losses.vtrace import (
+    baseline_loss,
+    entropy_loss,
+    policy_gradient_loss,
+    vtrace_from_logits,
+)
+
+Batch = tuple[dict[str, torch.Tensor], CoreState]
+
+
+def impala_loss(
+    net: ImpalaNet, batch: dict[str, torch.Tensor], core_state: CoreState, config: ImpalaConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The IMPALA loss of one ``[T + 1, B]`` batch of rollouts, and its parts for logging."""
+    first = torch.zeros_like(batch[F.RESET])
+    first[1:] = batch[F.RESET][:-1]  # the state is zeroed after a final observation
+    outputs, _ = net(batch[F.OBS], first, core_state)
+    logits, values = outputs[F.POLICY_LOGITS], outputs[F.BASELINE]
+
+    rewards = batch[F.REWARD][:-1]
+    if config.reward_clip is not None:
+        rewards = rewards.clamp(-config.reward_clip, config.reward_clip)
+    mask = ~batch[F.RESET][:-1]
+    actions = batch[F.ACTION][:-1]
+    vtrace = vtrace_from_logits(
+        batch[F.POLICY_LOGITS][:-1],
+        logits[:-1].detach(),
+        actions,
+        rewards,
+        values.detach(),
+        batch[F.TERMINATED][:-1],
+        batch[F.TRUNCATED][:-1],
+        mask,
+        discount=config.discount,
+        lambda_=config.vtrace_lambda,
+        clip_rho_threshold=config.clip_rho_threshold,
+        clip_pg_rho_threshold=config.clip_pg_rho_threshold,
+    )
+    pg = policy_gradient_loss(logits[:-1], actions, vtrace.pg_advantages, mask)
+    baseline = config.baseline_cost * baseline_loss(values[:-1], vtrace.vs, mask)
+    entropy = config.entropy_cost * entropy_loss(logits[:-1], mask)
+    total = pg + baseline + entropy
+    return total, dict(
+        total_loss=total.item(),
+        pg_loss=pg.item(),
+        baseline_loss=baseline.item(),
+        entropy_loss=entropy.item(),
+        mean_rho=vtrace.log_rhos[mask].exp().mean().item() if mask.any() else 1.0,
+    )
+
+
+class ImpalaLearner:
+    """One ``step()`` takes one batch from ``dataset`` and applies one optimiser update.
+
+    The learning rate decays linearly with the agent steps consumed (``T * B`` per batch), as in
+    TorchBeast; the schedule is a function of ``consumed_steps``, so it resumes exactly.
+    """
+
+    def __init__(
+        self,
+        net: ImpalaNet,
+        config: ImpalaConfig,
+        dataset: Iterator[Batch],
+        total_steps: int,
+    ):
+        self.net = net
+        self.config = config
+        self.dataset = dataset
+        self.total_steps = total_steps
+        self.consumed_steps = 0
+        self.num_steps = 0
+        if config.optimizer == "rmsprop":
+            self.optimizer = torch.optim.RMSprop(
+                net.parameters(),
+                lr=config.learning_rate,
+                alpha=config.rmsprop_alpha,
+                momentum=config.rmsprop_momentum,
+                eps=config.rmsprop_eps,
+            )
+        elif config.optimizer == "adam":
+            self.optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate)
+        else:
+            raise ValueError(f"unknown optimizer {config.optimizer!r}; use 'rmsprop' or 'adam'")
+
+    def learning_rate(self) -> float:
+        if not self.config.lr_decay:
+            return self.config.learning_rate
+        return self.config.learning_rate * max(0.0, 1.0 - self.consumed_steps / self.total_steps)
+
+    def learn(self, batch: dict[str, torch.Tensor], core_state: CoreState = ()) -> dict[str, float]:
+        lr = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss, metrics = impala_loss(self.net, batch, core_state, self.config)
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.net.parameters(), self.config.grad_norm_clip
+        )
+        self.optimizer.step()
+        T, B = batch[F.REWARD].shape[0] - 1, batch[F.REWARD].shape[1]
+        self.consumed_steps += T * B
+        self.num_steps += 1
+        return dict(metrics, learning_rate=lr, grad_norm=grad_norm.item())
+
+    def step(self) -> dict[str, float]:
+        return self.learn(*next(self.dataset))
+
+    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
+        return [self.net.state_dict() for _ in names]
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(
+            net=self.net.state_dict(),
+            optimizer=self.optimizer.state_dict(),
+            consumed_steps=self.consumed_steps,
+            num_steps=self.num_steps,
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.consumed_steps = state["consumed_steps"]
+        self.num_steps = state["num_steps"]

@@ -1,0 +1,50 @@
+"""IMPALA's network: a torso, an optional LSTM core, and policy / baseline heads."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rlherd.agents.impala.config import ImpalaConfig
+from rlherd.core import EnvSpec
+from rlherd.networks import LSTMCore, make_torso
+
+CoreState = tuple[torch.Tensor, ...]
+
+
+class ImpalaNet(nn.Module):
+    """``forward(obs [T, B, ...], first [T, B], state) -> ({policy_logits, baseline}, state)``.
+
+    ``first[t]`` marks rows that start an episode, where the LSTM state is zeroed; without an LSTM
+    the state is an empty tuple and ``first`` is ignored.
+    """
+
+    def __init__(self, spec: EnvSpec, config: ImpalaConfig):
+        super().__init__()
+        if spec.action_kind != "discrete":
+            raise ValueError(
+                f"IMPALA acts in Discrete action spaces; {spec.env_id} has Box actions "
+                f"{spec.action_shape}."
+            )
+        self.torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+        self.core = LSTMCore(self.torso.out_dim, config.lstm_size) if config.use_lstm else None
+        features = self.core.out_dim if self.core else self.torso.out_dim
+        self.policy = nn.Linear(features, spec.num_actions)
+        self.baseline = nn.Linear(features, 1)
+
+    def initial_state(self, batch_size: int) -> CoreState:
+        return self.core.initial_state(batch_size) if self.core else ()
+
+    def forward(
+        self, obs: torch.Tensor, first: torch.Tensor, state: CoreState = ()
+    ) -> tuple[dict[str, torch.Tensor], CoreState]:
+        T, B = obs.shape[:2]
+        x = self.torso(obs.reshape(T * B, *obs.shape[2:]))
+        if self.core is not None:
+            x, state = self.core(x.view(T, B, -1), first, state)
+            x = x.reshape(T * B, -1)
+        outputs = dict(
+            policy_logits=self.policy(x).view(T, B, -1),
+            baseline=self.baseline(x).view(T, B),
+        )
+        return outputs, state

@@ -1,0 +1,83 @@
+"""The ``rlherd`` command: ``train``, ``eval`` and ``plot``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rlherd.agents import AGENTS
+from rlherd.run.config import ConfigError, parse_set
+from rlherd.runtime import RUNTIMES
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlherd", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train an agent; writes a run directory")
+    train.add_argument("agent", nargs="?", choices=AGENTS, help="agent to train")
+    train.add_argument("--env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
+    train.add_argument("--runtime", choices=RUNTIMES, default="single")
+    train.add_argument("--total-steps", type=int, help="agent steps to train for")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--preset", help="config preset (default: chosen from the env id)")
+    train.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field"
+    )
+    train.add_argument("--run-dir", help="run directory (default: runs/<agent>-<env>-<time>)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    ev = sub.add_parser("eval", help="run a trained policy")
+    ev.add_argument("run_dir")
+    ev.add_argument("--episodes", type=int, default=10)
+    ev.add_argument("--video", help="record the first episode to FILE (.gif or .mp4)")
+    ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
+
+    plot = sub.add_parser("plot", help="draw learning curves of runs")
+    plot.add_argument("run_dirs", nargs="+")
+    plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
+    plot.add_argument("--window", type=int, default=20, help="episodes to average over")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "train":
+            from rlherd.run.train import train
+
+            if args.resume is None and (args.agent is None or args.env is None):
+                parser.error("train needs an agent and --env (or --resume RUN_DIR)")
+            run = train(
+                args.agent,
+                args.env,
+                runtime=args.runtime,
+                total_steps=args.total_steps,
+                seed=args.seed,
+                run_dir=args.run_dir,
+                resume=args.resume,
+                preset=args.preset,
+                progress=not args.no_progress,
+                **parse_set(args.set),
+            )
+            print(json.dumps(run.summary))
+            print(f"run directory: {run.path}", file=sys.stderr)
+        elif args.command == "eval":
+            from rlherd.run.evaluate import evaluate
+
+            print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample)))
+        elif args.command == "plot":
+            from rlherd.run.plot import plot_runs
+
+            print(plot_runs(args.run_dirs, args.output, args.window))
+    except (ConfigError, FileNotFoundError, ValueError, TypeError, ImportError) as e:
+        print(f"rlherd: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Runs: resolved configs, the run directory, metrics, checkpoints, evaluation and plots."""

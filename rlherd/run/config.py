@@ -1,0 +1,76 @@
+"""Resolving an agent's config from its defaults, a preset and ``--set key=value`` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad config value or override; the message says how to fix it."""
+
+
+def parse_set(items: list[str]) -> dict[str, str]:
+    """``["lr=1e-3", "use_lstm=true"]`` -> ``{"lr": "1e-3", "use_lstm": "true"}``."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(
+                f"malformed --set {item!r}: write key=value, e.g. --set batch_size=32"
+            )
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _coerce(name: str, text: str, hint: Any) -> Any:
+    """Parse ``text`` as the field's type (str, int, float, bool, optional, tuple of ints)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if text.lower() in ("none", "null"):
+            return None
+        return _coerce(name, text, args[0])
+    if hint is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{name}={text!r}: expected a boolean (true/false)")
+    if origin is tuple:
+        (elem, *_) = typing.get_args(hint)
+        parts = [p for p in text.strip("()[] ").replace(",", " ").split() if p]
+        return tuple(_coerce(name, p, elem) for p in parts)
+    try:
+        return hint(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={text!r}: expected {getattr(hint, '__name__', hint)}") from None
+
+
+def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
+    """A copy of dataclass ``config`` with ``overrides`` (strings are parsed by field type)."""
+    hints = typing.get_type_hints(type(config))
+    fields = {f.name for f in dataclasses.fields(config)}
+    values = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, sorted(fields), n=3)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise ConfigError(
+                f"unknown config key {key!r} for {type(config).__name__}.{hint} "
+                f"Known keys: {', '.join(sorted(fields))}"
+            )
+        if isinstance(value, str) and hints[key] is not str:
+            value = _coerce(key, value, hints[key])
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[key] = value
+    return dataclasses.replace(config, **values)
+
+
+def to_json(config: Any) -> dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(config)))

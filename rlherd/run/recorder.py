@@ -1,0 +1,198 @@
+"""Counters, metrics, summary.json and the progress bar of a run, shared by every runtime."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import torch
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from rlherd import types as F
+from rlherd.run.rundir import RunDir
+
+RETURN_WINDOW = 20  # final_return_mean: mean return over the last 20 training episodes
+
+
+class Recorder:
+    """Keeps the run's counters and writes what they say.
+
+    Runtimes call :meth:`add_actor_steps`, :meth:`episodes` and :meth:`learner` as work happens
+    (from any thread), and :meth:`tick` from their main loop; ``tick`` rewrites ``summary.json``
+    and refreshes the progress bar every ``log_interval_s`` and says when a checkpoint is due.
+    """
+
+    def __init__(
+        self,
+        rundir: RunDir,
+        meta: dict[str, Any],
+        total_steps: int,
+        progress: bool = True,
+        log_interval_s: float = 5.0,
+        checkpoint_interval_s: float = 600.0,
+    ):
+        self.rundir = rundir
+        self.meta = meta
+        self.total_steps = total_steps
+        self.log_interval_s = log_interval_s
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.counters: dict[str, float] = dict(
+            actor_steps=0, learner_steps=0, episodes=0, wall_time_s=0.0, learner_walltime=0.0
+        )
+        self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self.last_metrics: dict[str, float] = {}
+        self.extra: dict[str, float] = {}  # runtime figures for the summary (restarts, queues)
+        self._lock = threading.Lock()
+        self._begin()
+        self._progress = None
+        if progress:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+            )
+            self._task = self._progress.add_task(
+                f"{meta['agent']} {meta['env']}", total=total_steps, info=""
+            )
+            self._progress.start()
+
+    def _begin(self) -> None:
+        now = time.monotonic()
+        self._t0 = now
+        self._wall0 = self.counters["wall_time_s"]
+        self._steps0 = self.counters["actor_steps"]
+        self._first_learn: float | None = None
+        self._learn_wall0 = self.counters["learner_walltime"]
+        self._last_log = now
+        self._last_ckpt = now
+
+    # from the runtimes ---------------------------------------------------------------------
+    def add_actor_steps(self, n: int) -> None:
+        with self._lock:
+            self.counters["actor_steps"] += n
+
+    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        with self._lock:
+            for ret, length in zip(returns.tolist(), lengths.tolist(), strict=True):
+                self.counters["episodes"] += 1
+                self.returns.append(ret)
+                self.rundir.log(
+                    "train",
+                    dict(
+                        actor_steps=int(self.counters["actor_steps"]),
+                        episode_return=ret,
+                        episode_length=int(length),
+                        wall_time_s=round(self._wall_time(), 3),
+                    ),
+                    step=int(self.counters["actor_steps"]),
+                )
+
+    def rollout(self, rollout: dict[str, torch.Tensor]) -> None:
+        """Count a ``[T + 1, B]`` rollout's steps and report the episodes that ended in it
+        (rows 1..T; row 0 is the previous rollout's last row, reported with it)."""
+        T, B = rollout[F.REWARD].shape[0] - 1, rollout[F.REWARD].shape[1]
+        self.add_actor_steps(T * B)
+        ended = rollout[F.RESET][1:]
+        if ended.any():
+            self.episodes(
+                rollout[F.EPISODE_RETURN][1:][ended].numpy(),
+                rollout[F.EPISODE_LENGTH][1:][ended].numpy(),
+            )
+
+    def learner(self, metrics: dict[str, float]) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self._first_learn is None:
+                self._first_learn = now
+            self.counters["learner_steps"] += 1
+            self.counters["learner_walltime"] = self._learn_wall0 + now - self._first_learn
+            self.last_metrics = metrics
+            row = dict(
+                learner_steps=int(self.counters["learner_steps"]),
+                actor_steps=int(self.counters["actor_steps"]),
+                learner_walltime=round(self.counters["learner_walltime"], 3),
+                sps=round(self.sps(), 1),
+                **metrics,
+            )
+            self.rundir.log("learner", row, step=int(self.counters["actor_steps"]))
+
+    # the main loop ---------------------------------------------------------------------------
+    def done(self) -> bool:
+        return self.counters["actor_steps"] >= self.total_steps
+
+    def tick(self) -> bool:
+        """Log if due; return True when a checkpoint is due."""
+        now = time.monotonic()
+        if now - self._last_log >= self.log_interval_s:
+            self._last_log = now
+            self.write_summary()
+        if now - self._last_ckpt >= self.checkpoint_interval_s:
+            self._last_ckpt = now
+            return True
+        return False
+
+    def sps(self) -> float:
+        elapsed = time.monotonic() - self._t0
+        return (self.counters["actor_steps"] - self._steps0) / elapsed if elapsed > 0 else 0.0
+
+    def _wall_time(self) -> float:
+        return self._wall0 + time.monotonic() - self._t0
+
+    def summary(self) -> dict[str, Any]:
+        with self._lock:
+            self.counters["wall_time_s"] = self._wall_time()
+            summary = dict(
+                **self.meta,
+                **{k: (int(v) if k.endswith(("steps", "episodes")) else v)
+                   for k, v in self.counters.items()},
+                sps=round(self.sps(), 1),
+                final_return_mean=float(np.mean(self.returns)) if self.returns else None,
+                total_steps=self.total_steps,
+                **self.extra,
+            )  # fmt: skip
+            summary["wall_time_s"] = round(summary["wall_time_s"], 2)
+        return summary
+
+    def write_summary(self) -> dict[str, Any]:
+        summary = self.summary()
+        self.rundir.write_summary(summary)
+        self.rundir.flush()
+        if self._progress is not None:
+            ret = summary["final_return_mean"]
+            loss = self.last_metrics.get("total_loss")
+            info = f"{summary['sps']:,.0f} steps/s"
+            info += f"  return {ret:.1f}" if ret is not None else ""
+            info += f"  loss {loss:.3f}" if loss is not None else ""
+            self._progress.update(self._task, completed=summary["actor_steps"], info=info)
+        return summary
+
+    def close(self) -> dict[str, Any]:
+        summary = self.write_summary()
+        if self._progress is not None:
+            self._progress.stop()
+        self.rundir.close()
+        return summary
+
+    # checkpoints -------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        with self._lock:
+            self.counters["wall_time_s"] = self._wall_time()
+            return dict(counters=dict(self.counters), returns=list(self.returns))
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.counters.update(state["counters"])
+        self.returns.extend(state["returns"])
+        self._begin()

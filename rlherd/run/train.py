@@ -1,0 +1,148 @@
+"""``rlherd.train``: the Python API behind ``rlherd train``."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlherd import envs as rl_envs
+from rlherd.agents.impala import ImpalaBuilder, ImpalaConfig
+from rlherd.agents.impala.config import DEFAULT_TOTAL_STEPS, PRESETS, preset_for
+from rlherd.run.config import ConfigError, apply_overrides, to_json
+from rlherd.run.recorder import Recorder
+from rlherd.run.rundir import RunDir, read_json
+from rlherd.runtime import RUNTIMES, GracefulStop, seed_everything
+
+BUILDERS = {"impala": ImpalaBuilder}
+
+
+@dataclass
+class Run:
+    """A finished (or stopped) run: its directory, resolved config and summary."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+
+
+def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str, Any]):
+    if agent not in BUILDERS:
+        raise ConfigError(f"unknown agent {agent!r}; available: {', '.join(sorted(BUILDERS))}")
+    preset = preset or preset_for(env)
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(sorted(PRESETS))}")
+    config = apply_overrides(ImpalaConfig(), PRESETS[preset])
+    return apply_overrides(config, overrides), preset
+
+
+def default_run_dir(agent: str, env: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{agent}-{env.replace('/', '_')}-{stamp}"
+
+
+def train(
+    agent: str = "impala",
+    env: str = "CartPole-v1",
+    *,
+    runtime: str = "single",
+    total_steps: int | None = None,
+    seed: int = 0,
+    run_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    preset: str | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    progress: bool = True,
+    **overrides: Any,
+) -> Run:
+    """Train ``agent`` on ``env`` and return the :class:`Run`.
+
+    Keyword ``overrides`` set config fields (strings are parsed like ``--set``). With ``resume``,
+    the run directory's own config is used and the run continues from its latest checkpoint;
+    ``total_steps`` may be raised to extend it.
+    """
+    if resume is not None:
+        rundir = RunDir(resume)
+        meta = rundir.read_config()
+        if overrides or preset or env_kwargs:
+            raise ConfigError("--resume continues a run with its own config; drop --set/--preset")
+        agent, env, runtime, seed = meta["agent"], meta["env"], meta["runtime"], meta["seed"]
+        config = apply_overrides(BUILDERS[agent].config_class(), meta["config"])
+        env_kwargs = meta["env_kwargs"]
+        total_steps = total_steps or meta["total_steps"]
+        checkpoint = rundir.load_checkpoint()
+    else:
+        config, preset = resolve_config(agent, env, preset, overrides)
+        env_kwargs = env_kwargs or {}
+        total_steps = total_steps or DEFAULT_TOTAL_STEPS[preset]
+        checkpoint = None
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
+    if total_steps <= 0:
+        raise ConfigError(f"total_steps must be positive, got {total_steps}")
+
+    probe = rl_envs.make(env, **env_kwargs)  # fails fast on a bad id, before any directory
+    spec = rl_envs.spec_of(probe, env)
+    probe.close()
+    builder = BUILDERS[agent](config, env, env_kwargs)
+
+    if resume is None:
+        rundir = RunDir(run_dir or default_run_dir(agent, env))
+        meta = dict(
+            agent=agent,
+            env=env,
+            runtime=runtime,
+            seed=seed,
+            total_steps=total_steps,
+            preset=preset,
+            env_kwargs=env_kwargs,
+            config=to_json(config),
+        )
+    meta["total_steps"] = total_steps
+    rundir.write_config(meta)
+
+    recorder = Recorder(
+        rundir,
+        dict(agent=agent, env=env, runtime=runtime),
+        total_steps,
+        progress=progress,
+        log_interval_s=config.log_interval_s,
+        checkpoint_interval_s=config.checkpoint_interval_s,
+    )
+    if checkpoint is not None:
+        recorder.load_state_dict(checkpoint["recorder"])
+        rundir.truncate_metrics(int(recorder.counters["actor_steps"]))
+    else:
+        seed_everything(seed)
+
+    def save(state: dict[str, Any]) -> None:
+        rundir.save_checkpoint(state, int(recorder.counters["learner_steps"]))
+
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
+    with GracefulStop() as stop:
+        try:
+            if runtime == "single":
+                from rlherd.runtime.single import run_single
+
+                run_single(builder, spec, recorder, seed, checkpoint, save, stop)
+            else:
+                from rlherd.runtime.mono import run_mono
+
+                run_mono(builder, spec, recorder, seed, checkpoint, save, stop)
+        finally:
+            summary = recorder.close()
+    return Run(rundir.path, meta, summary)
+
+
+def load_run(path: str | Path) -> Run:
+    path = Path(path)
+    summary_path = path / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    return Run(path, read_json(path / "config.json"), summary)
+
+
+__all__ = ["Run", "train", "load_run", "resolve_config"]

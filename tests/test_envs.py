@@ -1,0 +1,91 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlherd import envs
+from rlherd.core import EnvSpec
+
+
+def test_make_gymnasium_and_spec():
+    env = envs.make("CartPole-v1")
+    spec = envs.spec_of(env, "CartPole-v1")
+    assert spec.obs_shape == (4,) and spec.action_kind == "discrete" and spec.num_actions == 2
+    assert spec.max_episode_steps == 500 and not spec.is_image
+
+
+def test_continuous_spec():
+    spec = envs.spec_of(envs.make("Pendulum-v1"))
+    assert spec.action_kind == "continuous" and spec.action_shape == (1,)
+    assert spec.action_high[0] == 2.0
+
+
+def test_unknown_id_lists_close_matches():
+    with pytest.raises(ValueError, match="Did you mean: CartPole-v1"):
+        envs.make("Cartpole-v1")
+    with pytest.raises(ValueError, match="ALE/Pong-v5"):
+        envs.make("ALE/Pongg-v5")
+    with pytest.raises(ValueError, match="Known families"):
+        envs.make("NoSuchThing-zz")
+
+
+def test_unsupported_spaces_are_named():
+    obs = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
+    with pytest.raises(TypeError, match="Dict"):
+        EnvSpec.from_spaces("x", obs, gym.spaces.Discrete(2))
+    box = gym.spaces.Box(0, 1, (2,))
+    with pytest.raises(TypeError, match="MultiBinary"):
+        EnvSpec.from_spaces("x", box, gym.spaces.MultiBinary(3))
+
+
+def test_vector_env_next_step_autoreset():
+    """The step after a terminated one resets: reward 0, flags false, a fresh first observation."""
+    v = envs.make_vector("rlherd/Corridor-v0", 2, length=3)
+    obs, _ = v.reset(seed=0)
+    right = np.ones(2, dtype=np.int64)
+    obs, r, term, trunc, _ = v.step(right)
+    obs, r, term, trunc, _ = v.step(right)
+    assert term.all() and np.allclose(r, 0.99)
+    assert obs[:, 2].all()  # the real final observation is returned
+    obs, r, term, trunc, _ = v.step(right)  # action ignored: this step only resets
+    assert not term.any() and not trunc.any() and np.allclose(r, 0.0)
+    assert obs[:, 0].all()
+    v.close()
+
+
+def test_toy_optimal_returns():
+    assert envs.make("rlherd/Bandit-v0").unwrapped.optimal_return == 1.0
+    assert envs.make("rlherd/Corridor-v0").unwrapped.optimal_return == pytest.approx(0.95)
+
+
+def test_atari_deepmind_preprocessing():
+    pytest.importorskip("ale_py")
+    env = envs.make("ALE/Pong-v5")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+    spec = envs.spec_of(env, "ALE/Pong-v5")
+    assert spec.is_image and spec.num_actions == 6
+    env.close()
+    with pytest.raises(TypeError, match="unknown Atari options"):
+        envs.make("ALE/Pong-v5", frame_skipp=3)
+
+
+def test_atari_native_vector_env_autoreset():
+    pytest.importorskip("ale_py")
+    v = envs.make_vector("ALE/Pong-v5", 2, max_num_frames_per_episode=40)
+    obs, _ = v.reset(seed=0)
+    assert obs.shape == (2, 4, 84, 84)
+    for _ in range(30):
+        obs, r, term, trunc, _ = v.step(np.zeros(2, dtype=np.int64))
+        if trunc.any():
+            break
+    assert trunc.all(), "episodes of 40 frames (10 agent steps) must be truncated"
+    obs, r, term, trunc, _ = v.step(np.zeros(2, dtype=np.int64))
+    assert not term.any() and not trunc.any() and (r == 0).all()
+    v.close()
+
+
+def test_minatar_channels_first():
+    pytest.importorskip("minatar")
+    env = envs.make("MinAtar/Breakout-v1")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 10, 10) and obs.dtype == np.uint8

@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+import torch
+
+from rlherd.agents.impala import ImpalaConfig
+from rlherd.agents.impala.networks import ImpalaNet
+from rlherd.core import EnvSpec
+from rlherd.networks import (
+    AtariShallowTorso,
+    ImpalaResNetTorso,
+    LSTMCore,
+    MinAtarTorso,
+    MLPTorso,
+    make_torso,
+)
+
+
+def image_spec(shape):
+    return EnvSpec("img", shape, np.dtype(np.uint8), "discrete", num_actions=4)
+
+
+@pytest.mark.parametrize(
+    "torso,shape,out",
+    [
+        (AtariShallowTorso, (4, 84, 84), 512),
+        (ImpalaResNetTorso, (4, 84, 84), 256),
+        (MinAtarTorso, (4, 10, 10), 128),
+    ],
+)
+def test_image_torsos(torso, shape, out):
+    net = torso(shape)
+    x = torch.randint(0, 255, (3, *shape), dtype=torch.uint8)
+    assert net(x).shape == (3, out) and net.out_dim == out
+
+
+def test_resnet_has_three_sections_of_two_residual_blocks():
+    net = ImpalaResNetTorso((4, 84, 84))
+    convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [c.out_channels for c in convs] == [16] * 5 + [32] * 5 + [32] * 5
+
+
+def test_make_torso_auto():
+    assert isinstance(make_torso(image_spec((4, 84, 84))), AtariShallowTorso)
+    assert isinstance(make_torso(image_spec((4, 10, 10))), MinAtarTorso)
+    vec = EnvSpec("v", (4,), np.dtype(np.float32), "discrete", num_actions=2)
+    assert isinstance(make_torso(vec), MLPTorso)
+    with pytest.raises(ValueError, match="image observations"):
+        make_torso(vec, "deep")
+    with pytest.raises(ValueError, match="unknown torso"):
+        make_torso(vec, "huge")
+
+
+def test_lstm_resets_at_episode_starts():
+    torch.manual_seed(0)
+    core = LSTMCore(3, 5)
+    x = torch.randn(6, 2, 3)
+    first = torch.zeros(6, 2, dtype=torch.bool)
+    first[3, 0] = True
+    state = tuple(torch.randn_like(s) for s in core.initial_state(2))
+    out, _ = core(x, first, state)
+    fresh, _ = core(x[3:, :1], torch.zeros(3, 1, dtype=torch.bool), core.initial_state(1))
+    torch.testing.assert_close(out[3:, :1], fresh)
+    carried, _ = core(x[3:, 1:], torch.zeros(3, 1, dtype=torch.bool), core.initial_state(1))
+    assert not torch.allclose(out[3:, 1:], carried)  # env 1 kept its state
+
+
+def test_impala_net_outputs_and_rejects_continuous():
+    spec = EnvSpec("v", (4,), np.dtype(np.float32), "discrete", num_actions=3)
+    net = ImpalaNet(spec, ImpalaConfig(use_lstm=True, lstm_size=8))
+    out, state = net(
+        torch.randn(5, 2, 4), torch.zeros(5, 2, dtype=torch.bool), net.initial_state(2)
+    )
+    assert out["policy_logits"].shape == (5, 2, 3) and out["baseline"].shape == (5, 2)
+    assert state[0].shape == (1, 2, 8)
+    box = EnvSpec("p", (3,), np.dtype(np.float32), "continuous", action_shape=(1,))
+    with pytest.raises(ValueError, match="Discrete"):
+        ImpalaNet(box, ImpalaConfig())
