@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from rlherd import envs as rl_envs
 from rlherd.run.config import apply_overrides
@@ -66,7 +65,6 @@ def evaluate(
     )
     policy = builder.make_policy(net, evaluation=greedy)
     returns, lengths, frames = [], [], []
-    torch.set_grad_enabled(False)
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         first, done, ret, length = True, False, 0.0, 0

@@ -1,0 +1,156 @@
+"""IMPALA end to end: tiny environments solved, resume, Ctrl-C, a killed actor, eval, plot."""
+
+import csv
+import json
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+import rlherd
+import rlherd.run.evaluate
+from rlherd.cli import main
+
+
+def params(run_dir):
+    state = torch.load(run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text(),
+                       weights_only=False)  # fmt: skip
+    return state
+
+
+@pytest.mark.parametrize("env_id", ["rlherd/Bandit-v0", "rlherd/Corridor-v0"])
+@pytest.mark.parametrize("runtime", ["single", "mono"])
+def test_tiny_environments_are_solved(env_id, runtime, tmp_path):
+    run = rlherd.train("impala", env_id, runtime=runtime, run_dir=tmp_path, progress=False)
+    optimum = rlherd.make(env_id).unwrapped.optimal_return
+    assert run.summary["final_return_mean"] >= 0.9 * optimum
+    result = rlherd.run.evaluate.evaluate(tmp_path, episodes=5)
+    assert result["eval_return_mean"] == pytest.approx(optimum)
+    assert json.loads((tmp_path / "summary.json").read_text())["eval_return_mean"] == pytest.approx(
+        optimum
+    )
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in csv.DictReader(f)]
+
+
+def test_interrupt_then_resume_continues_exactly(tmp_path):
+    """Ctrl-C stops at a learner step with a final checkpoint; --resume then finishes the run
+    with exactly the parameters, optimiser state and metrics of an uninterrupted run."""
+    kw = dict(total_steps=120_000, seed=3, progress=False)
+    straight = rlherd.train("impala", "CartPole-v1", run_dir=tmp_path / "a", **kw)
+
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    stopped = rlherd.train("impala", "CartPole-v1", run_dir=tmp_path / "b", **kw)
+    timer.join()
+    assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt came too late"
+    stopped_ckpt = params(tmp_path / "b")
+    assert stopped_ckpt["recorder"]["counters"]["actor_steps"] == stopped.summary["actor_steps"]
+
+    resumed = rlherd.train(resume=tmp_path / "b", progress=False)
+    for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
+        assert resumed.summary[key] == straight.summary[key], key
+    a, b = params(tmp_path / "a"), params(tmp_path / "b")
+    for name, tensor in a["learner"]["net"].items():
+        torch.testing.assert_close(b["learner"]["net"][name], tensor, rtol=0, atol=0)
+    opt_a, opt_b = a["learner"]["optimizer"]["state"], b["learner"]["optimizer"]["state"]
+    for k in opt_a:
+        torch.testing.assert_close(opt_b[k]["exp_avg"], opt_a[k]["exp_avg"], rtol=0, atol=0)
+    for source in ("train", "learner"):
+        rows_a = _rows(tmp_path / "a" / "metrics" / f"{source}.csv")
+        rows_b = _rows(tmp_path / "b" / "metrics" / f"{source}.csv")
+        if source == "learner":  # timings differ; compare what learning produced
+            drop = ("learner_walltime", "sps")
+            rows_a = [{k: v for k, v in r.items() if k not in drop} for r in rows_a]
+            rows_b = [{k: v for k, v in r.items() if k not in drop} for r in rows_b]
+        assert rows_a == rows_b
+
+
+def test_mono_resume_continues_counters_and_optimizer(tmp_path):
+    first = rlherd.train(
+        "impala", "CartPole-v1", runtime="mono", total_steps=16_000, run_dir=tmp_path,
+        progress=False,
+    )  # fmt: skip
+    steps = first.summary["learner_steps"]
+    resumed = rlherd.train(resume=tmp_path, total_steps=32_000, progress=False)
+    assert resumed.summary["actor_steps"] >= 32_000
+    assert resumed.summary["learner_steps"] >= 2 * steps - 1
+    state = params(tmp_path)
+    adam_steps = {int(s["step"]) for s in state["learner"]["optimizer"]["state"].values()}
+    assert adam_steps == {resumed.summary["learner_steps"]}
+    assert json.loads((tmp_path / "config.json").read_text())["total_steps"] == 32_000
+
+
+def test_killed_actor_is_restarted_and_the_run_goes_on(tmp_path):
+    result = {}
+    run = threading.Thread(
+        target=lambda: result.update(
+            run=rlherd.train(
+                "impala",
+                "CartPole-v1",
+                runtime="mono",
+                total_steps=120_000,
+                run_dir=tmp_path,
+                progress=False,
+            )  # fmt: skip
+        )
+    )
+    run.start()
+    deadline = time.monotonic() + 60
+    while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2.0)  # let the actors get going
+    victims = multiprocessing.active_children()
+    assert victims, "no actor processes found"
+    pids = [p.pid for p in victims]
+    os.kill(pids[0], signal.SIGKILL)
+    run.join(timeout=300)
+    assert not run.is_alive()
+    summary = result["run"].summary
+    assert summary["actor_restarts"] >= 1
+    assert summary["actor_steps"] >= 120_000
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_eval_video_and_plot(tmp_path, capsys):
+    pytest.importorskip("imageio")
+    run_dir = tmp_path / "run"
+    rlherd.train("impala", "CartPole-v1", total_steps=8_000, run_dir=run_dir, progress=False)
+    video = tmp_path / "episode.gif"
+    assert main(["eval", str(run_dir), "--episodes", "2", "--video", str(video)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["eval_episodes"] == 2 and result["eval_return_mean"] > 0
+    assert video.stat().st_size > 1000
+    image = tmp_path / "curves.png"
+    assert main(["plot", str(run_dir), str(run_dir), "-o", str(image)]) == 0
+    assert image.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_atari_pong_smoke_through_mono(tmp_path):
+    pytest.importorskip("ale_py")
+    run = rlherd.train(
+        "impala", "ALE/Pong-v5", runtime="mono", total_steps=640, run_dir=tmp_path,
+        progress=False, num_actors=2, envs_per_actor=4, unroll_length=20,
+    )  # fmt: skip
+    assert run.summary["learner_steps"] >= 4
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["preset"] == "atari" and config["config"]["torso"] == "auto"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["single", "mono"])
+def test_impala_learns_cartpole(runtime, tmp_path):
+    run = rlherd.train(
+        "impala", "CartPole-v1", runtime=runtime, total_steps=500_000, seed=0,
+        run_dir=tmp_path, progress=False,
+    )  # fmt: skip
+    assert run.summary["final_return_mean"] >= 450, run.summary

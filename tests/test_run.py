@@ -1,0 +1,109 @@
+"""Configs, the run directory, checkpoints and the CLI's errors."""
+
+import csv
+import json
+
+import pytest
+
+from rlherd.agents.impala import ImpalaConfig
+from rlherd.cli import main
+from rlherd.run.config import ConfigError, apply_overrides, parse_set
+from rlherd.run.rundir import CSVLogger, RunDir
+
+
+def test_parse_and_apply_overrides():
+    over = parse_set(["batch_size=32", "use_lstm=true", "hidden_sizes=128,64", "reward_clip=none"])
+    config = apply_overrides(ImpalaConfig(), over)
+    assert config.batch_size == 32 and config.use_lstm is True
+    assert config.hidden_sizes == (128, 64) and config.reward_clip is None
+    assert apply_overrides(ImpalaConfig(), {"learning_rate": "1e-3"}).learning_rate == 1e-3
+
+
+@pytest.mark.parametrize(
+    "items,message",
+    [
+        (["batch_size"], "malformed --set 'batch_size'"),
+        (["=3"], "malformed"),
+    ],
+)
+def test_malformed_set(items, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_set(items)
+
+
+def test_bad_overrides_are_named():
+    with pytest.raises(ConfigError, match="Did you mean: learning_rate"):
+        apply_overrides(ImpalaConfig(), {"learning_rat": "1"})
+    with pytest.raises(ConfigError, match="batch_size='many': expected int"):
+        apply_overrides(ImpalaConfig(), {"batch_size": "many"})
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        apply_overrides(ImpalaConfig(), {"batch_size": "0"})
+    with pytest.raises(ValueError, match="optimizer"):
+        ImpalaConfig(optimizer="sgd")
+
+
+def test_csv_columns_grow(tmp_path):
+    log = CSVLogger(tmp_path / "m.csv")
+    log.write(dict(actor_steps=1, a=1))
+    log.write(dict(actor_steps=2, a=2, b=3))
+    log.close()
+    rows = list(csv.DictReader(open(tmp_path / "m.csv")))
+    assert rows == [
+        {"actor_steps": "1", "a": "1", "b": ""},
+        {"actor_steps": "2", "a": "2", "b": "3"},
+    ]
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path):
+    rundir = RunDir(tmp_path / "run")
+    for step in range(4):
+        rundir.save_checkpoint({"step": step}, step)
+    assert rundir.load_checkpoint() == {"step": 3}
+    files = sorted(p.name for p in rundir.checkpoint_dir.iterdir())
+    assert files == ["ckpt-000000000002.pt", "ckpt-000000000003.pt", "latest"]
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        RunDir(tmp_path / "empty").load_checkpoint()
+
+
+def test_truncate_metrics(tmp_path):
+    rundir = RunDir(tmp_path)
+    for steps in (10, 20, 30):
+        rundir.log("train", dict(actor_steps=steps, episode_return=1.0), step=steps)
+    rundir.close()
+    rundir.truncate_metrics(20)
+    rows = list(csv.DictReader(open(tmp_path / "metrics" / "train.csv")))
+    assert [r["actor_steps"] for r in rows] == ["10", "20"]
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["train", "impala", "--env", "Cartpole-v1"], "Did you mean: CartPole-v1"),
+        (["train", "impala", "--env", "CartPole-v1", "--set", "lr"], "malformed --set 'lr'"),
+        (["train", "impala", "--env", "CartPole-v1", "--set", "lr=1"], "unknown config key"),
+        (["eval", "/nonexistent/run"], "does not exist"),
+    ],
+)
+def test_cli_errors_are_clear(argv, message, capsys, tmp_path):
+    assert main([*argv, "--run-dir", str(tmp_path / "r")] if argv[0] == "train" else argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlherd: error:") and message in err
+    assert "Traceback" not in err
+
+
+def test_cli_train_writes_the_run_directory(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = ["train", "impala", "--env", "rlherd/Bandit-v0", "--total-steps", "640"]
+    assert main([*argv, "--run-dir", str(run_dir), "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("agent", "env", "runtime", "actor_steps", "learner_steps", "episodes",
+                "wall_time_s", "sps", "final_return_mean"):  # fmt: skip
+        assert key in summary
+    assert summary["actor_steps"] == 640 and summary["episodes"] > 0
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["config"]["unroll_length"] == 8 and config["preset"] == "toy"
+    assert (run_dir / "metrics" / "train.csv").exists()
+    assert (run_dir / "metrics" / "learner.csv").exists()
+    assert list((run_dir / "tb").glob("events.*"))
+    assert (run_dir / "checkpoints" / "latest").exists()
