@@ -86,26 +86,66 @@ def actor_process(
         raise
 
 
-class _Actors:
-    """Starts, watches and restarts the actor processes."""
+class ActorPool:
+    """``num_actors`` actor processes filling ``num_buffers`` shared-memory rollout slots.
 
-    def __init__(self, ctx, num_actors: int, seed: int, builder, shared: tuple, queues: tuple):
-        self.ctx, self.seed, self.builder, self.shared = ctx, seed, builder, shared
-        self.free_queue, self.full_queue = queues
-        self.held = torch.full((num_actors,), -1, dtype=torch.int64).share_memory_()
-        self.started = torch.zeros(num_actors, dtype=torch.int8).share_memory_()
-        self.processes: list[Any] = [None] * num_actors
+    The learner side calls :meth:`get_batch` (which joins full slots and frees them), bumps
+    :attr:`model_version` after refreshing :attr:`net`, and calls :meth:`check` regularly so dead
+    actors are restarted. Use it as a context manager: leaving it stops every process.
+    """
+
+    def __init__(self, builder, spec: EnvSpec, net: torch.nn.Module, seed: int):
+        config = builder.config
+        k, T = config.envs_per_actor, config.unroll_length
+        if config.batch_size % k:
+            raise ConfigError(
+                f"mono needs batch_size ({config.batch_size}) to be a multiple of envs_per_actor "
+                f"({k}); e.g. --set envs_per_actor={min(k, config.batch_size)} with a batch_size "
+                f"that it divides"
+            )
+        self.slots_per_batch = config.batch_size // k
+        num_buffers = config.num_buffers or max(2 * config.num_actors, 2 * self.slots_per_batch)
+        if num_buffers < self.slots_per_batch + config.num_actors:
+            raise ConfigError(
+                f"num_buffers={num_buffers} is too few: the learner needs {self.slots_per_batch} "
+                f"slots per batch and each of the {config.num_actors} actors one more; set "
+                f"num_buffers >= {self.slots_per_batch + config.num_actors} (or 0 for the default)"
+            )
+        self.builder, self.seed, self.net = builder, seed, net
+        net.share_memory()
+        self.fields = rollout_fields(spec, k, T)
+        self.buffers = [
+            allocate_rollout(self.fields, share_memory=True) for _ in range(num_buffers)
+        ]
+        self.core_buffers = [
+            tuple(s.share_memory_() for s in net.initial_state(k)) for _ in range(num_buffers)
+        ]
+        self.versions = torch.zeros(num_buffers, dtype=torch.int64).share_memory_()
+        self.model_version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.held = torch.full((config.num_actors,), -1, dtype=torch.int64).share_memory_()
+        self.started = torch.zeros(config.num_actors, dtype=torch.int8).share_memory_()
+        self.ctx = mp.get_context("spawn")  # fork would copy the learner's threads and locks
+        self.free_queue, self.full_queue = self.ctx.Queue(), self.ctx.Queue()
+        for slot in range(num_buffers):
+            self.free_queue.put(slot)
+        self.processes: list[Any] = [None] * config.num_actors
         self.restarts = 0
-        for i in range(num_actors):
+
+    def __enter__(self) -> ActorPool:
+        for i in range(len(self.processes)):
             self._start(i)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _start(self, i: int) -> None:
         # A restarted actor gets a new seed, so it does not replay its predecessor's episodes.
         seed = self.seed + 1000 * i + 100_003 * self.restarts
         self.started[i] = 0
-        args = (i, self.builder, seed, *self.shared, self.held, self.started)
-        p = self.ctx.Process(target=actor_process, args=(*args, self.free_queue, self.full_queue))
-        p.daemon = True
+        args = (i, self.builder, seed, self.net, self.buffers, self.core_buffers, self.versions)
+        args += (self.model_version, self.held, self.started, self.free_queue, self.full_queue)
+        p = self.ctx.Process(target=actor_process, args=args, daemon=True)
         p.start()
         self.processes[i] = p
 
@@ -133,19 +173,45 @@ class _Actors:
             p.join()
             self._start(i)
 
-    def stop(self) -> None:
+    def get_batch(self, stop: Callable[[], bool]):
+        """``(batch, core_state, policy_lag)`` from ``slots_per_batch`` full slots, or ``None``
+        once ``stop()`` is true. The slots are copied out and freed at once."""
+        slots: list[int] = []
+        while len(slots) < self.slots_per_batch:
+            if stop():
+                for s in slots:
+                    self.free_queue.put(s)
+                return None
+            try:
+                slots.append(self.full_queue.get(timeout=POLL_S))
+            except queue.Empty:
+                continue
+        batch = {k: torch.cat([self.buffers[s][k] for s in slots], dim=1) for k in self.fields}
+        core = tuple(
+            torch.cat([self.core_buffers[s][j] for s in slots], dim=1)
+            for j in range(len(self.core_buffers[0]))
+        )
+        lag = (self.model_version[0] - self.versions[slots]).float().mean().item()
+        for s in slots:
+            self.free_queue.put(s)
+        return batch, core, lag
+
+    def close(self) -> None:
         for _ in self.processes:
             self.free_queue.put(None)
         deadline = time.monotonic() + 5.0
         for p in self.processes:
-            p.join(timeout=max(0.0, deadline - time.monotonic()))
+            if p is not None:
+                p.join(timeout=max(0.0, deadline - time.monotonic()))
         for p in self.processes:
-            if p.is_alive():
+            if p is not None and p.is_alive():
                 p.terminate()
                 p.join(timeout=2.0)
-            if p.is_alive():
+            if p is not None and p.is_alive():
                 p.kill()
                 p.join()
+        self.free_queue.close()
+        self.full_queue.close()
 
 
 def run_mono(
@@ -157,22 +223,6 @@ def run_mono(
     save: Callable[[dict[str, Any]], None],
     stop: threading.Event,
 ) -> None:
-    config = builder.config
-    k, T = config.envs_per_actor, config.unroll_length
-    if config.batch_size % k:
-        raise ConfigError(
-            f"mono needs batch_size ({config.batch_size}) to be a multiple of envs_per_actor "
-            f"({k}); e.g. --set envs_per_actor={k if config.batch_size > k else config.batch_size}"
-        )
-    slots_per_batch = config.batch_size // k
-    num_buffers = config.num_buffers or max(2 * config.num_actors, 2 * slots_per_batch)
-    if num_buffers < slots_per_batch + config.num_actors:
-        raise ConfigError(
-            f"num_buffers={num_buffers} is too few: the learner needs {slots_per_batch} slots "
-            f"per batch and each of the {config.num_actors} actors one more; set num_buffers "
-            f">= {slots_per_batch + config.num_actors} (or 0 for the default)"
-        )
-
     learner_net = builder.make_networks(spec)
     learner = builder.make_learner(learner_net, iter(()), recorder.total_steps)
     if checkpoint is not None:
@@ -180,53 +230,18 @@ def run_mono(
         set_rng_state(checkpoint["rng"])
     actor_net = builder.make_networks(spec)
     actor_net.load_state_dict(learner_net.state_dict())
-    actor_net.share_memory()
-
-    fields = rollout_fields(spec, k, T)
-    buffers = [allocate_rollout(fields, share_memory=True) for _ in range(num_buffers)]
-    core_buffers = [
-        tuple(s.share_memory_() for s in actor_net.initial_state(k)) for _ in range(num_buffers)
-    ]
-    versions = torch.zeros(num_buffers, dtype=torch.int64).share_memory_()
-    model_version = torch.zeros(1, dtype=torch.int64).share_memory_()
-
-    ctx = mp.get_context("spawn")  # fork would copy the learner's threads and locks
-    free_queue, full_queue = ctx.Queue(), ctx.Queue()
-    for slot in range(num_buffers):
-        free_queue.put(slot)
     # A resumed run's actors get fresh seeds, so they do not replay the first run's episodes.
-    actor_seed = seed + 7919 * learner.num_steps
-    shared = (actor_net, buffers, core_buffers, versions, model_version)
+    pool = ActorPool(builder, spec, actor_net, seed + 7919 * learner.num_steps)
 
     batch_lock, learn_lock = threading.Lock(), threading.Lock()
     errors: list[BaseException] = []
-
-    def get_batch():
-        slots: list[int] = []
-        while len(slots) < slots_per_batch:
-            if stop.is_set() or errors:
-                for s in slots:
-                    free_queue.put(s)
-                return None
-            try:
-                slots.append(full_queue.get(timeout=POLL_S))
-            except queue.Empty:
-                continue
-        batch = {key: torch.cat([buffers[s][key] for s in slots], dim=1) for key in fields}
-        core = tuple(
-            torch.cat([core_buffers[s][j] for s in slots], dim=1)
-            for j in range(len(core_buffers[0]))
-        )
-        lag = (model_version[0] - versions[slots]).float().mean().item()
-        for s in slots:
-            free_queue.put(s)
-        return batch, core, lag
+    stopping = lambda: stop.is_set() or bool(errors)
 
     def learn_loop() -> None:
         try:
             while not stop.is_set() and not recorder.done():
                 with batch_lock:
-                    got = get_batch()
+                    got = pool.get_batch(stopping)
                 if got is None:
                     return
                 batch, core, lag = got
@@ -235,9 +250,9 @@ def run_mono(
                         return
                     metrics = learner.learn(batch, core)
                     actor_net.load_state_dict(learner_net.state_dict())
-                    model_version.add_(1)
+                    pool.model_version.add_(1)
                     recorder.rollout(batch)
-                    metrics.update(policy_lag=lag, full_queue=full_queue.qsize())
+                    metrics.update(policy_lag=lag, full_queue=pool.full_queue.qsize())
                     recorder.learner(metrics)
         except BaseException as e:  # surfaced by the main thread
             errors.append(e)
@@ -245,31 +260,28 @@ def run_mono(
     def state() -> dict[str, Any]:
         return dict(learner=learner.state_dict(), recorder=recorder.state_dict(), rng=rng_state())
 
-    actors = _Actors(ctx, config.num_actors, actor_seed, builder, shared, (free_queue, full_queue))
     threads = [
         threading.Thread(target=learn_loop, name=f"learner-{i}", daemon=True)
-        for i in range(config.num_learner_threads)
+        for i in range(builder.config.num_learner_threads)
     ]
-    try:
-        for t in threads:
-            t.start()
-        while any(t.is_alive() for t in threads):
+    with pool:
+        try:
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads):
+                if errors:
+                    raise errors[0]
+                pool.check()
+                recorder.extra["actor_restarts"] = pool.restarts
+                if recorder.tick():
+                    with learn_lock:
+                        save(state())
+                time.sleep(0.05)
             if errors:
                 raise errors[0]
-            actors.check()
-            recorder.extra["actor_restarts"] = actors.restarts
-            if recorder.tick():
-                with learn_lock:
-                    save(state())
-            time.sleep(0.05)
-        if errors:
-            raise errors[0]
-        with learn_lock:
-            save(state())
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=10)
-        actors.stop()
-        free_queue.close()
-        full_queue.close()
+            with learn_lock:
+                save(state())
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
