@@ -28,6 +28,7 @@ import torch.multiprocessing as mp
 
 import rlherd
 from rlherd import envs
+from rlherd.agents import BUILDERS
 from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
 from rlherd.run.train import resolve_config
 from rlherd.runtime.mono import ActorPool
@@ -139,7 +140,7 @@ def main() -> None:
     for env_id in args.envs:
         overrides, total_steps = SETUPS[env_id]
         config, _ = resolve_config("impala", env_id, None, overrides)
-        builder = rlherd.run.train.BUILDERS["impala"](config, env_id)
+        builder = BUILDERS["impala"](config, env_id)
         spec = envs.spec_of(envs.make(env_id), env_id)
         B, k, n = config.batch_size, config.envs_per_actor, config.num_actors
         common = dict(

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from rlherd.agents import AGENTS
+from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, parse_set
 from rlherd.runtime import RUNTIMES
 
@@ -16,7 +16,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train an agent; writes a run directory")
-    train.add_argument("agent", nargs="?", choices=AGENTS, help="agent to train")
+    train.add_argument("agent", nargs="?", choices=sorted(BUILDERS), help="agent to train")
     train.add_argument("--env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
     train.add_argument("--runtime", choices=RUNTIMES, default="single")
     train.add_argument("--total-steps", type=int, help="agent steps to train for")

@@ -1,3 +1,8 @@
-"""Agents, one folder each: config, networks, acting, learning, builder."""
+"""Agents, one folder each: config, networks, acting, learning, builder.
 
-AGENTS = ("impala",)
+``BUILDERS`` maps the names that ``rlherd train AGENT`` accepts to each agent's builder.
+"""
+
+from rlherd.agents.impala import ImpalaBuilder
+
+BUILDERS = {"impala": ImpalaBuilder}

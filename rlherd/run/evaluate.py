@@ -8,14 +8,13 @@ from typing import Any
 import numpy as np
 
 from rlherd import envs as rl_envs
+from rlherd.agents import BUILDERS
 from rlherd.run.config import apply_overrides
 from rlherd.run.rundir import RunDir, atomic_write_json, read_json
 
 
 def load_policy_net(run_dir: str | Path):
     """The builder, env spec and network of a run, with the latest checkpoint's parameters."""
-    from rlherd.run.train import BUILDERS
-
     rundir = RunDir(run_dir)
     meta = rundir.read_config()
     builder_class = BUILDERS[meta["agent"]]

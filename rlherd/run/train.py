@@ -8,17 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rlherd import envs as rl_envs
-from rlherd.agents.impala import ImpalaBuilder, ImpalaConfig
-from rlherd.agents.impala.config import DEFAULT_TOTAL_STEPS, PRESETS, preset_for
+from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, apply_overrides, to_json
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, read_json
 from rlherd.runtime import RUNTIMES, GracefulStop, seed_everything
-
-BUILDERS = {"impala": ImpalaBuilder}
 
 
 @dataclass
@@ -33,10 +28,12 @@ class Run:
 def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str, Any]):
     if agent not in BUILDERS:
         raise ConfigError(f"unknown agent {agent!r}; available: {', '.join(sorted(BUILDERS))}")
-    preset = preset or preset_for(env)
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; available: {', '.join(sorted(PRESETS))}")
-    config = apply_overrides(ImpalaConfig(), PRESETS[preset])
+    builder = BUILDERS[agent]
+    preset = preset or builder.preset_for(env)
+    if preset not in builder.presets:
+        known = ", ".join(sorted(builder.presets))
+        raise ConfigError(f"unknown preset {preset!r} for {agent}; available: {known}")
+    config = apply_overrides(builder.config_class(), builder.presets[preset])
     return apply_overrides(config, overrides), preset
 
 
@@ -78,7 +75,7 @@ def train(
     else:
         config, preset = resolve_config(agent, env, preset, overrides)
         env_kwargs = env_kwargs or {}
-        total_steps = total_steps or DEFAULT_TOTAL_STEPS[preset]
+        total_steps = total_steps or BUILDERS[agent].default_total_steps[preset]
         checkpoint = None
     if runtime not in RUNTIMES:
         raise ConfigError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
@@ -122,7 +119,6 @@ def train(
     def save(state: dict[str, Any]) -> None:
         rundir.save_checkpoint(state, int(recorder.counters["learner_steps"]))
 
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     with GracefulStop() as stop:
         try:
             if runtime == "single":

@@ -224,7 +224,7 @@ def run_mono(
     stop: threading.Event,
 ) -> None:
     learner_net = builder.make_networks(spec)
-    learner = builder.make_learner(learner_net, iter(()), recorder.total_steps)
+    learner = builder.make_learner(learner_net, recorder.total_steps)
     if checkpoint is not None:
         learner.load_state_dict(checkpoint["learner"])
         set_rng_state(checkpoint["rng"])

@@ -35,7 +35,7 @@ def run_single(
             recorder.rollout(rollout)
             yield rollout, core_state
 
-    learner = builder.make_learner(net, dataset(), recorder.total_steps)
+    learner = builder.make_learner(net, recorder.total_steps, dataset())
     if checkpoint is not None:
         learner.load_state_dict(checkpoint["learner"])
         actor.load_state_dict(checkpoint["actor"])

@@ -9,7 +9,7 @@ import torch
 
 from rlherd import envs as rl_envs
 from rlherd.agents.impala.acting import ImpalaActor, sample_actions
-from rlherd.agents.impala.config import ImpalaConfig
+from rlherd.agents.impala.config import DEFAULT_TOTAL_STEPS, PRESETS, ImpalaConfig, preset_for
 from rlherd.agents.impala.learning import Batch, ImpalaLearner
 from rlherd.agents.impala.networks import ImpalaNet
 from rlherd.core import EnvSpec
@@ -18,6 +18,9 @@ from rlherd.core import EnvSpec
 class ImpalaBuilder:
     name = "impala"
     config_class = ImpalaConfig
+    presets = PRESETS
+    preset_for = staticmethod(preset_for)
+    default_total_steps = DEFAULT_TOTAL_STEPS
 
     def __init__(self, config: ImpalaConfig, env_id: str, env_kwargs: dict | None = None):
         self.config = config
@@ -36,9 +39,9 @@ class ImpalaBuilder:
         return ImpalaActor(net, envs, seed)
 
     def make_learner(
-        self, net: ImpalaNet, dataset: Iterator[Batch], total_steps: int
+        self, net: ImpalaNet, total_steps: int, dataset: Iterator[Batch] | None = None
     ) -> ImpalaLearner:
-        return ImpalaLearner(net, self.config, dataset, total_steps)
+        return ImpalaLearner(net, self.config, total_steps, dataset)
 
     def make_policy(self, net: ImpalaNet, evaluation: bool = True):
         """A stateful policy for one environment: ``policy(obs, first) -> action``.

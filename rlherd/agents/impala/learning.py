@@ -62,7 +62,8 @@ def impala_loss(
 
 
 class ImpalaLearner:
-    """One ``step()`` takes one batch from ``dataset`` and applies one optimiser update.
+    """One ``step()`` takes one batch from ``dataset`` and applies one optimiser update
+    (runtimes that assemble batches themselves, like ``mono``, call ``learn(batch)``).
 
     The learning rate decays linearly with the agent steps consumed (``T * B`` per batch), as in
     TorchBeast; the schedule is a function of ``consumed_steps``, so it resumes exactly.
@@ -72,8 +73,8 @@ class ImpalaLearner:
         self,
         net: ImpalaNet,
         config: ImpalaConfig,
-        dataset: Iterator[Batch],
         total_steps: int,
+        dataset: Iterator[Batch] | None = None,
     ):
         self.net = net
         self.config = config
@@ -116,6 +117,8 @@ class ImpalaLearner:
         return dict(metrics, learning_rate=lr, grad_norm=grad_norm.item())
 
     def step(self) -> dict[str, float]:
+        if self.dataset is None:
+            raise RuntimeError("this learner has no dataset; call learn(batch) instead")
         return self.learn(*next(self.dataset))
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
