@@ -27,7 +27,10 @@ def params(run_dir):
 def test_tiny_environments_are_solved(env_id, runtime, tmp_path):
     run = rlherd.train("impala", env_id, runtime=runtime, run_dir=tmp_path, progress=False)
     optimum = rlherd.make(env_id).unwrapped.optimal_return
-    assert run.summary["final_return_mean"] >= 0.9 * optimum
+    # The sampling policy keeps some entropy: judge it over the last 200 episodes, and the greedy
+    # policy by its exact return.
+    returns = [float(r["episode_return"]) for r in _rows(tmp_path / "metrics" / "train.csv")]
+    assert len(returns) >= 200 and sum(returns[-200:]) / 200 >= 0.95 * optimum
     result = rlherd.run.evaluate.evaluate(tmp_path, episodes=5)
     assert result["eval_return_mean"] == pytest.approx(optimum)
     assert json.loads((tmp_path / "summary.json").read_text())["eval_return_mean"] == pytest.approx(
