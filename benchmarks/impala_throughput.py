@@ -104,7 +104,7 @@ def acting_mono(builder, spec, seconds: float) -> float:
     """Actor processes fill slots; the 'learner' only hands them back."""
     config = builder.config
     per_batch = config.unroll_length * config.batch_size
-    with ActorPool(builder, spec, builder.make_networks(spec), seed=0) as pool:
+    with ActorPool(builder, spec, builder.make_networks(spec, device="cpu"), seed=0) as pool:
         pool.get_batch(lambda: False)  # wait until every actor is up and producing
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:

@@ -158,7 +158,8 @@ class LSTMCore(nn.Module):
 
     def initial_state(self, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         shape = (self.lstm.num_layers, batch_size, self.lstm.hidden_size)
-        return torch.zeros(shape), torch.zeros(shape)
+        device = self.lstm.weight_ih_l0.device
+        return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
     def forward(
         self,

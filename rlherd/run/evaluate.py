@@ -23,7 +23,7 @@ def load_policy_net(run_dir: str | Path):
     probe = rl_envs.make(meta["env"], **meta["env_kwargs"])
     spec = rl_envs.spec_of(probe, meta["env"])
     probe.close()
-    net = builder.make_networks(spec)
+    net = builder.make_networks(spec, device="cpu")
     net.load_state_dict(rundir.load_checkpoint()["learner"]["net"])
     net.eval()
     return meta, builder, net

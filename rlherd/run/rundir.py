@@ -175,7 +175,7 @@ class RunDir:
             )
         # Our own files, written by save_checkpoint: they hold numpy RNG states and pickled
         # environments, so full unpickling is needed.
-        return torch.load(path, weights_only=False)
+        return torch.load(path, weights_only=False, map_location="cpu")
 
 
 def read_json(path: Path) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
 ``num_actors`` processes each step ``envs_per_actor`` environments with a CPU copy of the model
 that lives in shared memory and is overwritten in place after every learner update. Rollouts are
-written straight into ``num_buffers`` shared-memory slots; slot indices travel through a *free*
-queue (to the actors) and a *full* queue (to the learner), so no rollout is ever pickled. Learner
+written straight into ``num_buffers`` shared-memory slots; only slot indices travel (free slots to
+the actors, full ones back to the learner), so no rollout is ever pickled. Learner
 threads join ``batch_size / envs_per_actor`` full slots into a batch, hand the slots back, learn,
 and refresh the actors' model.
 
@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import queue
 import signal
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import torch
@@ -57,12 +58,10 @@ def actor_process(
     core_buffers: list[tuple[torch.Tensor, ...]],
     versions: torch.Tensor,
     model_version: torch.Tensor,
-    held: torch.Tensor,
     started: torch.Tensor,
-    free_queue,
-    full_queue,
+    conn: Connection,
 ) -> None:
-    """Fill free slots with rollouts until a ``None`` index arrives."""
+    """Fill the slots that arrive on ``conn``, answering each with its index, until ``None``."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     torch.set_num_threads(1)
@@ -70,17 +69,15 @@ def actor_process(
         envs = builder.make_envs(builder.config.envs_per_actor)
         actor = builder.make_actor(net, envs, seed)
         started[index] = 1
-        while (slot := free_queue.get()) is not None:
-            held[index] = slot
+        while (slot := conn.recv()) is not None:
             versions[slot] = model_version[0]
             core_state = actor.unroll(buffers[slot])
             for dst, src in zip(core_buffers[slot], core_state, strict=True):
                 dst.copy_(src)
-            held[index] = -1
-            full_queue.put(slot)
+            conn.send(slot)
         envs.close()
-    except KeyboardInterrupt:
-        pass
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):
+        pass  # stopped, or the learner is gone
     except Exception:
         traceback.print_exc()
         raise
@@ -88,6 +85,11 @@ def actor_process(
 
 class ActorPool:
     """``num_actors`` actor processes filling ``num_buffers`` shared-memory rollout slots.
+
+    Slot indices travel over one private pipe per actor (the learner sends a free slot, the actor
+    answers with it when full), and the free and full lists live in this process. Shared
+    ``multiprocessing.Queue``s would be simpler, but an actor killed while it holds a queue's
+    internal lock deadlocks every other actor; a private pipe breaks alone.
 
     The learner side calls :meth:`get_batch` (which joins full slots and frees them), bumps
     :attr:`model_version` after refreshing :attr:`net`, and calls :meth:`check` regularly so dead
@@ -122,18 +124,21 @@ class ActorPool:
         ]
         self.versions = torch.zeros(num_buffers, dtype=torch.int64).share_memory_()
         self.model_version = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.held = torch.full((config.num_actors,), -1, dtype=torch.int64).share_memory_()
         self.started = torch.zeros(config.num_actors, dtype=torch.int8).share_memory_()
         self.ctx = mp.get_context("spawn")  # fork would copy the learner's threads and locks
-        self.free_queue, self.full_queue = self.ctx.Queue(), self.ctx.Queue()
-        for slot in range(num_buffers):
-            self.free_queue.put(slot)
+
+        self.free: deque[int] = deque(range(num_buffers))
+        self.full: deque[int] = deque()
+        self.held: list[int | None] = [None] * config.num_actors  # slot each actor is filling
         self.processes: list[Any] = [None] * config.num_actors
+        self.conns: list[Connection | None] = [None] * config.num_actors
         self.restarts = 0
+        self._lock = threading.RLock()  # guards the lists, the pipes and restarts
 
     def __enter__(self) -> ActorPool:
-        for i in range(len(self.processes)):
-            self._start(i)
+        with self._lock:
+            for i in range(len(self.processes)):
+                self._start(i)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -143,62 +148,108 @@ class ActorPool:
         # A restarted actor gets a new seed, so it does not replay its predecessor's episodes.
         seed = self.seed + 1000 * i + 100_003 * self.restarts
         self.started[i] = 0
+        parent, child = self.ctx.Pipe()
         args = (i, self.builder, seed, self.net, self.buffers, self.core_buffers, self.versions)
-        args += (self.model_version, self.held, self.started, self.free_queue, self.full_queue)
-        p = self.ctx.Process(target=actor_process, args=args, daemon=True)
+        p = self.ctx.Process(
+            target=actor_process, args=(*args, self.model_version, self.started, child), daemon=True
+        )
         p.start()
-        self.processes[i] = p
+        child.close()  # only the actor holds its end, so its death reads as EOF here
+        self.processes[i], self.conns[i] = p, parent
+        self._feed(i)
+
+    def _feed(self, i: int) -> None:
+        """Hand actor ``i`` a free slot, if there is one; otherwise it waits for the next."""
+        if self.held[i] is None and self.free:
+            slot = self.free.popleft()
+            self.held[i] = slot
+            self.conns[i].send(slot)
+
+    def _restart(self, i: int) -> None:
+        """Actor ``i`` died: recover its slot and start a new one."""
+        p = self.processes[i]
+        p.join(timeout=5.0)
+        if not self.started[i] and p.exitcode is not None and p.exitcode > 0:
+            # It raised before its first rollout (a bad env, an unguarded script): restarting
+            # would fail the same way. Killed by a signal instead, it is restarted below.
+            raise RuntimeError(
+                f"actor process {i} failed while starting (exit code {p.exitcode}); see its "
+                "traceback above. Scripts that call rlherd.train(runtime='mono') must guard "
+                "the call with `if __name__ == '__main__':` (actors are spawned processes)."
+            )
+        self.restarts += 1
+        if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.processes):
+            raise RuntimeError(
+                f"actor processes died {self.restarts} times (last exit code {p.exitcode}); "
+                "see the actor traceback above"
+            )
+        self.conns[i].close()
+        if self.held[i] is not None:
+            self.free.append(self.held[i])
+            self.held[i] = None
+        self._start(i)
+
+    def _receive(self, timeout: float) -> None:
+        """Collect finished slots (and deaths) from the actors' pipes for up to ``timeout`` s."""
+        with self._lock:
+            conns = {c: i for i, c in enumerate(self.conns)}
+        for conn in wait(list(conns), timeout):
+            i = conns[conn]
+            with self._lock:
+                if self.conns[i] is not conn:
+                    continue  # already restarted by check()
+                try:
+                    slot = conn.recv()
+                except (EOFError, OSError):
+                    self._restart(i)
+                    continue
+                self.full.append(slot)
+                self.held[i] = None
+                self._feed(i)
 
     def check(self) -> None:
-        """Restart any actor that died; recover the slot it was filling."""
-        for i, p in enumerate(self.processes):
-            if p.is_alive():
-                continue
-            if not self.started[i]:
-                raise RuntimeError(
-                    f"actor process {i} failed while starting (exit code {p.exitcode}); see its "
-                    "traceback above. Scripts that call rlherd.train(runtime='mono') must guard "
-                    "the call with `if __name__ == '__main__':` (actors are spawned processes)."
-                )
-            self.restarts += 1
-            if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.processes):
-                raise RuntimeError(
-                    f"actor processes died {self.restarts} times (last exit code {p.exitcode}); "
-                    "see the actor traceback above"
-                )
-            slot = int(self.held[i])
-            if slot >= 0:
-                self.held[i] = -1
-                self.free_queue.put(slot)
-            p.join()
-            self._start(i)
+        """Restart any actor that died (also noticed when its pipe breaks)."""
+        with self._lock:
+            for i, p in enumerate(self.processes):
+                if not p.is_alive():
+                    self._restart(i)
 
     def get_batch(self, stop: Callable[[], bool]):
         """``(batch, core_state, policy_lag)`` from ``slots_per_batch`` full slots, or ``None``
-        once ``stop()`` is true. The slots are copied out and freed at once."""
+        once ``stop()`` is true. The slots are copied out and handed back at once."""
         slots: list[int] = []
         while len(slots) < self.slots_per_batch:
             if stop():
-                for s in slots:
-                    self.free_queue.put(s)
+                with self._lock:
+                    self.full.extendleft(reversed(slots))
                 return None
-            try:
-                slots.append(self.full_queue.get(timeout=POLL_S))
-            except queue.Empty:
-                continue
+            with self._lock:
+                while self.full and len(slots) < self.slots_per_batch:
+                    slots.append(self.full.popleft())
+            if len(slots) < self.slots_per_batch:
+                self._receive(POLL_S)
         batch = {k: torch.cat([self.buffers[s][k] for s in slots], dim=1) for k in self.fields}
         core = tuple(
             torch.cat([self.core_buffers[s][j] for s in slots], dim=1)
             for j in range(len(self.core_buffers[0]))
         )
         lag = (self.model_version[0] - self.versions[slots]).float().mean().item()
-        for s in slots:
-            self.free_queue.put(s)
+        with self._lock:
+            self.free.extend(slots)
+            for i in range(len(self.processes)):
+                self._feed(i)
         return batch, core, lag
 
+    def queue_levels(self) -> dict[str, int]:
+        with self._lock:
+            return dict(free_slots=len(self.free), full_slots=len(self.full))
+
     def close(self) -> None:
-        for _ in self.processes:
-            self.free_queue.put(None)
+        with self._lock:
+            for conn in self.conns:
+                if conn is not None:
+                    with contextlib.suppress(OSError):
+                        conn.send(None)
         deadline = time.monotonic() + 5.0
         for p in self.processes:
             if p is not None:
@@ -210,8 +261,9 @@ class ActorPool:
             if p is not None and p.is_alive():
                 p.kill()
                 p.join()
-        self.free_queue.close()
-        self.full_queue.close()
+        for conn in self.conns:
+            if conn is not None:
+                conn.close()
 
 
 def run_mono(
@@ -228,7 +280,7 @@ def run_mono(
     if checkpoint is not None:
         learner.load_state_dict(checkpoint["learner"])
         set_rng_state(checkpoint["rng"])
-    actor_net = builder.make_networks(spec)
+    actor_net = builder.make_networks(spec, device="cpu")
     actor_net.load_state_dict(learner_net.state_dict())
     # A resumed run's actors get fresh seeds, so they do not replay the first run's episodes.
     pool = ActorPool(builder, spec, actor_net, seed + 7919 * learner.num_steps)
@@ -252,7 +304,7 @@ def run_mono(
                     actor_net.load_state_dict(learner_net.state_dict())
                     pool.model_version.add_(1)
                     recorder.rollout(batch)
-                    metrics.update(policy_lag=lag, full_queue=pool.full_queue.qsize())
+                    metrics.update(policy_lag=lag, **pool.queue_levels())
                     recorder.learner(metrics)
         except BaseException as e:  # surfaced by the main thread
             errors.append(e)

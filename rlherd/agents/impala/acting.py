@@ -62,6 +62,7 @@ class ImpalaActor:
 
     def __init__(self, net: ImpalaNet, envs: gym.vector.VectorEnv, seed: int):
         self.net = net
+        self.device = next(net.parameters()).device  # acting on a GPU copies one row each way
         self.envs = envs
         self.num_envs = envs.num_envs
         self.generator = torch.Generator().manual_seed(seed)
@@ -77,10 +78,12 @@ class ImpalaActor:
     def _act(self) -> None:
         """Choose the action for the current row, from ``state_before``."""
         outputs, self.state_after = self.net(
-            self.obs[None], torch.zeros(1, self.num_envs, dtype=torch.bool), self.state_before
+            self.obs[None].to(self.device),
+            torch.zeros(1, self.num_envs, dtype=torch.bool, device=self.device),
+            self.state_before,
         )
-        self.logits = outputs[F.POLICY_LOGITS][0]
-        self.baseline = outputs[F.BASELINE][0]
+        self.logits = outputs[F.POLICY_LOGITS][0].cpu()
+        self.baseline = outputs[F.BASELINE][0].cpu()
         self.action = sample_actions(self.logits, self.generator)
 
     def _write_row(self, buf: dict[str, torch.Tensor], t: int) -> None:
@@ -112,7 +115,7 @@ class ImpalaActor:
             self.episode_length = torch.where(started, 0, self.episode_length + 1)
             self.obs = torch.as_tensor(np.asarray(obs))
             self.reset = terminated | truncated
-            keep = (~started).float()
+            keep = (~started).float().to(self.device)
             self.state_before = tuple(s * keep[None, :, None] for s in self.state_after)
             self._act()
             self._write_row(buf, t + 1)

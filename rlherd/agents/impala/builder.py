@@ -32,8 +32,8 @@ class ImpalaBuilder:
             self.env_id, num_envs, native=self.config.native_vector_env, **self.env_kwargs
         )
 
-    def make_networks(self, spec: EnvSpec) -> ImpalaNet:
-        return ImpalaNet(spec, self.config)
+    def make_networks(self, spec: EnvSpec, device: str | None = None) -> ImpalaNet:
+        return ImpalaNet(spec, self.config).to(device or self.config.device)
 
     def make_actor(self, net: ImpalaNet, envs: gym.vector.VectorEnv, seed: int) -> ImpalaActor:
         return ImpalaActor(net, envs, seed)

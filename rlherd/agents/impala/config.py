@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass
 class ImpalaConfig:
@@ -46,6 +48,9 @@ class ImpalaConfig:
     num_learner_threads: int = 1  # mono
     native_vector_env: bool = True  # Atari through ale-py's AtariVectorEnv
 
+    # Where the learner's network lives ("cpu", "cuda", "cuda:1"); mono actors always act on CPU.
+    device: str = "cpu"
+
     # Runs.
     checkpoint_interval_s: float = 600.0
     log_interval_s: float = 5.0
@@ -59,6 +64,8 @@ class ImpalaConfig:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
         if self.optimizer not in ("rmsprop", "adam"):
             raise ValueError(f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device={self.device!r} but CUDA is not available; use device=cpu")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
 

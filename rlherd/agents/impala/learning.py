@@ -101,6 +101,9 @@ class ImpalaLearner:
         return self.config.learning_rate * max(0.0, 1.0 - self.consumed_steps / self.total_steps)
 
     def learn(self, batch: dict[str, torch.Tensor], core_state: CoreState = ()) -> dict[str, float]:
+        device = next(self.net.parameters()).device
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        core_state = tuple(s.to(device) for s in core_state)
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
