@@ -1,0 +1,125 @@
+"""Rate limiters: when a table lets an insert or a sample proceed, with Reverb's arithmetic.
+
+A limiter counts ``inserts``, ``samples`` and ``deletes`` of its table. With
+``size = inserts - deletes`` and ``error = inserts * samples_per_insert - samples``:
+
+- ``n`` inserts may proceed if ``size + n <= min_size_to_sample`` (filling up is free), or else if
+  ``(inserts + n) * samples_per_insert - samples <= max_diff``;
+- ``n`` samples may proceed if ``size >= min_size_to_sample`` and
+  ``inserts * samples_per_insert - samples - n >= min_diff``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+_MAX = sys.float_info.max
+
+
+class RateLimiter:
+    def __init__(
+        self,
+        samples_per_insert: float,
+        min_size_to_sample: int,
+        min_diff: float,
+        max_diff: float,
+    ):
+        if min_size_to_sample < 1:
+            raise ValueError(f"min_size_to_sample ({min_size_to_sample}) must be >= 1")
+        if samples_per_insert <= 0:
+            raise ValueError(f"samples_per_insert ({samples_per_insert}) must be > 0")
+        if min_diff > max_diff:
+            raise ValueError(f"min_diff ({min_diff}) must be <= max_diff ({max_diff})")
+        self.samples_per_insert = float(samples_per_insert)
+        self.min_size_to_sample = int(min_size_to_sample)
+        self.min_diff = float(min_diff)
+        self.max_diff = float(max_diff)
+        self.inserts = self.samples = self.deletes = 0
+
+    def can_insert(self, n: int = 1) -> bool:
+        if self.inserts + n - self.deletes <= self.min_size_to_sample:
+            return True
+        return (self.inserts + n) * self.samples_per_insert - self.samples <= self.max_diff
+
+    def can_sample(self, n: int = 1) -> bool:
+        if self.inserts - self.deletes < self.min_size_to_sample:
+            return False
+        return self.inserts * self.samples_per_insert - self.samples - n >= self.min_diff
+
+    def samples_allowed(self) -> int:
+        """How many samples may proceed right now (the largest ``n`` with ``can_sample(n)``)."""
+        if self.inserts - self.deletes < self.min_size_to_sample:
+            return 0
+        room = self.inserts * self.samples_per_insert - self.samples - self.min_diff
+        return max(0, math.floor(room)) if room < 2**62 else 2**62
+
+    def without_insert_blocking(self) -> RateLimiter:
+        """The same limiter, but inserts never block: what one process that both acts and learns
+        needs (it learns whenever sampling is allowed, as Acme's local layout does)."""
+        return RateLimiter(self.samples_per_insert, self.min_size_to_sample, self.min_diff, _MAX)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(inserts=self.inserts, samples=self.samples, deletes=self.deletes)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inserts = int(state["inserts"])
+        self.samples = int(state["samples"])
+        self.deletes = int(state["deletes"])
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(samples_per_insert={self.samples_per_insert}, "
+            f"min_size_to_sample={self.min_size_to_sample}, min_diff={self.min_diff}, "
+            f"max_diff={self.max_diff})"
+        )
+
+
+class MinSize(RateLimiter):
+    """Samples wait until the table holds ``min_size_to_sample`` items; nothing else blocks."""
+
+    def __init__(self, min_size_to_sample: int):
+        super().__init__(1.0, min_size_to_sample, -_MAX, _MAX)
+
+
+class SampleToInsertRatio(RateLimiter):
+    """Keeps ``samples / inserts`` near ``samples_per_insert`` once ``min_size_to_sample`` items
+    are in the table.
+
+    ``error_buffer``: a number ``e`` allows ``error`` in ``spi * min_size_to_sample +- e`` (the
+    offset means only operations after the table filled up count); a pair ``(lo, hi)`` is used
+    as ``(min_diff, max_diff)`` as given.
+    """
+
+    def __init__(
+        self,
+        samples_per_insert: float,
+        min_size_to_sample: int,
+        error_buffer: float | tuple[float, float],
+    ):
+        if isinstance(error_buffer, int | float):
+            offset = samples_per_insert * min_size_to_sample
+            min_diff, max_diff = offset - error_buffer, offset + error_buffer
+        else:
+            min_diff, max_diff = error_buffer
+        if max_diff - min_diff < 2 * max(1.0, samples_per_insert):
+            raise ValueError(
+                f"error_buffer gives a range of {max_diff - min_diff}; it must be at least "
+                f"2 * max(1, samples_per_insert) = {2 * max(1.0, samples_per_insert)}, or inserts "
+                "and samples could block each other for good"
+            )
+        if min_diff > samples_per_insert * min_size_to_sample:
+            raise ValueError(
+                "error_buffer's range lies above samples_per_insert * min_size_to_sample: "
+                "sampling would deadlock once min_size_to_sample items are in the table"
+            )
+        super().__init__(samples_per_insert, min_size_to_sample, min_diff, max_diff)
+
+
+class Queue(RateLimiter):
+    """Turns a table into a queue of ``size`` items (use with Fifo selector and remover and
+    ``max_times_sampled=1``; :meth:`rlherd.replay.Table.queue` sets that up)."""
+
+    def __init__(self, size: int):
+        super().__init__(1.0, 1, 0.0, float(size))

@@ -1,0 +1,249 @@
+"""Selectors choose which item a table samples (or removes): Reverb's six, over storage slots.
+
+A selector tracks the slots ``0 .. capacity - 1`` of a table's preallocated storage. Stochastic
+selectors (``Uniform``, ``Prioritized``) sample a batch at once, with replacement, and give each
+sample's probability; deterministic ones (``Fifo``, ``Lifo``, ``MaxHeap``, ``MinHeap``) always
+name one item, with probability 1, until it changes. Every operation is O(1) or O(log n).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Selector:
+    deterministic = False
+    uses_priority = False
+
+    def reset(self, capacity: int) -> None:
+        """Allocate for ``capacity`` slots (called by the table)."""
+        raise NotImplementedError
+
+    def insert(self, slot: int, key: int, priority: float) -> None:
+        raise NotImplementedError
+
+    def delete(self, slot: int) -> None:
+        raise NotImplementedError
+
+    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        """New priorities; only priority-based selectors care."""
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` slots and their probabilities."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """What re-inserting the items (as a restored table does) would not rebuild."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Uniform(Selector):
+    """Every item equally likely. A dense array of the occupied slots gives O(1) everything."""
+
+    def reset(self, capacity: int) -> None:
+        self.members = np.zeros(capacity, dtype=np.int64)
+        self.position = np.full(capacity, -1, dtype=np.int64)
+        self.size = 0
+
+    def insert(self, slot: int, key: int, priority: float) -> None:
+        self.members[self.size] = slot
+        self.position[slot] = self.size
+        self.size += 1
+
+    def delete(self, slot: int) -> None:
+        i, last = self.position[slot], self.members[self.size - 1]
+        self.members[i] = last
+        self.position[last] = i
+        self.position[slot] = -1
+        self.size -= 1
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        slots = self.members[rng.integers(self.size, size=n)]
+        return slots, np.full(n, 1.0 / self.size)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {"members": self.members[: self.size].copy()}  # the order sampling indexes into
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        members = np.asarray(state["members"], dtype=np.int64)
+        self.members[: len(members)] = members
+        self.position[members] = np.arange(len(members))
+
+
+class Prioritized(Selector):
+    """``P(i) = p_i ** exponent / sum_j p_j ** exponent`` with a sum-tree (Schaul et al. 2016).
+
+    Sampling a batch descends the tree for all samples at once (one vector step per level), and a
+    batch of priority updates recomputes each touched level once. If every priority is zero,
+    sampling falls back to uniform.
+    """
+
+    uses_priority = True
+
+    def __init__(self, priority_exponent: float = 0.6):
+        if priority_exponent < 0:
+            raise ValueError(f"priority_exponent must be >= 0, got {priority_exponent}")
+        self.exponent = priority_exponent
+        self.uniform = Uniform()
+
+    def reset(self, capacity: int) -> None:
+        self.leaves = 1 << max(0, (capacity - 1).bit_length())
+        self.tree = np.zeros(2 * self.leaves, dtype=np.float64)
+        self.uniform.reset(capacity)
+
+    def _set(self, slots: np.ndarray, values: np.ndarray) -> None:
+        idx = np.asarray(slots, dtype=np.int64) + self.leaves
+        self.tree[idx] = values
+        idx = np.unique(idx >> 1)
+        while idx[0] >= 1:
+            self.tree[idx] = self.tree[2 * idx] + self.tree[2 * idx + 1]
+            idx = np.unique(idx >> 1)
+
+    def insert(self, slot: int, key: int, priority: float) -> None:
+        self.uniform.insert(slot, key, priority)
+        self._set(np.array([slot]), np.array([priority]) ** self.exponent)
+
+    def delete(self, slot: int) -> None:
+        self.uniform.delete(slot)
+        self._set(np.array([slot]), np.zeros(1))
+
+    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        if len(slots):
+            self._set(slots, np.asarray(priorities, dtype=np.float64) ** self.exponent)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return self.uniform.state_dict()
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.uniform.load_state_dict(state)
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        total = self.tree[1]
+        if total <= 0.0:
+            return self.uniform.sample(n, rng)
+        target = rng.random(n) * total
+        idx = np.ones(n, dtype=np.int64)
+        while idx[0] < self.leaves:
+            left = 2 * idx
+            # Go right when the target lies past the left subtree, unless rounding would lead
+            # into an empty right subtree.
+            right = (target >= self.tree[left]) & (self.tree[left + 1] > 0)
+            target = np.where(right, target - self.tree[left], target)
+            idx = np.where(right, left + 1, left)
+        return idx - self.leaves, self.tree[idx] / total
+
+    def __repr__(self) -> str:
+        return f"Prioritized(priority_exponent={self.exponent})"
+
+
+class _Heap(Selector):
+    """An indexed binary heap over slots, ordered by ``(value, key)``; the top is selected.
+
+    ``value`` is what the subclass orders by (the key for FIFO/LIFO, the priority for the heaps),
+    and ties go to the older item. Python lists beat numpy for this scalar, branchy code.
+    """
+
+    deterministic = True
+    sign = 1.0
+
+    def _value(self, key: int, priority: float) -> float:
+        raise NotImplementedError
+
+    def reset(self, capacity: int) -> None:
+        self.heap: list[int] = []
+        self.position = [-1] * capacity
+        self.order: list[tuple[float, int]] = [(0.0, 0)] * capacity
+
+    def _swap(self, i: int, j: int) -> None:
+        h = self.heap
+        h[i], h[j] = h[j], h[i]
+        self.position[h[i]], self.position[h[j]] = i, j
+
+    def _up(self, i: int) -> None:
+        h, order = self.heap, self.order
+        while i > 0:
+            parent = (i - 1) >> 1
+            if order[h[i]] < order[h[parent]]:
+                self._swap(i, parent)
+                i = parent
+            else:
+                return
+
+    def _down(self, i: int) -> None:
+        h, order, n = self.heap, self.order, len(self.heap)
+        while True:
+            best, left = i, 2 * i + 1
+            if left < n and order[h[left]] < order[h[best]]:
+                best = left
+            if left + 1 < n and order[h[left + 1]] < order[h[best]]:
+                best = left + 1
+            if best == i:
+                return
+            self._swap(i, best)
+            i = best
+
+    def insert(self, slot: int, key: int, priority: float) -> None:
+        self.order[slot] = (self._value(key, priority), key)
+        self.heap.append(slot)
+        self.position[slot] = len(self.heap) - 1
+        self._up(len(self.heap) - 1)
+
+    def delete(self, slot: int) -> None:
+        i = self.position[slot]
+        last = len(self.heap) - 1
+        if i != last:
+            self._swap(i, last)
+        self.heap.pop()
+        self.position[slot] = -1
+        if i < len(self.heap):
+            self._up(i)
+            self._down(i)
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return np.full(n, self.heap[0], dtype=np.int64), np.ones(n)
+
+
+class Fifo(_Heap):
+    """The oldest item."""
+
+    def _value(self, key: int, priority: float) -> float:
+        return float(key)
+
+
+class Lifo(_Heap):
+    """The newest item."""
+
+    def _value(self, key: int, priority: float) -> float:
+        return -float(key)
+
+
+class _PriorityHeap(_Heap):
+    uses_priority = True
+
+    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        for slot, priority in zip(slots.tolist(), np.asarray(priorities).tolist(), strict=True):
+            key = self.order[slot][1]
+            self.order[slot] = (self._value(key, priority), key)
+            i = self.position[slot]
+            self._up(i)
+            self._down(self.position[slot])
+
+
+class MaxHeap(_PriorityHeap):
+    """The item with the highest priority (the oldest among equals)."""
+
+    def _value(self, key: int, priority: float) -> float:
+        return -float(priority)
+
+
+class MinHeap(_PriorityHeap):
+    """The item with the lowest priority (the oldest among equals)."""
+
+    def _value(self, key: int, priority: float) -> float:
+        return float(priority)

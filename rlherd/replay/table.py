@@ -1,0 +1,328 @@
+"""A replay table (Reverb's role, in process): preallocated storage, selectors, rate limiting.
+
+Items are dicts of arrays that match the table's *signature* (field -> shape, dtype); they are
+copied into storage preallocated per field, so the hot path creates no per-item Python objects.
+An item's key is ``insert_count * max_size + slot``: keys increase with insertion order and give
+the storage slot back with one modulo, so priority updates need no lookup table.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlherd.replay.rate_limiters import MinSize, Queue, RateLimiter
+from rlherd.replay.selectors import Fifo, Lifo, Selector
+
+Signature = dict[str, tuple[tuple[int, ...], Any]]
+
+
+class RateLimiterTimeout(TimeoutError):
+    """An insert or sample waited longer than its timeout for the rate limiter."""
+
+
+@dataclass
+class SampleBatch:
+    """Sampled items ``data[field] [B, ...]`` and, per item, what a learner needs to correct for
+    prioritisation and to update priorities."""
+
+    data: dict[str, np.ndarray]
+    keys: np.ndarray  # [B] int64
+    probabilities: np.ndarray  # [B] float64, the selector's probability of each sample
+    table_size: np.ndarray  # [B] int64, the table's size when each was sampled
+    priorities: np.ndarray  # [B] float64
+    times_sampled: np.ndarray  # [B] int64, including this sample
+
+
+class Table:
+    """A thread-safe replay table.
+
+    Args:
+        name: for messages.
+        signature: ``{field: (shape, dtype)}`` of one item.
+        max_size: capacity; inserting into a full table first removes the ``remover``'s choice.
+        sampler: the selector that picks samples (``Uniform()``, ``Prioritized(0.6)``, ...).
+        remover: the selector that picks what to remove when full (default ``Fifo()``).
+        max_times_sampled: remove an item after this many samples (0: never).
+        rate_limiter: when inserts and samples may proceed (default ``MinSize(1)``).
+        seed: for the sampler's random numbers.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        signature: Signature,
+        max_size: int,
+        sampler: Selector,
+        remover: Selector | None = None,
+        max_times_sampled: int = 0,
+        rate_limiter: RateLimiter | None = None,
+        seed: int = 0,
+    ):
+        if max_size < 1:
+            raise ValueError(f"table {name!r}: max_size must be >= 1, got {max_size}")
+        if max_times_sampled < 0:
+            raise ValueError(f"table {name!r}: max_times_sampled must be >= 0")
+        self.name = name
+        self.signature = {k: (tuple(shape), np.dtype(dt)) for k, (shape, dt) in signature.items()}
+        self.max_size = max_size
+        self.sampler = sampler
+        self.remover = remover if remover is not None else Fifo()
+        if self.remover is sampler:
+            raise ValueError(f"table {name!r}: sampler and remover must be separate objects")
+        self.max_times_sampled = max_times_sampled
+        self.limiter = rate_limiter if rate_limiter is not None else MinSize(1)
+        self.rng = np.random.default_rng(seed)
+        self.storage = {
+            k: np.zeros((max_size, *shape), dtype=dt) for k, (shape, dt) in self.signature.items()
+        }
+        self._cond = threading.Condition(threading.Lock())
+        self._clear()
+
+    @classmethod
+    def queue(cls, name: str, signature: Signature, max_size: int) -> Table:
+        """A FIFO queue: each item is sampled once, inserts block while it is full."""
+        return cls(name, signature, max_size, Fifo(), Fifo(), 1, Queue(max_size))
+
+    @classmethod
+    def stack(cls, name: str, signature: Signature, max_size: int) -> Table:
+        """A LIFO stack: each item is sampled once, inserts block while it is full."""
+        return cls(name, signature, max_size, Lifo(), Lifo(), 1, Queue(max_size))
+
+    def _clear(self) -> None:
+        self.keys = np.full(self.max_size, -1, dtype=np.int64)  # -1: free slot
+        self.priorities = np.zeros(self.max_size, dtype=np.float64)
+        self.times_sampled = np.zeros(self.max_size, dtype=np.int64)
+        self.free_slots = list(range(self.max_size - 1, -1, -1))
+        self.insert_count = 0
+        self.sampler.reset(self.max_size)
+        self.remover.reset(self.max_size)
+
+    # ------------------------------------------------------------------------------ reading
+    @property
+    def size(self) -> int:
+        return self.max_size - len(self.free_slots)
+
+    def can_sample(self, n: int = 1) -> bool:
+        with self._cond:
+            return self.limiter.can_sample(n)
+
+    def can_insert(self, n: int = 1) -> bool:
+        with self._cond:
+            return self.limiter.can_insert(n)
+
+    def info(self) -> dict[str, Any]:
+        with self._cond:
+            return dict(
+                name=self.name,
+                size=self.size,
+                max_size=self.max_size,
+                sampler=repr(self.sampler),
+                remover=repr(self.remover),
+                rate_limiter=repr(self.limiter),
+                **self.limiter.state_dict(),
+            )
+
+    # ------------------------------------------------------------------------------ writing
+    def _check(self, item: dict[str, Any]) -> dict[str, np.ndarray]:
+        missing = set(self.signature) - set(item)
+        extra = set(item) - set(self.signature)
+        if missing or extra:
+            raise ValueError(
+                f"table {self.name!r}: item fields do not match the signature "
+                f"(missing {sorted(missing)}, unexpected {sorted(extra)})"
+            )
+        out = {}
+        for k, (shape, dtype) in self.signature.items():
+            value = np.asarray(item[k])
+            if value.shape != shape:
+                raise ValueError(
+                    f"table {self.name!r}: field {k!r} has shape {value.shape}, expected {shape}"
+                )
+            if value.dtype != dtype and not np.can_cast(value.dtype, dtype, "same_kind"):
+                raise TypeError(
+                    f"table {self.name!r}: field {k!r} has dtype {value.dtype}, expected {dtype}"
+                )
+            out[k] = value
+        return out
+
+    def _wait(self, ready, timeout: float | None, what: str) -> None:
+        if ready():
+            return
+        if not self._cond.wait_for(ready, timeout):
+            raise RateLimiterTimeout(
+                f"table {self.name!r}: {what} waited {timeout:.3g}s for the rate limiter "
+                f"{self.limiter!r} (size {self.size}, {self.limiter.state_dict()}). Inserts wait "
+                "for samples and samples for inserts: is the other side running?"
+            )
+
+    def _delete(self, slot: int) -> None:
+        self.sampler.delete(slot)
+        self.remover.delete(slot)
+        self.keys[slot] = -1
+        self.free_slots.append(slot)
+        self.limiter.deletes += 1
+
+    def insert(self, item: dict[str, Any], priority: float = 1.0, timeout: float | None = None):
+        """Insert one item (blocking as the rate limiter says); return its key."""
+        values = self._check(item)
+        with self._cond:
+            self._wait(lambda: self.limiter.can_insert(1), timeout, "insert")
+            if not self.free_slots:
+                self._delete(int(self.remover.sample(1, self.rng)[0][0]))
+            slot = self.free_slots.pop()
+            key = self.insert_count * self.max_size + slot
+            self.insert_count += 1
+            for k, v in values.items():
+                self.storage[k][slot] = v
+            self.keys[slot] = key
+            self.priorities[slot] = priority
+            self.times_sampled[slot] = 0
+            self.sampler.insert(slot, key, priority)
+            self.remover.insert(slot, key, priority)
+            self.limiter.inserts += 1
+            self._cond.notify_all()
+        return key
+
+    def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
+        """Set new priorities; keys of items no longer in the table are ignored."""
+        keys = np.asarray(keys, dtype=np.int64)
+        priorities = np.asarray(priorities, dtype=np.float64)
+        if keys.shape != priorities.shape:
+            raise ValueError(f"{keys.shape[0]} keys but priorities of shape {priorities.shape}")
+        if (priorities < 0).any() or not np.isfinite(priorities).all():
+            raise ValueError("priorities must be finite and >= 0")
+        with self._cond:
+            slots = keys % self.max_size
+            live = self.keys[slots] == keys
+            slots, priorities = slots[live], priorities[live]
+            # A key may repeat within a batch (sampling with replacement): the last one wins.
+            slots, last = np.unique(slots[::-1], return_index=True)
+            priorities = priorities[::-1][last]
+            self.priorities[slots] = priorities
+            for selector in (self.sampler, self.remover):
+                if selector.uses_priority:
+                    selector.update(slots, priorities)
+
+    # ------------------------------------------------------------------------------ sampling
+    def _columns(self, slots: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Copies (fancy indexing) of everything a sample returns, in SampleBatch order."""
+        size = np.full(len(slots), self.size, dtype=np.int64)
+        data = (self.storage[k][slots] for k in self.signature)
+        return (self.keys[slots], probs, size, self.priorities[slots], self.times_sampled[slots],
+                *data)  # fmt: skip
+
+    def _take(self, n: int) -> tuple[np.ndarray, ...]:
+        """Sample ``n`` items now (the limiter allows it); copy them out before any removal."""
+        if self.sampler.deterministic or self.max_times_sampled:
+            picks = [self._take_one() for _ in range(n)]
+            return tuple(np.concatenate(parts) for parts in zip(*picks, strict=True))
+        slots, probs = self.sampler.sample(n, self.rng)
+        np.add.at(self.times_sampled, slots, 1)
+        self.limiter.samples += n
+        return self._columns(slots, probs)
+
+    def _take_one(self) -> tuple[np.ndarray, ...]:
+        slots, probs = self.sampler.sample(1, self.rng)
+        self.times_sampled[slots] += 1
+        self.limiter.samples += 1
+        out = self._columns(slots, probs)
+        if self.max_times_sampled and self.times_sampled[slots[0]] >= self.max_times_sampled:
+            self._delete(int(slots[0]))
+        return out
+
+    def sample(self, batch_size: int, timeout: float | None = None) -> SampleBatch:
+        """Sample ``batch_size`` items, waiting for the rate limiter (up to ``timeout`` s)."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        parts: list[tuple[np.ndarray, ...]] = []
+        got = 0
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while got < batch_size:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                self._wait(lambda: self.limiter.can_sample(1), left, "sample")
+                n = min(batch_size - got, self.limiter.samples_allowed())
+                parts.append(self._take(n))
+                got += n
+                self._cond.notify_all()
+        cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
+        data = dict(zip(self.signature, cols[5:], strict=True))
+        return SampleBatch(data, *cols[:5])
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The items (in insertion order), their priorities and counts, the limiter's counters
+        and the RNG: enough to continue exactly."""
+        with self._cond:
+            slots = np.flatnonzero(self.keys >= 0)
+            slots = slots[np.argsort(self.keys[slots])]
+            state = {f"data/{k}": v[slots] for k, v in self.storage.items()}
+            state.update(
+                keys=self.keys[slots],
+                priorities=self.priorities[slots],
+                times_sampled=self.times_sampled[slots],
+                insert_count=np.array(self.insert_count),
+                limiter=np.array(
+                    [self.limiter.inserts, self.limiter.samples, self.limiter.deletes]
+                ),
+                max_size=np.array(self.max_size),
+                **{f"sampler/{k}": v for k, v in self.sampler.state_dict().items()},
+                **{f"remover/{k}": v for k, v in self.remover.state_dict().items()},
+                rng=np.frombuffer(json.dumps(self.rng.bit_generator.state).encode(), np.uint8),
+            )
+            return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        if int(state["max_size"]) != self.max_size:
+            raise ValueError(
+                f"table {self.name!r}: checkpoint has max_size {int(state['max_size'])}, "
+                f"this table {self.max_size}"
+            )
+        with self._cond:
+            self._clear()
+            keys = np.asarray(state["keys"], dtype=np.int64)
+            slots = keys % self.max_size
+            for k in self.signature:
+                self.storage[k][slots] = state[f"data/{k}"]
+            self.keys[slots] = keys
+            self.priorities[slots] = state["priorities"]
+            self.times_sampled[slots] = state["times_sampled"]
+            taken = set(slots.tolist())
+            self.free_slots = [s for s in range(self.max_size - 1, -1, -1) if s not in taken]
+            rows = zip(slots.tolist(), keys.tolist(), self.priorities[slots].tolist(), strict=True)
+            for slot, key, priority in rows:
+                self.sampler.insert(slot, key, priority)
+                self.remover.insert(slot, key, priority)
+            for prefix, selector in (("sampler/", self.sampler), ("remover/", self.remover)):
+                n = len(prefix)
+                selector.load_state_dict({k[n:]: v for k, v in state.items() if k[:n] == prefix})
+            self.insert_count = int(state["insert_count"])
+            inserts, samples, deletes = (int(x) for x in state["limiter"])
+            self.limiter.load_state_dict(dict(inserts=inserts, samples=samples, deletes=deletes))
+            self.rng.bit_generator.state = json.loads(bytes(state["rng"]).decode())
+            self._cond.notify_all()
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the table to ``path`` (.npz) atomically: a crash leaves the old file whole."""
+        path = Path(path)
+        buffer = io.BytesIO()
+        np.savez(buffer, **self.state_dict())
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(buffer.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def restore(self, path: str | os.PathLike) -> None:
+        with np.load(path) as data:
+            self.load_state_dict(dict(data))

@@ -1,0 +1,274 @@
+"""Replay tables: selectors, rate limiters (Reverb's arithmetic), blocking, checkpoints."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from rlherd.replay import (
+    Fifo,
+    Lifo,
+    MaxHeap,
+    MinHeap,
+    MinSize,
+    Prioritized,
+    Queue,
+    RateLimiter,
+    RateLimiterTimeout,
+    SampleToInsertRatio,
+    Table,
+    Uniform,
+)
+
+SIG = {"x": ((2,), np.float32), "i": ((), np.int64)}
+CHI2_P001 = {3: 16.27, 4: 18.47, 9: 27.88}  # chi-square critical values at p = 0.001
+
+
+def item(i):
+    return {"x": np.full(2, i, dtype=np.float32), "i": np.int64(i)}
+
+
+def filled(sampler, n=5, priorities=None, **kw):
+    table = Table("t", SIG, max_size=kw.pop("max_size", 100), sampler=sampler, **kw)
+    for i in range(n):
+        table.insert(item(i), priority=1.0 if priorities is None else priorities[i])
+    return table
+
+
+def chi_square(counts, expected):
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_uniform_distribution():
+    table = filled(Uniform(), n=10)
+    s = table.sample(20_000)
+    counts = np.bincount(s.data["i"], minlength=10)
+    assert chi_square(counts, np.full(10, 2000.0)) < CHI2_P001[9]
+    assert np.allclose(s.probabilities, 0.1) and (s.table_size == 10).all()
+
+
+def test_prioritized_distribution_and_probabilities():
+    priorities = np.array([1.0, 2.0, 3.0, 4.0, 10.0])
+    table = filled(Prioritized(priority_exponent=0.5), priorities=priorities)
+    expected = priorities**0.5 / (priorities**0.5).sum()
+    s = table.sample(40_000)
+    counts = np.bincount(s.data["i"], minlength=5)
+    assert chi_square(counts, expected * 40_000) < CHI2_P001[4]
+    np.testing.assert_allclose(s.probabilities, expected[s.data["i"]])
+    np.testing.assert_allclose(s.priorities, priorities[s.data["i"]])
+
+
+def test_prioritized_updates_and_zero_priorities():
+    table = Table("t", SIG, 10, Prioritized(1.0))
+    keys = np.array([table.insert(item(i)) for i in range(5)])
+    table.update_priorities(keys[3:4], np.array([0.0]))
+    assert 3 not in table.sample(2000).data["i"]
+    table.update_priorities(keys[:2], np.array([5.0, 5.0]))
+    s = table.sample(1000)
+    np.testing.assert_allclose(s.probabilities[s.data["i"] == 0], 5.0 / 12.0)
+    table.update_priorities(keys, np.zeros(5))
+    s = table.sample(500)  # all zero: falls back to uniform over the items
+    assert set(s.data["i"].tolist()) == {0, 1, 2, 3, 4}
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        table.update_priorities(keys[:1], np.array([-1.0]))
+
+
+@pytest.mark.parametrize(
+    "selector,priorities,order",
+    [
+        (Fifo(), None, [0, 1, 2, 3, 4]),
+        (Lifo(), None, [4, 3, 2, 1, 0]),
+        (MaxHeap(), [3.0, 1.0, 5.0, 3.0, 0.5], [2, 0, 3, 1, 4]),
+        (MinHeap(), [3.0, 1.0, 5.0, 3.0, 0.5], [4, 1, 0, 3, 2]),
+    ],
+)
+def test_deterministic_selectors_order(selector, priorities, order):
+    table = filled(selector, priorities=priorities, max_times_sampled=1)
+    got = [int(table.sample(1).data["i"][0]) for _ in range(5)]
+    assert got == order  # ties (priority 3.0) go to the older item
+    assert table.size == 0
+
+
+def test_heap_priority_update_moves_items():
+    table = filled(MaxHeap(), n=3, priorities=[1.0, 2.0, 3.0])
+    top = table.sample(1)
+    assert top.data["i"][0] == 2
+    table.update_priorities(top.keys, np.array([0.0]))
+    assert table.sample(1).data["i"][0] == 1
+
+
+def test_max_size_removes_the_removers_choice():
+    table = Table("t", SIG, 3, Uniform(), remover=Fifo())
+    for i in range(5):
+        table.insert(item(i))
+    assert sorted(set(table.sample(300).data["i"].tolist())) == [2, 3, 4]
+    assert table.limiter.deletes == 2
+    table = Table("t", SIG, 3, Uniform(), remover=MinHeap())
+    for i, p in enumerate([5.0, 1.0, 3.0, 4.0]):
+        table.insert(item(i), priority=p)
+    assert sorted(set(table.sample(300).data["i"].tolist())) == [0, 2, 3]
+
+
+def test_max_times_sampled_removes_items():
+    table = filled(Uniform(), n=3, max_times_sampled=2)
+    for _ in range(6):
+        table.sample(1)
+    assert table.size == 0 and table.limiter.deletes == 3
+
+
+def test_wrong_items_are_rejected_naming_the_field():
+    table = Table("replay", SIG, 10, Uniform())
+    with pytest.raises(ValueError, match="field 'x' has shape \\(3,\\), expected \\(2,\\)"):
+        table.insert({"x": np.zeros(3, np.float32), "i": np.int64(0)})
+    with pytest.raises(TypeError, match="field 'i' has dtype float64, expected int64"):
+        table.insert({"x": np.zeros(2, np.float32), "i": 1.5})
+    with pytest.raises(ValueError, match="missing \\['i'\\]"):
+        table.insert({"x": np.zeros(2, np.float32)})
+
+
+def test_update_priorities_ignores_removed_items():
+    table = Table("t", SIG, 2, Prioritized(1.0))
+    k0 = table.insert(item(0))
+    table.insert(item(1))
+    table.insert(item(2))  # removes item 0
+    table.update_priorities(np.array([k0]), np.array([100.0]))
+    assert 0 not in table.sample(100).data["i"]
+
+
+# ----------------------------------------------------------------------------- rate limiters
+def test_min_size():
+    lim = MinSize(3)
+    lim.inserts = 2
+    assert lim.can_insert(100) and not lim.can_sample(1)
+    lim.inserts = 3
+    assert lim.can_sample(10**6)
+    lim.deletes = 1
+    assert not lim.can_sample(1)
+
+
+def test_sample_to_insert_ratio_hand_computed():
+    # spi = 2, min size 4, error buffer 3: min_diff = 8 - 3 = 5, max_diff = 8 + 3 = 11.
+    lim = SampleToInsertRatio(samples_per_insert=2.0, min_size_to_sample=4, error_buffer=3.0)
+    assert (lim.min_diff, lim.max_diff) == (5.0, 11.0)
+    lim.inserts = 3
+    assert not lim.can_sample(1)  # size 3 < 4
+    assert lim.can_insert(1)  # size 4 <= 4: filling up is free
+    assert lim.can_insert(2)  # (3 + 2) * 2 - 0 = 10 <= 11
+    assert not lim.can_insert(3)  # 6 * 2 = 12 > 11
+    lim.inserts = 4
+    assert lim.can_sample(3) and not lim.can_sample(4)  # 8 - 0 - n >= 5  <=>  n <= 3
+    assert lim.samples_allowed() == 3
+    lim.samples = 3
+    assert not lim.can_sample(1)  # 8 - 3 - 1 = 4 < 5
+    assert lim.can_insert(3) and not lim.can_insert(4)  # 7 * 2 - 3 = 11; 8 * 2 - 3 = 13
+    lim.deletes = 1  # size 3 < 4 again: back to stage 1
+    assert not lim.can_sample(1)
+
+
+def test_sample_to_insert_ratio_range_and_validation():
+    lim = SampleToInsertRatio(1.0, 10, error_buffer=(-5.0, 20.0))
+    assert (lim.min_diff, lim.max_diff) == (-5.0, 20.0)
+    with pytest.raises(ValueError, match="at least"):
+        SampleToInsertRatio(1.0, 10, error_buffer=0.5)
+    with pytest.raises(ValueError, match="deadlock"):
+        SampleToInsertRatio(1.0, 10, error_buffer=(11.0, 20.0))
+    with pytest.raises(ValueError, match="min_size_to_sample"):
+        RateLimiter(1.0, 0, 0.0, 1.0)
+
+
+def test_queue_limiter():
+    lim = Queue(3)
+    lim.inserts = 3
+    assert not lim.can_insert(1)  # 4 * 1 - 0 = 4 > 3
+    assert lim.can_sample(3) and not lim.can_sample(4)
+    lim.samples = 1
+    assert lim.can_insert(1)
+
+
+def test_without_insert_blocking():
+    lim = SampleToInsertRatio(1.0, 2, error_buffer=2.0).without_insert_blocking()
+    lim.inserts = 10**6
+    assert lim.can_insert(1) and lim.can_sample(1)
+
+
+# ----------------------------------------------------------------------------- blocking
+def test_sample_blocks_until_another_thread_inserts():
+    table = Table("t", SIG, 10, Uniform(), rate_limiter=MinSize(2))
+    table.insert(item(0))
+    threading.Timer(0.3, table.insert, (item(1),)).start()
+    start = time.monotonic()
+    s = table.sample(4, timeout=10)
+    assert time.monotonic() - start >= 0.2 and len(s.keys) == 4
+
+
+def test_queue_blocks_inserts_when_full_and_samples_release_them():
+    table = Table.queue("q", SIG, max_size=2)
+    table.insert(item(0))
+    table.insert(item(1))
+    done = threading.Event()
+
+    def producer():
+        table.insert(item(2), timeout=10)
+        done.set()
+
+    threading.Thread(target=producer).start()
+    assert not done.wait(0.3), "an insert into a full queue must block"
+    assert table.sample(1).data["i"][0] == 0
+    assert done.wait(5)
+    assert [int(table.sample(1).data["i"][0]) for _ in range(2)] == [1, 2]
+
+
+def test_timeouts_raise_clear_errors():
+    table = Table("replay", SIG, 10, Uniform(), rate_limiter=MinSize(5))
+    with pytest.raises(RateLimiterTimeout, match="table 'replay': sample waited 0.2s"):
+        table.sample(1, timeout=0.2)
+    queue = Table.queue("q", SIG, max_size=1)
+    queue.insert(item(0))
+    with pytest.raises(RateLimiterTimeout, match="insert waited"):
+        queue.insert(item(1), timeout=0.2)
+
+
+def test_concurrent_inserts_and_samples_keep_the_ratio():
+    """A producer and a consumer thread, each blocked by the limiter in turn: the error
+    inserts * spi - samples never leaves [min_diff, max_diff] once the table has filled up."""
+    limiter = SampleToInsertRatio(samples_per_insert=2.0, min_size_to_sample=10, error_buffer=4.0)
+    table = Table("t", SIG, 1000, Uniform(), rate_limiter=limiter)
+    sampled, errors = [], []
+
+    def consumer():
+        for _ in range(100):
+            sampled.append(len(table.sample(3, timeout=10).keys))
+            errors.append(limiter.inserts * 2.0 - limiter.samples)
+
+    thread = threading.Thread(target=consumer)
+    thread.start()
+    for i in range(160):
+        table.insert(item(i), timeout=10)
+        if limiter.inserts > 10:
+            errors.append(limiter.inserts * 2.0 - limiter.samples)
+    thread.join(10)
+    assert sum(sampled) == 300
+    assert limiter.min_diff <= min(errors) and max(errors) <= limiter.max_diff
+
+
+# ----------------------------------------------------------------------------- checkpoints
+@pytest.mark.parametrize("sampler", [Uniform, lambda: Prioritized(0.7), Fifo, MaxHeap])
+def test_checkpoint_round_trip(tmp_path, sampler):
+    limiter = lambda: SampleToInsertRatio(1.0, 3, error_buffer=100.0)  # noqa: E731
+    a = Table("t", SIG, 8, sampler(), rate_limiter=limiter(), seed=1)
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        a.insert(item(i), priority=float(rng.uniform(0.1, 2)))
+    a.sample(5)
+    a.save(tmp_path / "t.npz")
+    b = Table("t", SIG, 8, sampler(), rate_limiter=limiter(), seed=99)
+    b.restore(tmp_path / "t.npz")
+    assert b.info() == a.info()
+    for table in (a, b):
+        table.insert(item(100), priority=1.5)
+    sa, sb = a.sample(6), b.sample(6)
+    np.testing.assert_array_equal(sa.keys, sb.keys)
+    np.testing.assert_array_equal(sa.data["x"], sb.data["x"])
+    np.testing.assert_allclose(sa.probabilities, sb.probabilities)
+    assert not list(tmp_path.glob(".*tmp"))
