@@ -107,8 +107,10 @@ class _RowAdder:
 
     def __init__(self, table: Table, priority_fn: PriorityFn | None, state_keys: tuple[str, ...]):
         self.table, self.priority_fn, self.state_keys = table, priority_fn, state_keys
-        self.row_fields = {
-            k: v for k, v in table.signature.items() if k not in state_keys and k != "mask"
+        self.row_fields = {  # per-row shapes: the table's, less the leading time dimension
+            k: (shape[1:], dtype)
+            for k, (shape, dtype) in table.signature.items()
+            if k not in state_keys and k != "mask"
         }
         self.rows: deque[dict[str, np.ndarray]] = deque()
         self.open: dict[str, Any] | None = None  # the row whose action is not yet known
