@@ -27,6 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--run-dir", help="run directory (default: runs/<agent>-<env>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    train.add_argument(
+        "--eval-every", type=int, default=0, metavar="N", help="evaluate every N agent steps"
+    )
+    train.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     ev = sub.add_parser("eval", help="run a trained policy")
@@ -60,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                 run_dir=args.run_dir,
                 resume=args.resume,
                 preset=args.preset,
+                eval_every=args.eval_every,
+                eval_episodes=args.eval_episodes,
                 progress=not args.no_progress,
                 **parse_set(args.set),
             )

@@ -1,10 +1,14 @@
-"""The seams every agent and runtime share: the environment spec and the learner protocols.
+"""The seams every agent and runtime share (Acme's, in PyTorch): the environment spec, the
+``Actor`` / ``Learner`` / ``VariableSource`` / ``Adder`` / ``Worker`` / ``Builder`` protocols and
+the ``VariableClient``.
 
 An agent is written once against these; runtimes (single, mono, ...) decide where the pieces run.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -85,10 +89,123 @@ class VariableSource(Protocol):
 
 @runtime_checkable
 class Learner(VariableSource, Protocol):
-    """Consumes exactly one batch per ``step()`` and is checkpointable."""
+    """Consumes exactly one batch from its dataset per ``step()``; checkpointable."""
 
     def step(self) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Actor(Protocol):
+    """Acts in a batch of environments (leading dimension: environment; one env is B = 1).
+
+    With next-step autoreset, a step whose environment was resetting is not a transition: the
+    loop passes those environments as ``skip`` to ``observe`` and then calls ``observe_first``
+    with their new first observation.
+    """
+
+    def select_action(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def observe_first(self, obs: np.ndarray, envs: np.ndarray) -> None: ...
+
+    def observe(
+        self,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        skip: np.ndarray,
+        extras: dict[str, np.ndarray] | None = None,
+    ) -> None: ...
+
+    def update(self, wait: bool = False) -> None: ...
+
+
+@runtime_checkable
+class Adder(Protocol):
+    """Turns one environment's steps into replay items (see :mod:`rlherd.replay.adders`)."""
+
+    def add_first(self, obs: np.ndarray) -> None: ...
+
+    def add(self, action, reward, next_obs, terminated, truncated, extras=None) -> None: ...
+
+
+@runtime_checkable
+class Worker(Protocol):
+    """A node of a program (actor loop, learner loop, evaluator): runs until told to stop."""
+
+    def run(self) -> None: ...
+
+
+@runtime_checkable
+class Builder(Protocol):
+    """How an agent is assembled; runtimes call only these (Acme's builder)."""
+
+    def make_networks(self, spec: EnvSpec, device: str | None = None) -> Any: ...
+
+    def make_replay_tables(self, spec: EnvSpec) -> list[Any]: ...
+
+    def make_dataset(self, tables: list[Any]) -> Any: ...
+
+    def make_adder(self, tables: list[Any], num_envs: int) -> Any: ...
+
+    def make_actor(self, networks: Any, adder: Any, seed: int) -> Actor: ...
+
+    def make_learner(self, networks: Any, total_steps: int, dataset: Any = None) -> Learner: ...
+
+    def make_policy(self, networks: Any, evaluation: bool = True) -> Any: ...
+
+
+class VariableClient:
+    """Keeps ``module`` in sync with ``source``: ``update()`` fetches new parameters every
+    ``update_period`` calls (or ``period_s`` seconds), in a background thread so acting does not
+    wait; ``update(wait=True)`` fetches now and waits."""
+
+    def __init__(
+        self,
+        source: VariableSource,
+        module: Any,
+        name: str = "policy",
+        update_period: int = 1,
+        period_s: float | None = None,
+    ):
+        self.source, self.module, self.name = source, module, name
+        self.update_period, self.period_s = update_period, period_s
+        self._calls = 0
+        self._last = time.monotonic()
+        self._pending: threading.Thread | None = None
+        self._fetched: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _fetch(self) -> None:
+        (variables,) = self.source.get_variables([self.name])
+        with self._lock:
+            self._fetched = variables
+
+    def _apply(self) -> None:
+        with self._lock:
+            fetched, self._fetched = self._fetched, None
+        if fetched is not None:
+            self.module.load_state_dict(fetched)
+
+    def update(self, wait: bool = False) -> None:
+        self._calls += 1
+        self._apply()  # what the last background fetch brought
+        if wait:
+            if self._pending is not None:
+                self._pending.join()
+            self._fetch()
+            self._apply()
+            self._calls, self._last = 0, time.monotonic()
+            return
+        due = self._calls >= self.update_period or (
+            self.period_s is not None and time.monotonic() - self._last >= self.period_s
+        )
+        if due and (self._pending is None or not self._pending.is_alive()):
+            self._calls, self._last = 0, time.monotonic()
+            self._pending = threading.Thread(target=self._fetch, daemon=True)
+            self._pending.start()

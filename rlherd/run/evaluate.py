@@ -46,6 +46,61 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
             ) from e
 
 
+def run_episodes(env, policy, episodes: int, seed: int, record: bool = False):
+    """Returns and lengths of ``episodes`` episodes of ``policy(obs, first) -> action`` (frames
+    of the first one if ``record``)."""
+    returns, lengths, frames = [], [], []
+    for episode in range(episodes):
+        obs, _ = env.reset(seed=seed + episode)
+        first, done, ret, length = True, False, 0.0, 0
+        while not done:
+            if record and episode == 0:
+                frames.append(env.render())
+            obs, reward, terminated, truncated, _ = env.step(policy(obs, first))
+            first, done = False, terminated or truncated
+            ret, length = ret + float(reward), length + 1
+        returns.append(ret)
+        lengths.append(length)
+    return returns, lengths, frames
+
+
+class Evaluator:
+    """Runs the evaluation policy (greedy) for ``episodes`` episodes every ``every_steps`` actor
+    steps, on its own environment and its own copy of the network, and logs
+    ``metrics/evaluator.csv`` and ``eval_return_mean``. It has no adder: it never writes to
+    replay, and it never changes the training actors' RNG streams."""
+
+    def __init__(self, builder, spec, recorder, every_steps: int, episodes: int, seed: int):
+        self.recorder, self.every_steps, self.episodes = recorder, every_steps, episodes
+        self.seed = seed + 10_000_000
+        self.net = builder.make_networks(spec, device="cpu")
+        self.net.eval()
+        self.policy = builder.make_policy(self.net, evaluation=True)
+        self.env = rl_envs.make(builder.env_id, **builder.env_kwargs)
+        steps = int(recorder.counters["actor_steps"])
+        self.next_at = (steps // every_steps + 1) * every_steps
+
+    def maybe_run(self, parameters) -> None:
+        """Evaluate if due; ``parameters()`` gives the learner's current state dict."""
+        steps = int(self.recorder.counters["actor_steps"])
+        if steps < self.next_at:
+            return
+        self.next_at = (steps // self.every_steps + 1) * self.every_steps
+        self.net.load_state_dict(parameters())
+        returns, lengths, _ = run_episodes(self.env, self.policy, self.episodes, self.seed)
+        row = dict(
+            actor_steps=steps,
+            eval_return_mean=float(np.mean(returns)),
+            eval_return_std=float(np.std(returns)),
+            eval_episode_length_mean=float(np.mean(lengths)),
+        )
+        self.recorder.rundir.log("evaluator", row, step=steps)
+        self.recorder.extra["eval_return_mean"] = row["eval_return_mean"]
+
+    def close(self) -> None:
+        self.env.close()
+
+
 def evaluate(
     run_dir: str | Path,
     episodes: int = 10,
@@ -63,18 +118,7 @@ def evaluate(
         meta["env"], render_mode="rgb_array" if video else None, **meta["env_kwargs"]
     )
     policy = builder.make_policy(net, evaluation=greedy)
-    returns, lengths, frames = [], [], []
-    for episode in range(episodes):
-        obs, _ = env.reset(seed=seed + episode)
-        first, done, ret, length = True, False, 0.0, 0
-        while not done:
-            if video and episode == 0:
-                frames.append(env.render())
-            obs, reward, terminated, truncated, _ = env.step(policy(obs, first))
-            first, done = False, terminated or truncated
-            ret, length = ret + float(reward), length + 1
-        returns.append(ret)
-        lengths.append(length)
+    returns, lengths, frames = run_episodes(env, policy, episodes, seed, record=bool(video))
     env.close()
     if video:
         write_video(Path(video), frames)

@@ -19,6 +19,7 @@ from rich.progress import (
 )
 
 from rlherd import types as F
+from rlherd.run.counting import Counter
 from rlherd.run.rundir import RunDir
 
 RETURN_WINDOW = 20  # final_return_mean: mean return over the last 20 training episodes
@@ -46,9 +47,14 @@ class Recorder:
         self.total_steps = total_steps
         self.log_interval_s = log_interval_s
         self.checkpoint_interval_s = checkpoint_interval_s
-        self.counters: dict[str, float] = dict(
+        # The run's counts: actor_steps, learner_steps, learner_walltime (from the first learner
+        # step), episodes, wall_time_s. Components count through children of this Counter.
+        self.counter = Counter()
+        self.counter.set(
             actor_steps=0, learner_steps=0, episodes=0, wall_time_s=0.0, learner_walltime=0.0
         )
+        self.actor_counter = Counter(self.counter, "actor")
+        self.learner_counter = Counter(self.counter, "learner")
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.last_metrics: dict[str, float] = {}
         self.extra: dict[str, float] = {}  # runtime figures for the summary (restarts, queues)
@@ -69,6 +75,10 @@ class Recorder:
             )
             self._progress.start()
 
+    @property
+    def counters(self) -> dict[str, float]:
+        return self.counter.get_counts()
+
     def _begin(self) -> None:
         now = time.monotonic()
         self._t0 = now
@@ -81,23 +91,23 @@ class Recorder:
 
     # from the runtimes ---------------------------------------------------------------------
     def add_actor_steps(self, n: int) -> None:
-        with self._lock:
-            self.counters["actor_steps"] += n
+        self.actor_counter.increment(steps=n)
 
     def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
         with self._lock:
+            steps = int(self.counters["actor_steps"])
             for ret, length in zip(returns.tolist(), lengths.tolist(), strict=True):
-                self.counters["episodes"] += 1
+                self.counter.increment(episodes=1)
                 self.returns.append(ret)
                 self.rundir.log(
                     "train",
                     dict(
-                        actor_steps=int(self.counters["actor_steps"]),
+                        actor_steps=steps,
                         episode_return=ret,
                         episode_length=int(length),
                         wall_time_s=round(self._wall_time(), 3),
                     ),
-                    step=int(self.counters["actor_steps"]),
+                    step=steps,
                 )
 
     def rollout(self, rollout: dict[str, torch.Tensor]) -> None:
@@ -117,17 +127,18 @@ class Recorder:
             now = time.monotonic()
             if self._first_learn is None:
                 self._first_learn = now
-            self.counters["learner_steps"] += 1
-            self.counters["learner_walltime"] = self._learn_wall0 + now - self._first_learn
+            self.learner_counter.increment(steps=1)
+            self.learner_counter.set(walltime=self._learn_wall0 + now - self._first_learn)
             self.last_metrics = metrics
+            counts = self.counters
             row = dict(
-                learner_steps=int(self.counters["learner_steps"]),
-                actor_steps=int(self.counters["actor_steps"]),
-                learner_walltime=round(self.counters["learner_walltime"], 3),
+                learner_steps=int(counts["learner_steps"]),
+                actor_steps=int(counts["actor_steps"]),
+                learner_walltime=round(counts["learner_walltime"], 3),
                 sps=round(self.sps(), 1),
                 **metrics,
             )
-            self.rundir.log("learner", row, step=int(self.counters["actor_steps"]))
+            self.rundir.log("learner", row, step=int(counts["actor_steps"]))
 
     # the main loop ---------------------------------------------------------------------------
     def done(self) -> bool:
@@ -153,7 +164,7 @@ class Recorder:
 
     def summary(self) -> dict[str, Any]:
         with self._lock:
-            self.counters["wall_time_s"] = self._wall_time()
+            self.counter.set(wall_time_s=self._wall_time())
             summary = dict(
                 **self.meta,
                 **{k: (int(v) if k.endswith(("steps", "episodes")) else v)
@@ -189,10 +200,10 @@ class Recorder:
     # checkpoints -------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
-            self.counters["wall_time_s"] = self._wall_time()
-            return dict(counters=dict(self.counters), returns=list(self.returns))
+            self.counter.set(wall_time_s=self._wall_time())
+            return dict(counters=self.counter.state_dict(), returns=list(self.returns))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.counters.update(state["counters"])
+        self.counter.load_state_dict(state["counters"])
         self.returns.extend(state["returns"])
         self._begin()

@@ -11,6 +11,7 @@ from typing import Any
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, apply_overrides, to_json
+from rlherd.run.evaluate import Evaluator
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, read_json
 from rlherd.runtime import RUNTIMES, GracefulStop, seed_everything
@@ -53,6 +54,8 @@ def train(
     resume: str | Path | None = None,
     preset: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    eval_every: int = 0,
+    eval_episodes: int = 10,
     progress: bool = True,
     **overrides: Any,
 ) -> Run:
@@ -60,7 +63,8 @@ def train(
 
     Keyword ``overrides`` set config fields (strings are parsed like ``--set``). With ``resume``,
     the run directory's own config is used and the run continues from its latest checkpoint;
-    ``total_steps`` may be raised to extend it.
+    ``total_steps`` may be raised to extend it. ``eval_every > 0`` runs the greedy policy for
+    ``eval_episodes`` episodes every ``eval_every`` agent steps (metrics/evaluator.csv).
     """
     if resume is not None:
         rundir = RunDir(resume)
@@ -68,6 +72,7 @@ def train(
         if overrides or preset or env_kwargs:
             raise ConfigError("--resume continues a run with its own config; drop --set/--preset")
         agent, env, runtime, seed = meta["agent"], meta["env"], meta["runtime"], meta["seed"]
+        eval_every, eval_episodes = meta["eval_every"], meta["eval_episodes"]
         config = apply_overrides(BUILDERS[agent].config_class(), meta["config"])
         env_kwargs = meta["env_kwargs"]
         total_steps = total_steps or meta["total_steps"]
@@ -97,6 +102,8 @@ def train(
             total_steps=total_steps,
             preset=preset,
             env_kwargs=env_kwargs,
+            eval_every=eval_every,
+            eval_episodes=eval_episodes,
             config=to_json(config),
         )
     meta["total_steps"] = total_steps
@@ -119,17 +126,23 @@ def train(
     def save(state: dict[str, Any]) -> None:
         rundir.save_checkpoint(state, int(recorder.counters["learner_steps"]))
 
+    evaluator = None
+    if eval_every > 0:
+        evaluator = Evaluator(builder, spec, recorder, eval_every, eval_episodes, seed)
+
     with GracefulStop() as stop:
         try:
             if runtime == "single":
                 from rlherd.runtime.single import run_single
 
-                run_single(builder, spec, recorder, seed, checkpoint, save, stop)
+                run_single(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
             else:
                 from rlherd.runtime.mono import run_mono
 
-                run_mono(builder, spec, recorder, seed, checkpoint, save, stop)
+                run_mono(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
         finally:
+            if evaluator is not None:
+                evaluator.close()
             summary = recorder.close()
     return Run(rundir.path, meta, summary)
 

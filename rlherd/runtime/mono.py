@@ -274,6 +274,7 @@ def run_mono(
     checkpoint: dict[str, Any] | None,
     save: Callable[[dict[str, Any]], None],
     stop: threading.Event,
+    evaluator=None,
 ) -> None:
     learner_net = builder.make_networks(spec)
     learner = builder.make_learner(learner_net, recorder.total_steps)
@@ -312,6 +313,10 @@ def run_mono(
     def state() -> dict[str, Any]:
         return dict(learner=learner.state_dict(), recorder=recorder.state_dict(), rng=rng_state())
 
+    def parameters() -> dict[str, torch.Tensor]:
+        with learn_lock:
+            return {k: v.detach().clone() for k, v in learner_net.state_dict().items()}
+
     threads = [
         threading.Thread(target=learn_loop, name=f"learner-{i}", daemon=True)
         for i in range(builder.config.num_learner_threads)
@@ -325,6 +330,8 @@ def run_mono(
                     raise errors[0]
                 pool.check()
                 recorder.extra["actor_restarts"] = pool.restarts
+                if evaluator is not None:
+                    evaluator.maybe_run(parameters)
                 if recorder.tick():
                     with learn_lock:
                         save(state())

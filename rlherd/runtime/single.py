@@ -22,6 +22,7 @@ def run_single(
     checkpoint: dict[str, Any] | None,
     save: Callable[[dict[str, Any]], None],
     stop: threading.Event,
+    evaluator=None,
 ) -> None:
     config = builder.config
     B, T = config.batch_size, config.unroll_length
@@ -52,6 +53,8 @@ def run_single(
     try:
         while not recorder.done() and not stop.is_set():
             recorder.learner(learner.step())
+            if evaluator is not None:
+                evaluator.maybe_run(net.state_dict)
             if recorder.tick():
                 save(state())
         save(state())
