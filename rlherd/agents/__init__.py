@@ -3,6 +3,7 @@
 ``BUILDERS`` maps the names that ``rlherd train AGENT`` accepts to each agent's builder.
 """
 
+from rlherd.agents.dqn import DQNBuilder
 from rlherd.agents.impala import ImpalaBuilder
 
-BUILDERS = {"impala": ImpalaBuilder}
+BUILDERS = {"dqn": DQNBuilder, "impala": ImpalaBuilder}

@@ -24,7 +24,7 @@ from rlherd.core import EnvSpec
 from rlherd.envs import toy
 from rlherd.envs.atari import make_atari, make_atari_vector
 
-__all__ = ["EnvSpec", "make", "make_vector", "spec_of", "known_ids"]
+__all__ = ["EnvSpec", "family", "make", "make_vector", "spec_of", "known_ids"]
 
 toy.register()
 
@@ -44,6 +44,14 @@ def _register_optional_families() -> None:
             register_envs()
         except ImportError:
             pass
+
+
+def family(env_id: str) -> str:
+    """The family of an id, which picks an agent's preset: atari, minatar, toy or classic."""
+    for prefix, name in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("rlherd/", "toy")):
+        if env_id.startswith(prefix):
+            return name
+    return "classic"
 
 
 def known_ids() -> list[str]:

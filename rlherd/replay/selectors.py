@@ -97,21 +97,33 @@ class Prioritized(Selector):
         self.tree = np.zeros(2 * self.leaves, dtype=np.float64)
         self.uniform.reset(capacity)
 
+    def _set_one(self, slot: int, value: float) -> None:
+        """One leaf and its ancestors: scalar code beats array calls at this size."""
+        tree = self.tree
+        i = slot + self.leaves
+        tree[i] = value
+        i >>= 1
+        while i:
+            tree[i] = tree[2 * i] + tree[2 * i + 1]
+            i >>= 1
+
     def _set(self, slots: np.ndarray, values: np.ndarray) -> None:
+        """Many leaves: recompute each touched level once, bottom-up."""
         idx = np.asarray(slots, dtype=np.int64) + self.leaves
         self.tree[idx] = values
-        idx = np.unique(idx >> 1)
+        idx = np.unique(idx >> 1)  # sorted, so each level's parents dedupe by neighbours
         while idx[0] >= 1:
             self.tree[idx] = self.tree[2 * idx] + self.tree[2 * idx + 1]
-            idx = np.unique(idx >> 1)
+            parents = idx >> 1
+            idx = parents[np.concatenate(([True], parents[1:] != parents[:-1]))]
 
     def insert(self, slot: int, key: int, priority: float) -> None:
         self.uniform.insert(slot, key, priority)
-        self._set(np.array([slot]), np.array([priority]) ** self.exponent)
+        self._set_one(slot, float(priority) ** self.exponent)
 
     def delete(self, slot: int) -> None:
         self.uniform.delete(slot)
-        self._set(np.array([slot]), np.zeros(1))
+        self._set_one(slot, 0.0)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         if len(slots):

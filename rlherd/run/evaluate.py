@@ -73,7 +73,8 @@ class Evaluator:
     def __init__(self, builder, spec, recorder, every_steps: int, episodes: int, seed: int):
         self.recorder, self.every_steps, self.episodes = recorder, every_steps, episodes
         self.seed = seed + 10_000_000
-        self.net = builder.make_networks(spec, device="cpu")
+        with torch.random.fork_rng():  # building a network must not shift training's RNG
+            self.net = builder.make_networks(spec, device="cpu")
         self.net.eval()
         self.policy = builder.make_policy(self.net, evaluation=True)
         self.env = rl_envs.make(builder.env_id, **builder.env_kwargs)

@@ -1,6 +1,15 @@
-"""The ``single`` runtime: one process steps ``batch_size`` environments, then learns on the
-rollout it just collected, in turn. Simple, deterministic for a seed, and resumable exactly when
-the environments pickle (Gymnasium's do; ale-py's native vector env restarts its episodes)."""
+"""The ``single`` runtime: everything in one process, deterministic for a seed.
+
+- On-policy agents (IMPALA): step ``batch_size`` environments for ``unroll_length`` steps, learn
+  on that rollout, repeat.
+- Replay agents (DQN, ...): an :class:`~rlherd.run.loop.EnvironmentLoop` steps ``num_envs``
+  environments; after every step the learner steps for as long as the replay table's rate
+  limiter lets it sample (inserts never block in one process, as in Acme's local layout).
+
+Checkpoints hold everything (learner, actor, adders, replay, environments when they pickle, RNGs),
+so ``--resume`` continues exactly; ale-py's native vector env does not pickle, so there the
+episodes restart.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +17,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
 from rlherd.core import EnvSpec
+from rlherd.run.loop import EnvironmentLoop
 from rlherd.run.recorder import Recorder
 from rlherd.runtime import rng_state, set_rng_state
 
@@ -24,6 +36,11 @@ def run_single(
     stop: threading.Event,
     evaluator=None,
 ) -> None:
+    run = _run_replay if builder.uses_replay else _run_rollouts
+    run(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
+
+
+def _run_rollouts(builder, spec, recorder, seed, checkpoint, save, stop, evaluator) -> None:
     config = builder.config
     B, T = config.batch_size, config.unroll_length
     net = builder.make_networks(spec)
@@ -60,3 +77,48 @@ def run_single(
         save(state())
     finally:
         actor.envs.close()
+
+
+def _run_replay(builder, spec, recorder, seed, checkpoint, save, stop, evaluator) -> None:
+    config = builder.config
+    net = builder.make_networks(spec)
+    tables = builder.make_replay_tables(spec, insert_blocking=False)
+    dataset = builder.make_dataset(tables)
+    adder = builder.make_adder(tables, config.num_envs)
+    actor = builder.make_actor(net, adder, seed)
+    learner = builder.make_learner(net, recorder.total_steps, dataset, tables)
+    loop = EnvironmentLoop(builder.make_envs(config.num_envs), actor, recorder, seed)
+    if checkpoint is not None:
+        learner.load_state_dict(checkpoint["learner"])
+        actor.load_state_dict(checkpoint["actor"])
+        if checkpoint["tables"] is not None:
+            for table, table_state in zip(tables, checkpoint["tables"], strict=True):
+                table.load_state_dict(table_state)
+        if not loop.load_state_dict(checkpoint["loop"]):
+            actor.observe_first(loop.obs, np.ones(loop.envs.num_envs, dtype=bool))
+        set_rng_state(checkpoint["rng"])
+
+    def state() -> dict[str, Any]:
+        return dict(
+            learner=learner.state_dict(),
+            actor=actor.state_dict(),
+            loop=loop.state_dict(),
+            tables=[t.state_dict() for t in tables] if config.checkpoint_replay else None,
+            recorder=recorder.state_dict(),
+            rng=rng_state(),
+        )
+
+    try:
+        while not recorder.done() and not stop.is_set():
+            loop.step()
+            while learner.ready():
+                recorder.learner(learner.step())
+            actor.update()
+            if evaluator is not None:
+                evaluator.maybe_run(net.state_dict)
+            if recorder.tick():
+                save(state())
+        save(state())
+    finally:
+        loop.envs.close()
+        dataset.close()

@@ -9,7 +9,7 @@ import torch
 
 from rlherd import envs as rl_envs
 from rlherd.agents.impala.acting import ImpalaActor, sample_actions
-from rlherd.agents.impala.config import DEFAULT_TOTAL_STEPS, PRESETS, ImpalaConfig, preset_for
+from rlherd.agents.impala.config import DEFAULT_TOTAL_STEPS, PRESETS, ImpalaConfig
 from rlherd.agents.impala.learning import Batch, ImpalaLearner
 from rlherd.agents.impala.networks import ImpalaNet
 from rlherd.core import EnvSpec
@@ -19,7 +19,8 @@ class ImpalaBuilder:
     name = "impala"
     config_class = ImpalaConfig
     presets = PRESETS
-    preset_for = staticmethod(preset_for)
+    preset_for = staticmethod(rl_envs.family)
+    uses_replay = False
     default_total_steps = DEFAULT_TOTAL_STEPS
 
     def __init__(self, config: ImpalaConfig, env_id: str, env_kwargs: dict | None = None):

@@ -104,17 +104,6 @@ PRESETS: dict[str, dict] = {
 }
 
 
-def preset_for(env_id: str) -> str:
-    """The preset an environment id gets unless one is named."""
-    if env_id.startswith("ALE/"):
-        return "atari"
-    if env_id.startswith("MinAtar/"):
-        return "minatar"
-    if env_id.startswith("rlherd/"):
-        return "toy"
-    return "classic"
-
-
 # How long a run lasts unless --total-steps says otherwise, per preset (agent steps).
 DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "atari": 50_000_000,

@@ -1,0 +1,134 @@
+"""DQN's configuration and presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DQNConfig:
+    """Defaults follow Rainbow-lite DQN for Atari (double Q, dueling, 3-step returns,
+    prioritised replay, Adam). ``samples_per_insert`` is Acme's replay ratio: how many times each
+    inserted transition is sampled on average (one learner step per
+    ``batch_size / samples_per_insert`` inserts)."""
+
+    # Learning.
+    discount: float = 0.99
+    n_step: int = 3
+    batch_size: int = 32
+    optimizer: str = "adam"  # "adam" or "rmsprop" (the MinAtar paper's)
+    learning_rate: float = 6.25e-5
+    adam_eps: float = 1.5e-4
+    rmsprop_alpha: float = 0.95
+    rmsprop_eps: float = 0.01
+    grad_norm_clip: float = 10.0
+    huber_delta: float = 1.0
+    double_q: bool = True
+    target_update_period: int = 2000  # learner steps
+
+    # Replay.
+    replay_size: int = 1_000_000
+    min_replay_size: int = 20_000
+    samples_per_insert: float = 8.0
+    samples_per_insert_tolerance: float = 0.1  # error buffer = min_replay_size * spi * tolerance
+    prioritized: bool = True
+    priority_exponent: float = 0.6
+    importance_beta: float = 0.4  # annealed linearly to 1 over the run
+    priority_eps: float = 1e-6
+    prefetch: int = 0  # 0 in one process: the learner samples when the rate limiter allows
+
+    # Network.
+    torso: str = "auto"  # auto | mlp | shallow | deep | minatar
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    dueling: bool = True
+
+    # Acting.
+    num_envs: int = 4
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.01
+    epsilon_decay_steps: int = 250_000  # agent steps
+    native_vector_env: bool = True
+    device: str = "cpu"
+
+    # Runs.
+    checkpoint_replay: bool = True  # replay goes into checkpoints (exact resume; large on Atari)
+    checkpoint_interval_s: float = 600.0
+    log_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("n_step", "batch_size", "replay_size", "min_replay_size", "num_envs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.min_replay_size > self.replay_size:
+            raise ValueError(
+                f"min_replay_size ({self.min_replay_size}) exceeds replay_size "
+                f"({self.replay_size}): sampling would never start"
+            )
+        if self.samples_per_insert <= 0:
+            raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
+        if self.optimizer not in ("adam", "rmsprop"):
+            raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device={self.device!r} but CUDA is not available; use device=cpu")
+
+
+PRESETS: dict[str, dict] = {
+    "atari": {},
+    # CartPole and friends: small network, short schedules, frequent target updates. Reaches
+    # 500 on CartPole-v1 within 100k steps (seeds 0, 1, 2).
+    "classic": dict(
+        n_step=3,
+        batch_size=64,
+        learning_rate=5e-4,
+        adam_eps=1e-8,
+        target_update_period=200,
+        replay_size=50_000,
+        min_replay_size=1_000,
+        samples_per_insert=16.0,
+        epsilon_decay_steps=20_000,
+        epsilon_end=0.01,
+        hidden_sizes=(128, 128),
+        num_envs=4,
+    ),
+    # The MinAtar paper's DQN (Young & Tian 2019): one 16x3x3 conv + 128 fc, RMSProp 2.5e-4,
+    # batch 32, one update per step, replay 100k from 5k, target every 1000 updates,
+    # epsilon 1 -> 0.1 over 100k frames; plain one-step DQN.
+    "minatar": dict(
+        n_step=1,
+        batch_size=32,
+        optimizer="rmsprop",
+        learning_rate=2.5e-4,
+        double_q=False,
+        dueling=False,
+        prioritized=False,
+        target_update_period=1000,
+        replay_size=100_000,
+        min_replay_size=5_000,
+        samples_per_insert=32.0,
+        epsilon_decay_steps=100_000,
+        epsilon_end=0.1,
+        num_envs=1,
+    ),
+    "toy": dict(
+        n_step=1,
+        batch_size=32,
+        learning_rate=1e-3,
+        adam_eps=1e-8,
+        target_update_period=50,
+        replay_size=5_000,
+        min_replay_size=200,
+        samples_per_insert=8.0,
+        epsilon_decay_steps=2_000,
+        hidden_sizes=(32,),
+        num_envs=2,
+    ),
+}
+
+DEFAULT_TOTAL_STEPS: dict[str, int] = {
+    "atari": 10_000_000,
+    "classic": 100_000,
+    "minatar": 5_000_000,
+    "toy": 10_000,
+}

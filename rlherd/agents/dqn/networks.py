@@ -1,0 +1,33 @@
+"""DQN's Q-network: a torso and a plain or dueling head (Wang et al. 2016)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rlherd.agents.dqn.config import DQNConfig
+from rlherd.core import EnvSpec
+from rlherd.networks import make_torso
+
+
+class QNetwork(nn.Module):
+    """``forward(obs [B, ...]) -> q [B, num_actions]``."""
+
+    def __init__(self, spec: EnvSpec, config: DQNConfig):
+        super().__init__()
+        if spec.action_kind != "discrete":
+            raise ValueError(
+                f"DQN acts in Discrete action spaces; {spec.env_id} has Box actions "
+                f"{spec.action_shape}."
+            )
+        self.torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+        self.dueling = config.dueling
+        self.advantage = nn.Linear(self.torso.out_dim, spec.num_actions)
+        self.value = nn.Linear(self.torso.out_dim, 1) if config.dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.torso(obs)
+        a = self.advantage(x)
+        if self.value is None:
+            return a
+        return self.value(x) + a - a.mean(-1, keepdim=True)

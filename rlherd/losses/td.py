@@ -1,0 +1,72 @@
+"""Temporal-difference errors for value-based agents, as pure functions of ``[B, ...]`` tensors.
+
+Targets are built from n-step items (:class:`rlherd.replay.NStepTransitionAdder`): ``reward`` is
+already the discounted n-step return and ``discount`` the factor to bootstrap with (0 after a
+termination), so one-step and n-step learning share these functions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def huber(x: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
+    """Quadratic within ``[-delta, delta]``, linear outside."""
+    abs_x = x.abs()
+    quadratic = abs_x.clamp(max=delta)
+    return 0.5 * quadratic**2 + delta * (abs_x - quadratic)
+
+
+def q_learning_td(
+    q_tm1: torch.Tensor,
+    a_tm1: torch.Tensor,
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    q_t: torch.Tensor,
+) -> torch.Tensor:
+    """``r + d * max_a q_t(a) - q_tm1(a_tm1)``; the target carries no gradient."""
+    target = reward + discount * q_t.max(-1).values
+    return target.detach() - q_tm1.gather(-1, a_tm1.long()[:, None])[:, 0]
+
+
+def double_q_learning_td(
+    q_tm1: torch.Tensor,
+    a_tm1: torch.Tensor,
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    q_t_value: torch.Tensor,
+    q_t_selector: torch.Tensor,
+) -> torch.Tensor:
+    """Double Q-learning (van Hasselt et al. 2016): the online network selects the next action,
+    the target network values it: ``r + d * q_t_value(argmax q_t_selector) - q_tm1(a_tm1)``."""
+    best = q_t_selector.argmax(-1, keepdim=True)
+    target = reward + discount * q_t_value.gather(-1, best)[:, 0]
+    return target.detach() - q_tm1.gather(-1, a_tm1.long()[:, None])[:, 0]
+
+
+def signed_hyperbolic(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """R2D2's value rescaling ``h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x``."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1) - 1) + eps * x
+
+
+def signed_parabolic(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """The inverse of :func:`signed_hyperbolic`."""
+    z = torch.sqrt(1 + 4 * eps * (eps + 1 + x.abs())) / 2 / eps - 1 / 2 / eps
+    return torch.sign(x) * (z**2 - 1)
+
+
+def transformed_double_q_td(
+    q_tm1: torch.Tensor,
+    a_tm1: torch.Tensor,
+    reward: torch.Tensor,
+    discount: torch.Tensor,
+    q_t_value: torch.Tensor,
+    q_t_selector: torch.Tensor,
+    eps: float = 1e-3,
+) -> torch.Tensor:
+    """Double Q-learning with the transformed Bellman operator (Pohlen et al. 2018): values live
+    in ``h``-space; the target is ``h(r + d * h^-1(q_t_value(argmax q_t_selector)))``."""
+    best = q_t_selector.argmax(-1, keepdim=True)
+    bootstrap = signed_parabolic(q_t_value.gather(-1, best)[:, 0], eps)
+    target = signed_hyperbolic(reward + discount * bootstrap, eps)
+    return target.detach() - q_tm1.gather(-1, a_tm1.long()[:, None])[:, 0]

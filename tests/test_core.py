@@ -1,0 +1,116 @@
+"""Acme's seams: Counter, VariableClient, EnvironmentLoop (with next-step autoreset)."""
+
+import threading
+import time
+
+import numpy as np
+import torch
+
+from rlherd import envs
+from rlherd.core import Actor, VariableClient
+from rlherd.run.counting import Counter
+from rlherd.run.loop import EnvironmentLoop
+
+
+def test_counter_prefixes_and_state():
+    root = Counter()
+    actor, learner = Counter(root, "actor"), Counter(root, "learner")
+    actor.increment(steps=5)
+    actor.increment(steps=2, episodes=1)
+    learner.increment(steps=1)
+    assert root.get_counts() == {"actor_steps": 7, "actor_episodes": 1, "learner_steps": 1}
+    assert Counter(actor, "worker0").increment(steps=1)["actor_worker0_steps"] == 1
+    restored = Counter()
+    restored.load_state_dict(root.state_dict())
+    assert restored.get_counts() == root.get_counts()
+
+
+def test_counter_is_thread_safe():
+    root = Counter()
+    child = Counter(root, "actor")
+    threads = [
+        threading.Thread(target=lambda: [child.increment(steps=1) for _ in range(1000)])
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert root.get_counts()["actor_steps"] == 4000
+
+
+class Source:
+    def __init__(self):
+        self.module = torch.nn.Linear(2, 2)
+        self.calls = 0
+
+    def get_variables(self, names):
+        self.calls += 1
+        return [self.module.state_dict() for _ in names]
+
+
+def test_variable_client_fetches_every_n_calls_in_the_background():
+    source, local = Source(), torch.nn.Linear(2, 2)
+    client = VariableClient(source, local, update_period=3)
+    client.update()
+    client.update()
+    assert source.calls == 0
+    client.update()  # third call: a background fetch starts
+    deadline = time.monotonic() + 5
+    while not torch.equal(local.weight, source.module.weight) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        client.update()  # applies what the background fetch brought
+    torch.testing.assert_close(local.weight, source.module.weight)
+    assert 1 <= source.calls <= 3
+    with torch.no_grad():
+        source.module.weight.add_(1.0)
+    client.update(wait=True)
+    torch.testing.assert_close(local.weight, source.module.weight)
+
+
+class RecordingActor:
+    def __init__(self):
+        self.events = []
+
+    def select_action(self, obs):
+        return np.ones(len(obs), dtype=np.int64)  # always right
+
+    def observe_first(self, obs, envs):
+        self.events.append(
+            ("first", np.flatnonzero(envs).tolist(), obs[envs, :].argmax(1).tolist())
+        )
+
+    def observe(self, action, reward, next_obs, terminated, truncated, skip, extras=None):
+        self.events.append(("step", (~skip).tolist(), terminated.tolist()))
+
+    def update(self, wait=False):
+        pass
+
+
+def test_environment_loop_skips_autoreset_steps():
+    vec = envs.make_vector("rlherd/Corridor-v0", 2, length=3)
+    actor = RecordingActor()
+    assert isinstance(actor, Actor)
+    episodes = []
+
+    class Rec:
+        steps = 0
+
+        def add_actor_steps(self, n):
+            Rec.steps += n
+
+        def episodes(self, returns, lengths):
+            episodes.extend(zip(returns.tolist(), lengths.tolist(), strict=True))
+
+    loop = EnvironmentLoop(vec, actor, Rec(), seed=0)
+    for _ in range(3):
+        loop.step()
+    assert actor.events == [
+        ("first", [0, 1], [0, 0]),
+        ("step", [True, True], [False, False]),
+        ("step", [True, True], [True, True]),  # both reach the end
+        ("step", [False, False], [False, False]),  # autoreset step: not a transition
+        ("first", [0, 1], [0, 0]),  # the new episodes' first observations
+    ]
+    assert [(round(r, 6), n) for r, n in episodes] == [(0.98, 2), (0.98, 2)]
+    assert Rec.steps == 6

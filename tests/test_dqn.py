@@ -1,0 +1,88 @@
+"""DQN end to end on the single runtime: tiny environments, exact resume, evaluation that does not
+touch training, and learning CartPole."""
+
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import rlherd
+from rlherd.agents.dqn.acting import apex_epsilons, linear_epsilon
+from rlherd.run.config import ConfigError
+from rlherd.run.evaluate import evaluate
+
+
+def checkpoint(run_dir):
+    pointer = (run_dir / "checkpoints" / "latest").read_text()
+    return torch.load(run_dir / "checkpoints" / pointer, weights_only=False)
+
+
+def test_epsilon_schedules():
+    eps = linear_epsilon(1.0, 0.1, 100)
+    assert [eps(0), eps(50), eps(100), eps(1000)] == [1.0, pytest.approx(0.55), 0.1, 0.1]
+    e = apex_epsilons(8)
+    assert e[0] == pytest.approx(0.4) and e[-1] == pytest.approx(0.4**8)
+    assert e[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7)) and apex_epsilons(1) == [0.4]
+
+
+@pytest.mark.parametrize("env_id", ["rlherd/Bandit-v0", "rlherd/Corridor-v0"])
+def test_tiny_environments_are_solved(env_id, tmp_path):
+    run = rlherd.train("dqn", env_id, run_dir=tmp_path, progress=False)
+    assert run.summary["learner_steps"] > 0
+    optimum = rlherd.make(env_id).unwrapped.optimal_return
+    assert evaluate(tmp_path, episodes=5)["eval_return_mean"] == pytest.approx(optimum)
+
+
+def test_interrupt_then_resume_continues_exactly(tmp_path):
+    """Replay, adders' pending steps, environments, epsilon and RNGs are all in the checkpoint,
+    so an interrupted and resumed run ends exactly where an uninterrupted one does."""
+    kw = dict(total_steps=12_000, seed=5, progress=False)
+    straight = rlherd.train("dqn", "CartPole-v1", run_dir=tmp_path / "a", **kw)
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    stopped = rlherd.train("dqn", "CartPole-v1", run_dir=tmp_path / "b", **kw)
+    timer.join()
+    assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt came too late"
+    resumed = rlherd.train(resume=tmp_path / "b", progress=False)
+    for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
+        assert resumed.summary[key] == straight.summary[key], key
+    a, b = checkpoint(tmp_path / "a"), checkpoint(tmp_path / "b")
+    for name in ("net", "target_net"):
+        for k, v in a["learner"][name].items():
+            torch.testing.assert_close(b["learner"][name][k], v, rtol=0, atol=0)
+    np.testing.assert_array_equal(a["tables"][0]["keys"], b["tables"][0]["keys"])
+    np.testing.assert_array_equal(a["tables"][0]["priorities"], b["tables"][0]["priorities"])
+
+
+def test_evaluation_never_touches_training(tmp_path):
+    """The evaluator acts on its own environment and network copy: with or without it, the
+    replay table and the learned parameters are identical."""
+    kw = dict(total_steps=4_000, seed=2, progress=False)
+    plain = rlherd.train("dqn", "CartPole-v1", run_dir=tmp_path / "a", **kw)
+    evaluated = rlherd.train(
+        "dqn", "CartPole-v1", run_dir=tmp_path / "b", eval_every=1_000, eval_episodes=2, **kw
+    )
+    assert "eval_return_mean" in evaluated.summary and "eval_return_mean" not in plain.summary
+    rows = (tmp_path / "b" / "metrics" / "evaluator.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4
+    a, b = checkpoint(tmp_path / "a"), checkpoint(tmp_path / "b")
+    for key in ("keys", "data/obs", "limiter"):
+        np.testing.assert_array_equal(a["tables"][0][key], b["tables"][0][key])
+    for k, v in a["learner"]["net"].items():
+        torch.testing.assert_close(b["learner"]["net"][k], v, rtol=0, atol=0)
+
+
+def test_dqn_on_mono_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="single runtime"):
+        rlherd.train("dqn", "CartPole-v1", runtime="mono", run_dir=tmp_path, progress=False)
+
+
+@pytest.mark.slow
+def test_dqn_learns_cartpole(tmp_path):
+    run = rlherd.train(
+        "dqn", "CartPole-v1", total_steps=100_000, seed=0, run_dir=tmp_path, progress=False
+    )
+    assert run.summary["final_return_mean"] >= 475, run.summary
