@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
