@@ -105,6 +105,7 @@ class Recorder:
                         actor_steps=steps,
                         episode_return=ret,
                         episode_length=int(length),
+                        sps=round(self.sps(), 1),
                         wall_time_s=round(self._wall_time(), 3),
                     ),
                     step=steps,
