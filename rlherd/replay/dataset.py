@@ -50,7 +50,7 @@ class ReplayDataset:
         timeout: float | None = None,
     ):
         self.table, self.batch_size, self.device = table, batch_size, torch.device(device)
-        self.beta, self.timeout = importance_beta, timeout
+        self.importance_beta, self.timeout = importance_beta, timeout
         self._queue: queue.Queue | None = None
         self._stop = threading.Event()
         if prefetch > 0:
@@ -71,8 +71,9 @@ class ReplayDataset:
             for k, v in sample.data.items()
         }
         weights = None
-        if self.beta is not None:
-            beta = self.beta() if callable(self.beta) else self.beta
+        if self.importance_beta is not None:
+            beta = self.importance_beta
+            beta = beta() if callable(beta) else beta
             w = importance_weights(sample.probabilities, sample.table_size, beta)
             weights = torch.as_tensor(w, dtype=torch.float32, device=self.device)
         sample.data = {}

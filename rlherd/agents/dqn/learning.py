@@ -12,7 +12,7 @@ import torch
 
 from rlherd.agents.dqn.config import DQNConfig
 from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
-from rlherd.replay import ReplaySample, Table, importance_weights
+from rlherd.replay import ReplaySample, Table
 
 
 def dqn_loss(
@@ -53,6 +53,8 @@ class DQNLearner:
         self.expected_steps = max(
             1, int(total_steps * config.samples_per_insert / config.batch_size)
         )
+        if dataset is not None and config.prioritized:
+            dataset.importance_beta = self.importance_beta  # the dataset weighs with our schedule
         self.num_steps = 0
         if config.optimizer == "adam":
             self.optimizer = torch.optim.Adam(
@@ -76,12 +78,9 @@ class DQNLearner:
 
     def learn(self, sample: ReplaySample) -> dict[str, float]:
         info = sample.info
-        device = next(self.net.parameters()).device
-        if self.config.prioritized:
-            w = importance_weights(info.probabilities, info.table_size, self.importance_beta())
-            weights = torch.as_tensor(w, dtype=torch.float32, device=device)
-        else:
-            weights = torch.ones(len(info.keys), device=device)
+        weights = sample.weights
+        if weights is None:  # uniform replay
+            weights = torch.ones(len(info.keys), device=next(self.net.parameters()).device)
         loss, td = dqn_loss(self.net, self.target_net, sample.data, weights, self.config)
         self.optimizer.zero_grad()
         loss.backward()
