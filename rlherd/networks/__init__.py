@@ -19,6 +19,7 @@ __all__ = [
     "MinAtarTorso",
     "LSTMCore",
     "make_torso",
+    "require_discrete",
 ]
 
 
@@ -126,6 +127,15 @@ class MinAtarTorso(nn.Module):
 
 
 TORSOS = ("auto", "mlp", "shallow", "deep", "minatar")
+
+
+def require_discrete(spec: EnvSpec, agent: str) -> None:
+    """Agents with categorical policies or Q-values fail early, naming the space."""
+    if spec.action_kind != "discrete":
+        raise ValueError(
+            f"{agent} acts in Discrete action spaces; {spec.env_id} has Box actions "
+            f"{spec.action_shape}."
+        )
 
 
 def make_torso(spec: EnvSpec, kind: str = "auto", hidden: tuple[int, ...] = (64, 64)) -> nn.Module:

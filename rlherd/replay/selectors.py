@@ -8,36 +8,40 @@ name one item, with probability 1, until it changes. Every operation is O(1) or 
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 
-class Selector:
+class Selector(abc.ABC):
     deterministic = False
     uses_priority = False
 
+    @abc.abstractmethod
     def reset(self, capacity: int) -> None:
         """Allocate for ``capacity`` slots (called by the table)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def insert(self, slot: int, key: int, priority: float) -> None:
-        raise NotImplementedError
+        """Track the new item in ``slot``."""
 
+    @abc.abstractmethod
     def delete(self, slot: int) -> None:
-        raise NotImplementedError
+        """Forget the item in ``slot``."""
 
-    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """New priorities; only priority-based selectors care."""
+    def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:  # noqa: B027
+        """New priorities; only priority-based selectors care (an optional hook)."""
 
+    @abc.abstractmethod
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` slots and their probabilities."""
-        raise NotImplementedError
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """What re-inserting the items (as a restored table does) would not rebuild."""
         return {}
 
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        pass
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:  # noqa: B027
+        """Restore what :meth:`state_dict` gave (an optional hook)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -164,8 +168,9 @@ class _Heap(Selector):
     deterministic = True
     sign = 1.0
 
+    @abc.abstractmethod
     def _value(self, key: int, priority: float) -> float:
-        raise NotImplementedError
+        """What the heap orders by (smallest first)."""
 
     def reset(self, capacity: int) -> None:
         self.heap: list[int] = []

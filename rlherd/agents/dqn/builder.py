@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 
-from rlherd import envs as rl_envs
+from rlherd.agents.base import AgentBuilder
 from rlherd.agents.dqn.acting import DQNActor, linear_epsilon
 from rlherd.agents.dqn.config import DEFAULT_TOTAL_STEPS, PRESETS, DQNConfig
 from rlherd.agents.dqn.learning import DQNLearner
@@ -23,23 +22,12 @@ from rlherd.replay import (
 )
 
 
-class DQNBuilder:
+class DQNBuilder(AgentBuilder):
     name = "dqn"
     config_class = DQNConfig
     presets = PRESETS
-    preset_for = staticmethod(rl_envs.family)
     default_total_steps = DEFAULT_TOTAL_STEPS
     uses_replay = True
-
-    def __init__(self, config: DQNConfig, env_id: str, env_kwargs: dict | None = None):
-        self.config = config
-        self.env_id = env_id
-        self.env_kwargs = env_kwargs or {}
-
-    def make_envs(self, num_envs: int) -> gym.vector.VectorEnv:
-        return rl_envs.make_vector(
-            self.env_id, num_envs, native=self.config.native_vector_env, **self.env_kwargs
-        )
 
     def make_networks(self, spec: EnvSpec, device: str | None = None) -> QNetwork:
         return QNetwork(spec, self.config).to(device or self.config.device)

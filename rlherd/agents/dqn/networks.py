@@ -7,7 +7,7 @@ from torch import nn
 
 from rlherd.agents.dqn.config import DQNConfig
 from rlherd.core import EnvSpec
-from rlherd.networks import make_torso
+from rlherd.networks import make_torso, require_discrete
 
 
 class QNetwork(nn.Module):
@@ -15,11 +15,7 @@ class QNetwork(nn.Module):
 
     def __init__(self, spec: EnvSpec, config: DQNConfig):
         super().__init__()
-        if spec.action_kind != "discrete":
-            raise ValueError(
-                f"DQN acts in Discrete action spaces; {spec.env_id} has Box actions "
-                f"{spec.action_shape}."
-            )
+        require_discrete(spec, "DQN")
         self.torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
         self.dueling = config.dueling
         self.advantage = nn.Linear(self.torso.out_dim, spec.num_actions)

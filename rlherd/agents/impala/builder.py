@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import gymnasium as gym
 import torch
 
-from rlherd import envs as rl_envs
+from rlherd.agents.base import AgentBuilder
 from rlherd.agents.impala.acting import ImpalaActor, sample_actions
 from rlherd.agents.impala.config import DEFAULT_TOTAL_STEPS, PRESETS, ImpalaConfig
 from rlherd.agents.impala.learning import Batch, ImpalaLearner
@@ -15,23 +15,12 @@ from rlherd.agents.impala.networks import ImpalaNet
 from rlherd.core import EnvSpec
 
 
-class ImpalaBuilder:
+class ImpalaBuilder(AgentBuilder):
     name = "impala"
     config_class = ImpalaConfig
     presets = PRESETS
-    preset_for = staticmethod(rl_envs.family)
     uses_replay = False
     default_total_steps = DEFAULT_TOTAL_STEPS
-
-    def __init__(self, config: ImpalaConfig, env_id: str, env_kwargs: dict | None = None):
-        self.config = config
-        self.env_id = env_id
-        self.env_kwargs = env_kwargs or {}
-
-    def make_envs(self, num_envs: int) -> gym.vector.VectorEnv:
-        return rl_envs.make_vector(
-            self.env_id, num_envs, native=self.config.native_vector_env, **self.env_kwargs
-        )
 
     def make_networks(self, spec: EnvSpec, device: str | None = None) -> ImpalaNet:
         return ImpalaNet(spec, self.config).to(device or self.config.device)

@@ -7,7 +7,7 @@ from torch import nn
 
 from rlherd.agents.impala.config import ImpalaConfig
 from rlherd.core import EnvSpec
-from rlherd.networks import LSTMCore, make_torso
+from rlherd.networks import LSTMCore, make_torso, require_discrete
 
 CoreState = tuple[torch.Tensor, ...]
 
@@ -21,11 +21,7 @@ class ImpalaNet(nn.Module):
 
     def __init__(self, spec: EnvSpec, config: ImpalaConfig):
         super().__init__()
-        if spec.action_kind != "discrete":
-            raise ValueError(
-                f"IMPALA acts in Discrete action spaces; {spec.env_id} has Box actions "
-                f"{spec.action_shape}."
-            )
+        require_discrete(spec, "IMPALA")
         self.torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
         self.core = LSTMCore(self.torso.out_dim, config.lstm_size) if config.use_lstm else None
         features = self.core.out_dim if self.core else self.torso.out_dim

@@ -1,0 +1,31 @@
+"""What every agent's builder shares: its config, its environment, and how it steps a batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from rlherd import envs as rl_envs
+
+
+class AgentBuilder:
+    """Subclasses set ``name``, ``config_class``, ``presets``, ``default_total_steps`` and
+    ``uses_replay`` and add the ``make_*`` methods of :class:`rlherd.core.Builder`."""
+
+    name: str
+    config_class: type
+    presets: dict[str, dict[str, Any]]
+    default_total_steps: dict[str, int]
+    uses_replay: bool
+    preset_for = staticmethod(rl_envs.family)  # the preset an env id gets unless one is named
+
+    def __init__(self, config: Any, env_id: str, env_kwargs: dict | None = None):
+        self.config = config
+        self.env_id = env_id
+        self.env_kwargs = env_kwargs or {}
+
+    def make_envs(self, num_envs: int) -> gym.vector.VectorEnv:
+        return rl_envs.make_vector(
+            self.env_id, num_envs, native=self.config.native_vector_env, **self.env_kwargs
+        )
