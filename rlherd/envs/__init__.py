@@ -112,19 +112,25 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
 
 
 def make_vector(
-    env_id: str, num_envs: int, *, native: bool = True, **kwargs: Any
+    env_id: str, num_envs: int, *, native: bool = True, workers: int = 0, **kwargs: Any
 ) -> gym.vector.VectorEnv:
     """``num_envs`` environments stepped together, with next-step autoreset.
 
-    ``native=True`` uses ale-py's C++ vector environment for Atari; otherwise the environments are
-    built with :func:`make` and stepped in this process. Seed with ``reset(seed=s)``: environment
-    ``i`` gets seed ``s + i``.
+    ``native=True`` uses ale-py's C++ vector environment for Atari. Otherwise the environments
+    are built with :func:`make` and stepped in ``workers`` processes by a
+    :class:`~rlherd.envs.vector.BatchEnv`, or in this process (Gymnasium's ``SyncVectorEnv``)
+    when ``workers=0``. Seed with ``reset(seed=s)``: environment ``i`` gets seed ``s + i``.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     _check_id(env_id)
     if native and env_id.startswith("ALE/"):
         return make_atari_vector(env_id, num_envs, **kwargs)
+    if workers > 0:
+        from rlherd.envs.vector import BatchEnv
+
+        fns = [functools.partial(make, env_id, **kwargs)] * num_envs
+        return BatchEnv(fns, num_workers=min(workers, num_envs))
     return gym.vector.SyncVectorEnv(
         [functools.partial(make, env_id, **kwargs)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,

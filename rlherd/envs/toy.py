@@ -6,6 +6,9 @@ They are registered with Gymnasium under the ``rlherd/`` namespace, so ``rlherd.
 
 from __future__ import annotations
 
+import os
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -91,6 +94,42 @@ class Corridor(gym.Env):
 
 def register() -> None:
     """Register the toy environments with Gymnasium (idempotent)."""
-    for name, entry in (("rlherd/Bandit-v0", Bandit), ("rlherd/Corridor-v0", Corridor)):
+    toys = (
+        ("rlherd/Bandit-v0", Bandit),
+        ("rlherd/Corridor-v0", Corridor),
+        ("rlherd/Faulty-v0", Faulty),
+    )
+    for name, entry in toys:
         if name not in gym.registry:
             gym.register(id=name, entry_point=entry)
+
+
+class Faulty(gym.Env):
+    """A corridor-like environment that misbehaves at step ``at`` of its life, for testing how
+    vector environments handle faults: ``mode`` is ``"raise"`` (an exception), ``"hang"``
+    (sleeps ``hang_s`` seconds) or ``"exit"`` (the process dies)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, at: int = 3, mode: str = "raise", hang_s: float = 60.0, render_mode=None):
+        if mode not in ("raise", "hang", "exit"):
+            raise ValueError(f"mode must be raise, hang or exit, got {mode!r}")
+        self.at, self.mode, self.hang_s, self.render_mode = at, mode, hang_s, render_mode
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        self._steps += 1
+        if self._steps == self.at:
+            if self.mode == "raise":
+                raise ValueError(f"Faulty environment fails at step {self.at}")
+            if self.mode == "hang":
+                time.sleep(self.hang_s)
+            else:
+                os._exit(3)
+        return np.zeros(1, dtype=np.float32), 0.0, False, False, {}

@@ -1,0 +1,391 @@
+"""``BatchEnv``: environments in worker processes, results in shared memory (TF Agents' batched
+``ExternalProcess`` environments; EnvPool's asynchronous ``send`` / ``recv``).
+
+Each of ``num_workers`` processes steps a contiguous block of environments. Actions, observations,
+rewards and flags live in shared memory that the workers read and write in place; the pipes carry
+only short commands and the indices of the environments stepped, so IPC cost does not grow with
+the observation size.
+
+- ``step(actions)``: every environment steps; a drop-in Gymnasium ``VectorEnv`` with next-step
+  autoreset, matching ``SyncVectorEnv`` exactly for the same seeds and actions.
+- ``send(actions, env_ids)`` / ``recv()``: step some environments and get back the first
+  ``batch_size`` that finish (their ids in ``info["env_id"]``), so slow environments do not stall
+  the batch.
+
+Faults: an exception inside an environment is raised here with the worker's traceback and the
+environment's index (:class:`EnvError`); a dead worker raises :class:`WorkerError` (and
+``restart_worker`` replaces it); a step slower than ``timeout`` raises ``TimeoutError`` instead of
+hanging. ``close()``, the context manager and interpreter exit stop every worker, and workers die
+with their parent (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import multiprocessing as mp
+import signal
+import traceback
+import weakref
+from collections import deque
+from collections.abc import Callable, Sequence
+from multiprocessing import shared_memory
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+
+class EnvError(RuntimeError):
+    """An environment raised inside its worker."""
+
+
+class WorkerError(RuntimeError):
+    """A worker process died."""
+
+
+STARTUP_TIMEOUT_S = 120.0
+
+
+def _shared_layout(obs_space: gym.Space, act_space: gym.Space, n: int) -> dict[str, tuple]:
+    return dict(
+        obs=((n, *obs_space.shape), obs_space.dtype),
+        action=((n, *act_space.shape), act_space.dtype),
+        reward=((n,), np.float64),
+        terminated=((n,), np.bool_),
+        truncated=((n,), np.bool_),
+    )
+
+
+def _views(blocks: dict[str, shared_memory.SharedMemory], layout: dict[str, tuple]):
+    return {
+        k: np.ndarray(shape, dtype, buffer=blocks[k].buf) for k, (shape, dtype) in layout.items()
+    }
+
+
+def _worker(
+    conn: Connection,
+    env_fns: list[Callable[[], gym.Env]],
+    first: int,
+    names: dict[str, str],
+    layout: dict[str, tuple],
+) -> None:
+    """Step environments ``first .. first + len(env_fns) - 1`` on command."""
+    with contextlib.suppress(OSError, AttributeError):  # die with the parent (Linux)
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    blocks = {k: shared_memory.SharedMemory(name=v) for k, v in names.items()}
+    buf = _views(blocks, layout)
+    envs: list[gym.Env] = []
+    resetting = np.zeros(len(env_fns), dtype=bool)
+    current = first
+    try:
+        for fn in env_fns:
+            envs.append(fn())
+        conn.send(("ready", None))
+        while True:
+            cmd, arg = conn.recv()
+            if cmd == "reset":
+                for i, env in enumerate(envs):
+                    current = first + i
+                    obs, _ = env.reset(seed=None if arg is None else arg[i])
+                    buf["obs"][current] = obs
+                resetting[:] = False
+                conn.send(("ok", None))
+            elif cmd == "step":
+                for i in range(len(envs)) if arg is None else arg:
+                    current = first + i
+                    if resetting[i]:  # next-step autoreset: this step only resets
+                        obs, _ = envs[i].reset()
+                        reward, terminated, truncated = 0.0, False, False
+                    else:
+                        obs, reward, terminated, truncated, _ = envs[i].step(buf["action"][current])
+                    buf["obs"][current] = obs
+                    buf["reward"][current] = reward
+                    buf["terminated"][current] = terminated
+                    buf["truncated"][current] = truncated
+                    resetting[i] = terminated or truncated
+                conn.send(("ok", arg))
+            elif cmd == "close":
+                break
+    except (KeyboardInterrupt, EOFError, BrokenPipeError):
+        pass
+    except Exception:
+        with contextlib.suppress(OSError):
+            conn.send(("error", (current, traceback.format_exc())))
+    finally:
+        for env in envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        for block in blocks.values():
+            block.close()
+
+
+class BatchEnv(gym.vector.VectorEnv):
+    """``len(env_fns)`` environments in ``num_workers`` processes (see the module docstring).
+
+    Args:
+        env_fns: picklable functions that build one environment each.
+        num_workers: processes; environments are split into contiguous blocks (default: one
+            per environment up to the number of CPUs).
+        timeout: seconds any command may take before ``TimeoutError``.
+        batch_size: how many environments ``recv()`` returns (default: all).
+    """
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        num_workers: int | None = None,
+        timeout: float = 60.0,
+        batch_size: int | None = None,
+    ):
+        self.env_fns = list(env_fns)
+        self.num_envs = len(self.env_fns)
+        if self.num_envs < 1:
+            raise ValueError("BatchEnv needs at least one environment")
+        num_workers = num_workers or min(self.num_envs, mp.cpu_count())
+        if not 1 <= num_workers <= self.num_envs:
+            raise ValueError(f"num_workers must be in [1, {self.num_envs}], got {num_workers}")
+        self.timeout = timeout
+        self.batch_size = batch_size or self.num_envs
+        probe = self.env_fns[0]()
+        self.single_observation_space = probe.observation_space
+        self.single_action_space = probe.action_space
+        self.spec = probe.spec
+        probe.close()
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+
+        self._layout = _shared_layout(
+            self.single_observation_space, self.single_action_space, self.num_envs
+        )
+        self._blocks = {
+            k: shared_memory.SharedMemory(
+                create=True, size=max(1, int(np.prod(s)) * np.dtype(d).itemsize)
+            )
+            for k, (s, d) in self._layout.items()
+        }
+        self._buf = _views(self._blocks, self._layout)
+        bounds = np.linspace(0, self.num_envs, num_workers + 1).round().astype(int)
+        self._ranges = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        self._ctx = mp.get_context("spawn")
+        self._procs: list[Any] = [None] * num_workers
+        self._conns: list[Connection | None] = [None] * num_workers
+        self._pending = np.zeros(num_workers, dtype=bool)  # a step is in flight
+        self._queued: list[list[int]] = [[] for _ in range(num_workers)]  # wait for that step
+        self._ready: deque[int] = deque()  # stepped environments not yet returned by recv
+        self.closed = False
+        try:
+            for w in range(num_workers):
+                self._start(w)
+            for w in range(num_workers):
+                self._expect(w, "ready")
+        except BaseException:
+            self.close()
+            raise
+        _live.add(self)
+
+    # ---------------------------------------------------------------------------- workers
+    def _start(self, w: int) -> None:
+        a, b = self._ranges[w]
+        parent, child = self._ctx.Pipe()
+        names = {k: block.name for k, block in self._blocks.items()}
+        p = self._ctx.Process(
+            target=_worker, args=(child, self.env_fns[a:b], a, names, self._layout), daemon=True
+        )
+        p.start()
+        child.close()
+        self._procs[w], self._conns[w] = p, parent
+
+    def _expect(self, w: int, what: str) -> Any:
+        conn = self._conns[w]
+        a, b = self._ranges[w]
+        # Starting a worker imports its libraries, which the step timeout should not bound.
+        timeout = max(self.timeout, STARTUP_TIMEOUT_S) if what == "ready" else self.timeout
+        if not conn.poll(timeout):
+            raise TimeoutError(
+                f"environment worker {w} (envs {a}..{b - 1}) did not answer within "
+                f"{timeout}s; raise BatchEnv(timeout=...) if its steps are that slow"
+            )
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError):
+            self._procs[w].join(timeout=1)
+            raise WorkerError(
+                f"environment worker {w} (envs {a}..{b - 1}) died (exit code "
+                f"{self._procs[w].exitcode}); call restart_worker({w}) to replace it"
+            ) from None
+        if kind == "error":
+            index, tb = payload
+            raise EnvError(f"environment {index} raised in its worker:\n{tb}")
+        if kind not in (what, "ok"):
+            raise RuntimeError(f"unexpected message {kind!r} from worker {w}")
+        return payload
+
+    def restart_worker(self, w: int, seed: int | None = None) -> None:
+        """Replace worker ``w`` (after a :class:`WorkerError`); its environments start new
+        episodes, reset with ``seed + i`` if given."""
+        with contextlib.suppress(OSError):
+            self._conns[w].close()
+        if self._procs[w].is_alive():
+            self._procs[w].kill()
+        self._procs[w].join()
+        self._pending[w] = False
+        self._queued[w] = []
+        self._ready = deque(i for i in self._ready if self._owner(i) != w)
+        self._start(w)
+        self._expect(w, "ready")
+        a, b = self._ranges[w]
+        self._conns[w].send(("reset", None if seed is None else [seed + i for i in range(a, b)]))
+        self._expect(w, "ok")
+
+    def _owner(self, env_id: int) -> int:
+        return next(w for w, (a, b) in enumerate(self._ranges) if a <= env_id < b)
+
+    def _outputs(self, ids) -> tuple:
+        return (
+            self._buf["obs"][ids].copy(),
+            self._buf["reward"][ids].copy(),
+            self._buf["terminated"][ids].copy(),
+            self._buf["truncated"][ids].copy(),
+        )
+
+    # ---------------------------------------------------------------------------- VectorEnv
+    def reset(self, *, seed: int | Sequence[int] | None = None, options=None):
+        """Reset every environment; environment ``i`` gets seed ``seed + i``."""
+        self._check_open()
+        self._drain()
+        seeds = (
+            [None] * self.num_envs
+            if seed is None
+            else ([seed + i for i in range(self.num_envs)] if isinstance(seed, int) else list(seed))
+        )
+        for w, (a, b) in enumerate(self._ranges):
+            self._conns[w].send(("reset", seeds[a:b]))
+        for w in range(len(self._ranges)):
+            self._expect(w, "ok")
+        self._ready.clear()
+        return self._buf["obs"].copy(), {}
+
+    def step(self, actions):
+        self._check_open()
+        self._drain()
+        self._buf["action"][:] = actions
+        for conn in self._conns:
+            conn.send(("step", None))
+        for w in range(len(self._ranges)):
+            self._expect(w, "ok")
+        obs, reward, terminated, truncated = self._outputs(slice(None))
+        return obs, reward, terminated, truncated, {}
+
+    # ---------------------------------------------------------------------------- async
+    def send(self, actions, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
+        """Start stepping ``env_ids`` (default: all) with ``actions``; do not wait. Send only
+        environments that are not stepping (at the start, or just returned by ``recv``); a
+        worker busy with others starts them as soon as it answers."""
+        self._check_open()
+        ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
+        self._buf["action"][ids] = actions
+        for w, (a, b) in enumerate(self._ranges):
+            local = (ids[(ids >= a) & (ids < b)] - a).tolist()
+            if local:
+                self._queued[w].extend(local)
+                self._dispatch(w)
+
+    def _dispatch(self, w: int) -> None:
+        """Send worker ``w`` its queued environments if it is idle."""
+        if self._queued[w] and not self._pending[w]:
+            self._conns[w].send(("step", self._queued[w]))
+            self._queued[w] = []
+            self._pending[w] = True
+
+    def recv(self, batch_size: int | None = None):
+        """The first ``batch_size`` environments that finished stepping:
+        ``obs, reward, terminated, truncated, {"env_id": ids}``."""
+        self._check_open()
+        n = batch_size or self.batch_size
+        while len(self._ready) < n:
+            busy = [self._conns[w] for w in np.flatnonzero(self._pending)]
+            if not busy:
+                raise RuntimeError(
+                    f"recv() wants {n} environments but only {len(self._ready)} are stepping; "
+                    "send() more first"
+                )
+            ready = wait(busy, self.timeout)
+            if not ready:
+                raise TimeoutError(f"no environment finished stepping within {self.timeout}s")
+            for conn in ready:
+                w = self._conns.index(conn)
+                self._pending[w] = False
+                local = self._expect(w, "ok")
+                a = self._ranges[w][0]
+                self._ready.extend(a + i for i in local)
+                self._dispatch(w)
+        ids = np.array([self._ready.popleft() for _ in range(n)], dtype=np.int64)
+        obs, reward, terminated, truncated = self._outputs(ids)
+        return obs, reward, terminated, truncated, {"env_id": ids}
+
+    def _drain(self) -> None:
+        """Wait out asynchronous steps before a synchronous call."""
+        for w in range(len(self._ranges)):
+            while self._pending[w]:
+                self._expect(w, "ok")
+                self._pending[w] = False
+                self._dispatch(w)
+        self._ready.clear()
+
+    # ---------------------------------------------------------------------------- closing
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this BatchEnv is closed")
+
+    def close(self, **kwargs) -> None:
+        if getattr(self, "closed", True):
+            return
+        self.closed = True
+        for conn in self._conns:
+            if conn is not None:
+                with contextlib.suppress(OSError):
+                    conn.send(("close", None))
+        for p in self._procs:
+            if p is not None:
+                p.join(timeout=2)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        for conn in self._conns:
+            if conn is not None:
+                conn.close()
+        for block in self._blocks.values():
+            block.close()
+            with contextlib.suppress(FileNotFoundError):
+                block.unlink()
+        _live.discard(self)
+
+    def __enter__(self) -> BatchEnv:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __getstate__(self):
+        raise TypeError("a BatchEnv holds processes and shared memory; it cannot be pickled")
+
+
+_live: weakref.WeakSet[BatchEnv] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for env in list(_live):
+        env.close()
