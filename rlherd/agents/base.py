@@ -25,7 +25,15 @@ class AgentBuilder:
         self.env_id = env_id
         self.env_kwargs = env_kwargs or {}
 
-    def make_envs(self, num_envs: int) -> gym.vector.VectorEnv:
+    def make_envs(self, num_envs: int, workers: int | None = None) -> gym.vector.VectorEnv:
+        """``num_envs`` environments: ale-py's native vector env for Atari, else a
+        :class:`~rlherd.envs.vector.BatchEnv` of ``workers`` processes (default: the config's
+        ``env_workers``; 0 steps them in this process)."""
+        workers = self.config.env_workers if workers is None else workers
         return rl_envs.make_vector(
-            self.env_id, num_envs, native=self.config.native_vector_env, **self.env_kwargs
+            self.env_id,
+            num_envs,
+            native=self.config.native_vector_env,
+            workers=workers,
+            **self.env_kwargs,
         )

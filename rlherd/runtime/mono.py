@@ -66,7 +66,8 @@ def actor_process(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     torch.set_num_threads(1)
     try:
-        envs = builder.make_envs(builder.config.envs_per_actor)
+        # Actors are daemon processes, which may not start processes of their own.
+        envs = builder.make_envs(builder.config.envs_per_actor, workers=0)
         actor = builder.make_actor(net, envs, seed)
         started[index] = 1
         while (slot := conn.recv()) is not None:

@@ -50,6 +50,7 @@ class DQNConfig:
     epsilon_end: float = 0.01
     epsilon_decay_steps: int = 250_000  # agent steps
     native_vector_env: bool = True
+    env_workers: int = 0  # step environments in this many BatchEnv processes (0: in process)
     device: str = "cpu"
 
     # Runs.

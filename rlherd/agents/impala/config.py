@@ -47,6 +47,7 @@ class ImpalaConfig:
     num_buffers: int = 0  # mono: shared rollout slots; 0 = max(2 * num_actors, 2 * batches)
     num_learner_threads: int = 1  # mono
     native_vector_env: bool = True  # Atari through ale-py's AtariVectorEnv
+    env_workers: int = 0  # single: step environments in this many BatchEnv processes (0: here)
 
     # Where the learner's network lives ("cpu", "cuda", "cuda:1"); mono actors always act on CPU.
     device: str = "cpu"
