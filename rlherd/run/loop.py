@@ -9,7 +9,6 @@ recorder.
 from __future__ import annotations
 
 import pickle
-import time
 from typing import Any
 
 import gymnasium as gym
@@ -29,7 +28,6 @@ class EnvironmentLoop:
         self.episode_return = np.zeros(n)
         self.episode_length = np.zeros(n, dtype=np.int64)
         actor.observe_first(self.obs, np.ones(n, dtype=bool))
-        self._steps, self._t0 = 0, time.monotonic()
 
     def step(self) -> int:
         """One step of every environment; returns the number of agent steps taken."""
@@ -51,11 +49,7 @@ class EnvironmentLoop:
         self.obs = obs
         n = len(skip)  # every environment step counts, autoresets included (as TorchBeast)
         self.recorder.add_actor_steps(n)
-        self._steps += n
         return n
-
-    def steps_per_second(self) -> float:
-        return self._steps / max(1e-9, time.monotonic() - self._t0)
 
     def state_dict(self) -> dict[str, Any]:
         try:

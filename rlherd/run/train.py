@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, apply_overrides, to_json
 from rlherd.run.evaluate import Evaluator
 from rlherd.run.recorder import Recorder
-from rlherd.run.rundir import RunDir, read_json
+from rlherd.run.rundir import RunDir
 from rlherd.runtime import RUNTIMES, GracefulStop, seed_everything
 
 
@@ -147,11 +146,4 @@ def train(
     return Run(rundir.path, meta, summary)
 
 
-def load_run(path: str | Path) -> Run:
-    path = Path(path)
-    summary_path = path / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-    return Run(path, read_json(path / "config.json"), summary)
-
-
-__all__ = ["Run", "train", "load_run", "resolve_config"]
+__all__ = ["Run", "train", "resolve_config"]
