@@ -55,18 +55,21 @@ def test_csv_columns_grow(tmp_path):
 
 
 def test_checkpoints_are_atomic_and_pruned(tmp_path):
-    rundir = RunDir(tmp_path / "run")
+    rundir = RunDir(tmp_path / "run", create=True)
     for step in range(4):
         rundir.save_checkpoint({"step": step}, step)
     assert rundir.load_checkpoint() == {"step": 3}
     files = sorted(p.name for p in rundir.checkpoint_dir.iterdir())
     assert files == ["ckpt-000000000002.pt", "ckpt-000000000003.pt", "latest"]
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
-        RunDir(tmp_path / "empty").load_checkpoint()
+        RunDir(tmp_path / "empty", create=True).load_checkpoint()
+    with pytest.raises(FileNotFoundError, match="not an rlherd run directory"):
+        RunDir(tmp_path / "missing")
+    assert not (tmp_path / "missing").exists()
 
 
 def test_truncate_metrics(tmp_path):
-    rundir = RunDir(tmp_path)
+    rundir = RunDir(tmp_path, create=True)
     for steps in (10, 20, 30):
         rundir.log("train", dict(actor_steps=steps, episode_return=1.0), step=steps)
     rundir.close()
@@ -81,11 +84,13 @@ def test_truncate_metrics(tmp_path):
         (["train", "impala", "--env", "Cartpole-v1"], "Did you mean: CartPole-v1"),
         (["train", "impala", "--env", "CartPole-v1", "--set", "lr"], "malformed --set 'lr'"),
         (["train", "impala", "--env", "CartPole-v1", "--set", "lr=1"], "unknown config key"),
-        (["eval", "/nonexistent/run"], "does not exist"),
+        (["eval", "/nonexistent/run"], "not an rlherd run directory"),
+        (["train", "--resume", "/nonexistent/run"], "not an rlherd run directory"),
     ],
 )
 def test_cli_errors_are_clear(argv, message, capsys, tmp_path):
     assert main([*argv, "--run-dir", str(tmp_path / "r")] if argv[0] == "train" else argv) == 2
+    assert not (tmp_path / "r").exists() and not list(tmp_path.glob("nonexistent"))
     err = capsys.readouterr().err
     assert err.startswith("rlherd: error:") and message in err
     assert "Traceback" not in err

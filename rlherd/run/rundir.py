@@ -74,10 +74,13 @@ class CSVLogger:
 class RunDir:
     """One run's directory; see DESIGN.md, "Runs"."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, create: bool = False):
+        """Open the run directory at ``path``; ``create=True`` makes it (for a new run)."""
         self.path = Path(path)
         self.metrics_dir = self.path / "metrics"
         self.checkpoint_dir = self.path / "checkpoints"
+        if not create and not (self.path / "config.json").exists():
+            raise FileNotFoundError(f"{self.path} is not an rlherd run directory (no config.json)")
         for d in (self.path, self.metrics_dir, self.checkpoint_dir):
             d.mkdir(parents=True, exist_ok=True)
         self._csv: dict[str, CSVLogger] = {}

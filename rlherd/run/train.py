@@ -92,7 +92,7 @@ def train(
     builder = BUILDERS[agent](config, env, env_kwargs)
 
     if resume is None:
-        rundir = RunDir(run_dir or default_run_dir(agent, env))
+        rundir = RunDir(run_dir or default_run_dir(agent, env), create=True)
         meta = dict(
             agent=agent,
             env=env,
