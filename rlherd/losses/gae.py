@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from rlherd.losses import backward_recursion, check_bootstrap_row
+
 
 @torch.no_grad()
 def gae(
@@ -22,19 +24,10 @@ def gae(
     lambda_: float = 0.95,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(advantages, returns)``, both ``[T, B]``; ``returns = advantages + values[:-1]``."""
-    T = rewards.shape[0]
-    if values.shape[0] != T + 1:
-        raise ValueError(
-            f"values must have T + 1 = {T + 1} rows (the last is the bootstrap value), "
-            f"got shape {tuple(values.shape)}"
-        )
+    check_bootstrap_row(rewards, values)
     maskf = mask.to(rewards.dtype)
     bootstrap = discount * (~terminated).to(rewards.dtype)
     traces = discount * lambda_ * (~(terminated | truncated)).to(rewards.dtype) * maskf
     deltas = maskf * (rewards + bootstrap * values[1:] - values[:-1])
-    advantages = torch.empty_like(rewards)
-    acc = torch.zeros_like(values[-1])
-    for t in range(T - 1, -1, -1):
-        acc = deltas[t] + traces[t] * acc
-        advantages[t] = acc
+    advantages = backward_recursion(deltas, traces)
     return advantages, advantages + values[:-1]

@@ -20,6 +20,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from rlherd.losses import backward_recursion, check_bootstrap_row
+
 
 class VTraceReturns(NamedTuple):
     vs: torch.Tensor  # [T, B] value targets
@@ -43,12 +45,7 @@ def vtrace_from_log_probs(
 ) -> VTraceReturns:
     """V-trace targets from log-probabilities of the taken actions. Shapes: ``[T, B]`` except
     ``values`` ``[T + 1, B]``. Flags and mask are bool tensors."""
-    T = rewards.shape[0]
-    if values.shape[0] != T + 1:
-        raise ValueError(
-            f"values must have T + 1 = {T + 1} rows (the last is the bootstrap value), "
-            f"got shape {tuple(values.shape)}"
-        )
+    check_bootstrap_row(rewards, values)
     log_rhos = target_log_probs - behaviour_log_probs
     rhos = log_rhos.exp()
     clipped_rhos = rhos if clip_rho_threshold is None else rhos.clamp(max=clip_rho_threshold)
@@ -59,12 +56,7 @@ def vtrace_from_log_probs(
     v_t, v_tp1 = values[:-1], values[1:]
     deltas = maskf * clipped_rhos * (rewards + discounts * v_tp1 - v_t)
 
-    acc = torch.zeros_like(values[-1])
-    vs_minus_v = torch.empty_like(rewards)
-    for t in range(T - 1, -1, -1):
-        acc = deltas[t] + traces[t] * acc
-        vs_minus_v[t] = acc
-    vs = v_t + vs_minus_v
+    vs = v_t + backward_recursion(deltas, traces)
 
     vs_tp1 = torch.cat([vs[1:], values[-1:]])
     pg_rhos = rhos if clip_pg_rho_threshold is None else rhos.clamp(max=clip_pg_rho_threshold)
