@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, apply_overrides, to_json
@@ -129,6 +131,7 @@ def train(
     if eval_every > 0:
         evaluator = Evaluator(builder, spec, recorder, eval_every, eval_episodes, seed)
 
+    torch.set_num_threads(config.torch_threads)
     with GracefulStop() as stop:
         try:
             if runtime == "single":

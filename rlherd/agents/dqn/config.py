@@ -52,6 +52,7 @@ class DQNConfig:
     native_vector_env: bool = True
     env_workers: int = 0  # step environments in this many BatchEnv processes (0: in process)
     device: str = "cpu"
+    torch_threads: int = 1  # intra-op threads of the process; see ImpalaConfig.torch_threads
 
     # Runs.
     checkpoint_replay: bool = True  # replay goes into checkpoints (exact resume; large on Atari)

@@ -51,6 +51,9 @@ class ImpalaConfig:
 
     # Where the learner's network lives ("cpu", "cuda", "cuda:1"); mono actors always act on CPU.
     device: str = "cpu"
+    # Intra-op threads of the learner process. Small models gain nothing from more, and threads
+    # beyond the free cores make every op wait for a descheduled one (10x slower seen here).
+    torch_threads: int = 1
 
     # Runs.
     checkpoint_interval_s: float = 600.0
