@@ -141,7 +141,7 @@ def main() -> None:
         overrides, total_steps = SETUPS[env_id]
         config, _ = resolve_config("impala", env_id, None, overrides)
         builder = BUILDERS["impala"](config, env_id)
-        spec = envs.spec_of(envs.make(env_id), env_id)
+        spec = envs.spec_for(env_id)
         B, k, n = config.batch_size, config.envs_per_actor, config.num_actors
         common = dict(
             env=env_id,
@@ -150,45 +150,19 @@ def main() -> None:
             batch=B,
         )
 
-        sps = raw_steps(env_id, B, args.seconds)
-        emit(
-            **common,
-            measure="raw_env",
-            runtime="single",
-            num_envs=B,
-            steps_per_s=round(sps, 1),
-            **frames(env_id, sps),
-        )
-        sps = raw_steps_processes(env_id, n, k, args.seconds)
-        emit(
-            **common,
-            measure="raw_env",
-            runtime="mono",
-            num_envs=n * k,
-            processes=n,
-            steps_per_s=round(sps, 1),
-            **frames(env_id, sps),
-        )
-
-        sps = acting_single(builder, spec, args.seconds)
-        emit(
-            **common,
-            measure="acting",
-            runtime="single",
-            num_envs=B,
-            steps_per_s=round(sps, 1),
-            **frames(env_id, sps),
-        )
-        sps = acting_mono(builder, spec, args.seconds)
-        emit(
-            **common,
-            measure="acting",
-            runtime="mono",
-            num_envs=n * k,
-            processes=n,
-            steps_per_s=round(sps, 1),
-            **frames(env_id, sps),
-        )
+        single = dict(runtime="single", num_envs=B)
+        mono = dict(runtime="mono", num_envs=n * k, processes=n)
+        t = args.seconds
+        measurements = [
+            ("raw_env", single, raw_steps, (env_id, B, t)),
+            ("raw_env", mono, raw_steps_processes, (env_id, n, k, t)),
+            ("acting", single, acting_single, (builder, spec, t)),
+            ("acting", mono, acting_mono, (builder, spec, t)),
+        ]
+        for measure, where, measure_sps, measure_args in measurements:
+            sps = measure_sps(*measure_args)
+            emit(**common, measure=measure, **where, steps_per_s=round(sps, 1),
+                 **frames(env_id, sps))  # fmt: skip
 
         for runtime in ("single", "mono"):
             result = training(env_id, runtime, overrides, total_steps)

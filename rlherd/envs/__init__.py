@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import pickle
 from typing import Any
 
 import gymnasium as gym
@@ -24,7 +25,7 @@ from rlherd.core import EnvSpec
 from rlherd.envs import toy
 from rlherd.envs.atari import make_atari, make_atari_vector
 
-__all__ = ["EnvSpec", "family", "make", "make_vector", "spec_of", "known_ids"]
+__all__ = ["EnvSpec", "family", "make", "make_vector", "save_envs", "spec_for", "spec_of"]
 
 toy.register()
 
@@ -147,3 +148,22 @@ def spec_of(env: gym.Env | gym.vector.VectorEnv, env_id: str | None = None) -> E
     env_id = env_id or (spec.id if spec is not None else type(env).__name__)
     max_steps = spec.max_episode_steps if spec is not None else None
     return EnvSpec.from_spaces(env_id, obs_space, act_space, max_steps)
+
+
+def spec_for(env_id: str, **kwargs: Any) -> EnvSpec:
+    """The :class:`EnvSpec` of ``env_id``, from a probe environment built and closed here
+    (which also fails fast, with a clear message, on a bad id or space)."""
+    probe = make(env_id, **kwargs)
+    try:
+        return spec_of(probe, env_id)
+    finally:
+        probe.close()
+
+
+def save_envs(envs: gym.vector.VectorEnv) -> bytes | None:
+    """A vector env's full state as bytes for a checkpoint, or None where it cannot be pickled
+    (ale-py's native vector env, a BatchEnv's processes): a resumed run restarts its episodes."""
+    try:
+        return pickle.dumps(envs)
+    except (TypeError, AttributeError, pickle.PicklingError):
+        return None

@@ -21,9 +21,7 @@ def load_policy_net(run_dir: str | Path):
     builder_class = BUILDERS[meta["agent"]]
     config = apply_overrides(builder_class.config_class(), meta["config"])
     builder = builder_class(config, meta["env"], meta["env_kwargs"])
-    probe = rl_envs.make(meta["env"], **meta["env_kwargs"])
-    spec = rl_envs.spec_of(probe, meta["env"])
-    probe.close()
+    spec = rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
     net = builder.make_networks(spec, device="cpu")
     net.load_state_dict(rundir.load_checkpoint()["learner"]["net"])
     net.eval()

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlherd.core import Actor
+from rlherd.envs import save_envs
 from rlherd.run.recorder import Recorder
 
 
@@ -52,12 +53,8 @@ class EnvironmentLoop:
         return n
 
     def state_dict(self) -> dict[str, Any]:
-        try:
-            envs = pickle.dumps(self.envs)
-        except (TypeError, AttributeError, pickle.PicklingError):
-            envs = None  # e.g. ale-py's native vector env: a resumed run restarts its episodes
         keys = ("obs", "resetting", "episode_return", "episode_length")
-        return dict(envs=envs, **{k: getattr(self, k) for k in keys})
+        return dict(envs=save_envs(self.envs), **{k: getattr(self, k) for k in keys})
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore; False if the environments could not be saved (episodes restart)."""

@@ -88,9 +88,7 @@ def train(
     if total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {total_steps}")
 
-    probe = rl_envs.make(env, **env_kwargs)  # fails fast on a bad id, before any directory
-    spec = rl_envs.spec_of(probe, env)
-    probe.close()
+    spec = rl_envs.spec_for(env, **env_kwargs)  # fails fast on a bad id, before any directory
     builder = BUILDERS[agent](config, env, env_kwargs)
 
     if resume is None:

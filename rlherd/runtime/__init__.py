@@ -41,6 +41,13 @@ class GracefulStop:
             signal.signal(sig, handler)
 
 
+def checkpoint_state(learner, recorder, **parts: Any) -> dict[str, Any]:
+    """What every runtime checkpoints (learner, counters, global RNGs) plus its own ``parts``."""
+    return dict(
+        learner=learner.state_dict(), recorder=recorder.state_dict(), rng=rng_state(), **parts
+    )
+
+
 def rng_state() -> dict[str, Any]:
     return dict(torch=torch.get_rng_state(), numpy=np.random.get_state(), python=random.getstate())
 

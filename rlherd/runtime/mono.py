@@ -36,7 +36,7 @@ from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
 from rlherd.core import EnvSpec
 from rlherd.run.config import ConfigError
 from rlherd.run.recorder import Recorder
-from rlherd.runtime import rng_state, set_rng_state
+from rlherd.runtime import checkpoint_state, set_rng_state
 
 POLL_S = 0.5  # how often blocked learner threads wake to check for stop and dead actors
 MAX_RESTARTS_PER_ACTOR = 20  # beyond this the fault is not transient: report it and stop
@@ -317,7 +317,7 @@ def run_mono(
             errors.append(e)
 
     def state() -> dict[str, Any]:
-        return dict(learner=learner.state_dict(), recorder=recorder.state_dict(), rng=rng_state())
+        return checkpoint_state(learner, recorder)
 
     def parameters() -> dict[str, torch.Tensor]:
         with learn_lock:

@@ -23,7 +23,7 @@ from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
 from rlherd.core import EnvSpec
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.run.recorder import Recorder
-from rlherd.runtime import rng_state, set_rng_state
+from rlherd.runtime import checkpoint_state, set_rng_state
 
 
 def run_single(
@@ -60,12 +60,7 @@ def _run_rollouts(builder, spec, recorder, seed, checkpoint, save, stop, evaluat
         set_rng_state(checkpoint["rng"])
 
     def state() -> dict[str, Any]:
-        return dict(
-            learner=learner.state_dict(),
-            actor=actor.state_dict(),
-            recorder=recorder.state_dict(),
-            rng=rng_state(),
-        )
+        return checkpoint_state(learner, recorder, actor=actor.state_dict())
 
     try:
         while not recorder.done() and not stop.is_set():
@@ -99,13 +94,12 @@ def _run_replay(builder, spec, recorder, seed, checkpoint, save, stop, evaluator
         set_rng_state(checkpoint["rng"])
 
     def state() -> dict[str, Any]:
-        return dict(
-            learner=learner.state_dict(),
+        return checkpoint_state(
+            learner,
+            recorder,
             actor=actor.state_dict(),
             loop=loop.state_dict(),
             tables=[t.state_dict() for t in tables] if config.checkpoint_replay else None,
-            recorder=recorder.state_dict(),
-            rng=rng_state(),
         )
 
     try:

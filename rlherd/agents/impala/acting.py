@@ -16,6 +16,7 @@ import torch
 from rlherd import types as F
 from rlherd.agents.impala.networks import CoreState, ImpalaNet
 from rlherd.core import EnvSpec
+from rlherd.envs import save_envs
 
 _TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(bool): torch.uint8}
 
@@ -124,13 +125,9 @@ class ImpalaActor:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: the environments (when they pickle), the
         current row and the sampling RNG."""
-        try:
-            envs = pickle.dumps(self.envs)
-        except (TypeError, AttributeError, pickle.PicklingError):
-            envs = None  # e.g. ale-py's native vector env: a resumed run restarts its episodes
         keys = ("obs", "reset", "episode_return", "episode_length", "state_before", "state_after")
         return dict(
-            envs=envs,
+            envs=save_envs(self.envs),
             generator=self.generator.get_state(),
             logits=self.logits,
             baseline=self.baseline,
