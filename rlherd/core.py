@@ -1,6 +1,6 @@
 """The seams every agent and runtime share (Acme's, in PyTorch): the environment spec, the
-``Actor`` / ``Learner`` / ``VariableSource`` / ``Adder`` / ``Worker`` / ``Builder`` protocols and
-the ``VariableClient``.
+``Actor`` / ``Learner`` / ``VariableSource`` / ``Adder`` / ``Worker`` / ``Builder`` protocols,
+TensorFlow Agents' ``BatchedAlgorithm`` and the ``VariableClient``.
 
 An agent is written once against these; runtimes (single, mono, ...) decide where the pieces run.
 """
@@ -123,6 +123,32 @@ class Actor(Protocol):
     ) -> None: ...
 
     def update(self, wait: bool = False) -> None: ...
+
+
+@runtime_checkable
+class BatchedAlgorithm(Protocol):
+    """TensorFlow Agents' batched algorithm interface (Hafner et al. 2017, section 5.1), which
+    :func:`rlherd.run.loop.simulate` drives; indices are positions in the batch of environments.
+
+    - ``begin_episodes(indices)``: these environments start episodes; their first observations
+      come with the next ``perform``.
+    - ``perform(obs) -> action``: batched inference for every environment.
+    - ``experience(obs, action, reward, next_obs, terminated, truncated, skip)``: the batch of
+      transitions just taken. With next-step autoreset, environments in ``skip`` only reset (their
+      ``next_obs`` begins an episode): they are not transitions.
+    - ``end_episodes(indices)``: these environments finished an episode at this step.
+
+    :class:`rlherd.run.loop.ActorAlgorithm` is this interface made of an rlherd :class:`Actor`
+    and :class:`Learner`, which is how every agent that acts step by step is driven.
+    """
+
+    def begin_episodes(self, indices: np.ndarray) -> None: ...
+
+    def perform(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def experience(self, obs, action, reward, next_obs, terminated, truncated, skip) -> None: ...
+
+    def end_episodes(self, indices: np.ndarray) -> None: ...
 
 
 @runtime_checkable

@@ -10,6 +10,9 @@ Trajectories (on-policy agents: IMPALA, PPO, A2C) are time-major ``[T + 1, B, ..
   environment; its action is ignored and the transition at ``t`` is masked out of every loss.
 - ``action[t]``, ``policy_logits[t]`` (the behaviour policy's logits), ``baseline[t]``: the
   agent's outputs computed from ``obs[t]``.
+- PPO, which also acts in continuous spaces, stores ``behaviour_log_prob[t]`` and
+  ``policy_params[t]`` (the behaviour distribution's parameters: logits, or a Gaussian's mean
+  then log std) instead of ``policy_logits[t]``.
 - ``reward[t]``, ``terminated[t]``, ``truncated[t]``: the outcome of ``action[t]``.
 - Row ``T`` is the bootstrap row; its outcome fields are not yet known and are never read.
   Consecutive rollouts of one actor overlap by that row (as in TorchBeast).
@@ -28,6 +31,8 @@ RESET = "reset"
 ACTION = "action"
 POLICY_LOGITS = "policy_logits"
 BASELINE = "baseline"
+BEHAVIOUR_LOG_PROB = "behaviour_log_prob"
+POLICY_PARAMS = "policy_params"
 REWARD = "reward"
 TERMINATED = "terminated"
 TRUNCATED = "truncated"

@@ -1,15 +1,17 @@
-"""Acme's seams: Counter, VariableClient, EnvironmentLoop (with next-step autoreset)."""
+"""Acme's seams: Counter, VariableClient, EnvironmentLoop (with next-step autoreset), and
+TensorFlow Agents' batched algorithm interface driven by simulate."""
 
 import threading
 import time
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from rlherd import envs
-from rlherd.core import Actor, VariableClient
+from rlherd.core import Actor, BatchedAlgorithm, VariableClient
 from rlherd.run.counting import Counter
-from rlherd.run.loop import EnvironmentLoop
+from rlherd.run.loop import EnvironmentLoop, simulate
 
 
 def test_counter_prefixes_and_state():
@@ -103,7 +105,7 @@ def test_environment_loop_skips_autoreset_steps():
             episodes.extend(zip(returns.tolist(), lengths.tolist(), strict=True))
 
     loop = EnvironmentLoop(vec, actor, Rec(), seed=0)
-    for _ in range(3):
+    for _ in range(4):
         loop.step()
     assert actor.events == [
         ("first", [0, 1], [0, 0]),
@@ -111,6 +113,54 @@ def test_environment_loop_skips_autoreset_steps():
         ("step", [True, True], [True, True]),  # both reach the end
         ("step", [False, False], [False, False]),  # autoreset step: not a transition
         ("first", [0, 1], [0, 0]),  # the new episodes' first observations
+        ("step", [True, True], [False, False]),
     ]
     assert [(round(r, 6), n) for r, n in episodes] == [(0.98, 2), (0.98, 2)]
-    assert Rec.steps == 6
+    assert Rec.steps == 8
+
+
+class RecordingAlgorithm:
+    """TensorFlow Agents' batched interface, recording its calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def begin_episodes(self, indices):
+        self.calls.append(("begin", indices.tolist()))
+
+    def perform(self, obs):
+        self.calls.append(("perform", obs.argmax(1).tolist()))
+        return np.ones(len(obs), dtype=np.int64)
+
+    def experience(self, obs, action, reward, next_obs, terminated, truncated, skip):
+        self.calls.append(("experience", (~skip).tolist(), next_obs.argmax(1).tolist()))
+
+    def end_episodes(self, indices):
+        self.calls.append(("end", indices.tolist()))
+
+
+def test_simulate_drives_the_batched_algorithm_interface():
+    # Episodes end at different steps: env 0 is truncated after every step.
+    vec = gym.vector.SyncVectorEnv(
+        [lambda n=n: envs.make("rlherd/Corridor-v0", length=3, max_steps=n) for n in (1, 50)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    algorithm = RecordingAlgorithm()
+    assert isinstance(algorithm, BatchedAlgorithm)
+    simulate(vec, algorithm, steps=4, seed=0)
+    assert algorithm.calls == [
+        ("begin", [0, 1]),
+        ("perform", [0, 0]),
+        ("experience", [True, True], [1, 1]),
+        ("end", [0]),
+        ("perform", [1, 1]),
+        ("experience", [False, True], [0, 2]),  # env 0 resets: not a transition
+        ("end", [1]),
+        ("begin", [0]),
+        ("perform", [0, 2]),
+        ("experience", [True, False], [1, 0]),
+        ("end", [0]),
+        ("begin", [1]),
+        ("perform", [1, 0]),
+        ("experience", [False, True], [0, 1]),
+    ]

@@ -5,5 +5,6 @@
 
 from rlherd.agents.dqn import DQNBuilder
 from rlherd.agents.impala import ImpalaBuilder
+from rlherd.agents.ppo import PPOBuilder
 
-BUILDERS = {"dqn": DQNBuilder, "impala": ImpalaBuilder}
+BUILDERS = {"dqn": DQNBuilder, "impala": ImpalaBuilder, "ppo": PPOBuilder}

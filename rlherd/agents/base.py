@@ -10,14 +10,17 @@ from rlherd import envs as rl_envs
 
 
 class AgentBuilder:
-    """Subclasses set ``name``, ``config_class``, ``presets``, ``default_total_steps`` and
-    ``uses_replay`` and add the ``make_*`` methods of :class:`rlherd.core.Builder`."""
+    """Subclasses set ``name``, ``config_class``, ``presets``, ``default_total_steps``,
+    ``runtimes`` (those the agent runs on) and ``uses_loop`` (True: it acts step by step through
+    the environment loop with an adder; False: its actor unrolls whole rollouts itself, as
+    IMPALA's) and add the ``make_*`` methods of :class:`rlherd.core.Builder`."""
 
     name: str
     config_class: type
     presets: dict[str, dict[str, Any]]
     default_total_steps: dict[str, int]
-    uses_replay: bool
+    runtimes: tuple[str, ...]
+    uses_loop: bool
     preset_for = staticmethod(rl_envs.family)  # the preset an env id gets unless one is named
 
     def __init__(self, config: Any, env_id: str, env_kwargs: dict | None = None):

@@ -27,15 +27,28 @@ def _as_float(obs: torch.Tensor) -> torch.Tensor:
     return obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
 
 
-class MLPTorso(nn.Module):
-    """Fully connected layers with ReLU for vector observations (flattened)."""
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
-    def __init__(self, obs_shape: tuple[int, ...], hidden: tuple[int, ...] = (64, 64)):
+
+class MLPTorso(nn.Module):
+    """Fully connected layers (ReLU, or tanh as PPO often uses) for vector observations
+    (flattened)."""
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        hidden: tuple[int, ...] = (64, 64),
+        activation: str = "relu",
+    ):
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {activation!r}; choose one of {list(ACTIVATIONS)}"
+            )
         layers: list[nn.Module] = []
         size = int(torch.tensor(obs_shape).prod()) if obs_shape else 1
         for h in hidden:
-            layers += [nn.Linear(size, h), nn.ReLU()]
+            layers += [nn.Linear(size, h), ACTIVATIONS[activation]()]
             size = h
         self.net = nn.Sequential(*layers)
         self.out_dim = size

@@ -1,68 +1,148 @@
-"""The environment loop: an :class:`~rlherd.core.Actor` stepping a batch of environments.
+"""The environment loop: TensorFlow Agents' ``simulate`` over a batch of environments.
 
-It follows Gymnasium's next-step autoreset: the step after an episode ended only resets that
-environment, so it is not observed as a transition; the actor gets ``observe_first`` with the new
-episode's first observation instead. Episode returns and lengths and step counts go to the run's
+:class:`EnvironmentLoop` steps a vector environment with a
+:class:`~rlherd.core.BatchedAlgorithm` (``begin_episodes`` / ``perform`` / ``experience`` /
+``end_episodes``). It follows Gymnasium's next-step autoreset: the step after an episode ended only
+resets that environment, so it is passed to ``experience`` as ``skip`` (not a transition) and the
+environment begins its next episode. Episode returns and lengths and step counts go to the run's
 recorder.
+
+:class:`ActorAlgorithm` is that interface built from rlherd's seams: an
+:class:`~rlherd.core.Actor` acts and records, and a :class:`~rlherd.core.Learner` steps whenever
+its dataset has a batch ready (a full rollout for PPO, the rate limiter's say for DQN).
 """
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from rlherd.core import Actor
+from rlherd.core import Actor, BatchedAlgorithm
 from rlherd.envs import save_envs
 from rlherd.run.recorder import Recorder
 
 
+class ActorAlgorithm:
+    """A :class:`~rlherd.core.BatchedAlgorithm` made of an actor and (optionally) a learner.
+
+    ``begin_episodes`` becomes ``actor.observe_first`` with the next observations, ``perform``
+    is ``actor.select_action``, ``experience`` is ``actor.observe`` followed by as many
+    ``learner.step()`` calls as the learner is ready for (each one's metrics go to
+    ``on_learn``) and ``actor.update()``. Episode ends reach the actor through the flags.
+    """
+
+    def __init__(
+        self,
+        actor: Actor,
+        learner=None,
+        on_learn: Callable[[dict[str, float]], None] | None = None,
+    ):
+        self.actor, self.learner, self.on_learn = actor, learner, on_learn
+        self._beginning: np.ndarray | None = None
+
+    def begin_episodes(self, indices: np.ndarray) -> None:
+        self._beginning = indices
+
+    def perform(self, obs: np.ndarray) -> np.ndarray:
+        if self._beginning is not None:
+            envs = np.zeros(len(obs), dtype=bool)
+            envs[self._beginning] = True
+            self.actor.observe_first(obs, envs)
+            self._beginning = None
+        return self.actor.select_action(obs)
+
+    def experience(self, obs, action, reward, next_obs, terminated, truncated, skip) -> None:
+        self.actor.observe(action, reward, next_obs, terminated, truncated, skip=skip)
+        if self.learner is not None:
+            while self.learner.ready():
+                metrics = self.learner.step()
+                if self.on_learn is not None:
+                    self.on_learn(metrics)
+        self.actor.update()
+
+    def end_episodes(self, indices: np.ndarray) -> None:
+        """Actors see episode ends in ``observe``'s flags; nothing more to do."""
+
+
 class EnvironmentLoop:
-    def __init__(self, envs: gym.vector.VectorEnv, actor: Actor, recorder: Recorder, seed: int):
-        self.envs, self.actor, self.recorder = envs, actor, recorder
+    """Steps ``envs`` with ``algorithm`` (an Actor is wrapped in :class:`ActorAlgorithm`)."""
+
+    def __init__(
+        self,
+        envs: gym.vector.VectorEnv,
+        algorithm: BatchedAlgorithm | Actor,
+        recorder: Recorder | None = None,
+        seed: int | None = None,
+    ):
+        if not isinstance(algorithm, BatchedAlgorithm):
+            algorithm = ActorAlgorithm(algorithm)
+        self.envs, self.algorithm, self.recorder = envs, algorithm, recorder
         obs, _ = envs.reset(seed=seed)
         self.obs = np.asarray(obs)
         n = envs.num_envs
+        self.beginning = np.ones(n, dtype=bool)  # these begin an episode at the next step
         self.resetting = np.zeros(n, dtype=bool)  # this env's next step is an autoreset
         self.episode_return = np.zeros(n)
         self.episode_length = np.zeros(n, dtype=np.int64)
-        actor.observe_first(self.obs, np.ones(n, dtype=bool))
 
     def step(self) -> int:
         """One step of every environment; returns the number of agent steps taken."""
-        action = self.actor.select_action(self.obs)
+        if self.beginning.any():
+            self.algorithm.begin_episodes(np.flatnonzero(self.beginning))
+        action = self.algorithm.perform(self.obs)
         obs, reward, terminated, truncated, _ = self.envs.step(action)
         obs = np.asarray(obs)
         reward = np.asarray(reward, dtype=np.float64)
         terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         skip = self.resetting
-        self.actor.observe(action, reward, obs, terminated, truncated, skip=skip)
-        if skip.any():
-            self.actor.observe_first(obs, skip)
+        self.algorithm.experience(self.obs, action, reward, obs, terminated, truncated, skip)
         self.episode_return = np.where(skip, 0.0, self.episode_return + reward)
         self.episode_length = np.where(skip, 0, self.episode_length + 1)
         ended = (terminated | truncated) & ~skip
         if ended.any():
-            self.recorder.episodes(self.episode_return[ended], self.episode_length[ended])
-        self.resetting = ended
-        self.obs = obs
+            self.algorithm.end_episodes(np.flatnonzero(ended))
+            if self.recorder is not None:
+                self.recorder.episodes(self.episode_return[ended], self.episode_length[ended])
+        self.beginning, self.resetting, self.obs = skip, ended, obs
         n = len(skip)  # every environment step counts, autoresets included (as TorchBeast)
-        self.recorder.add_actor_steps(n)
+        if self.recorder is not None:
+            self.recorder.add_actor_steps(n)
         return n
 
+    def run(self, steps: int) -> None:
+        """``steps`` steps of every environment."""
+        for _ in range(steps):
+            self.step()
+
     def state_dict(self) -> dict[str, Any]:
-        keys = ("obs", "resetting", "episode_return", "episode_length")
+        keys = ("obs", "beginning", "resetting", "episode_return", "episode_length")
         return dict(envs=save_envs(self.envs), **{k: getattr(self, k) for k in keys})
 
-    def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore; False if the environments could not be saved (episodes restart)."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore; if the environments could not be saved (ale-py), keep the fresh ones, whose
+        episodes all begin at the next step."""
         if state["envs"] is None:
-            return False
+            return
         self.envs.close()
         self.envs = pickle.loads(state["envs"])
         for k, v in state.items():
             if k != "envs":
                 setattr(self, k, v)
-        return True
+
+
+def simulate(
+    envs: gym.vector.VectorEnv,
+    algorithm: BatchedAlgorithm | Actor,
+    steps: int,
+    recorder: Recorder | None = None,
+    seed: int | None = None,
+) -> EnvironmentLoop:
+    """TensorFlow Agents' ``simulate``: reset ``envs`` and step them ``steps`` times with
+    ``algorithm``. Returns the loop, whose ``step()`` / ``run()`` continue where it stopped."""
+    loop = EnvironmentLoop(envs, algorithm, recorder, seed)
+    loop.run(steps)
+    return loop

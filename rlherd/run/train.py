@@ -85,6 +85,12 @@ def train(
         checkpoint = None
     if runtime not in RUNTIMES:
         raise ConfigError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
+    if runtime not in BUILDERS[agent].runtimes:
+        runs_on = ", ".join(BUILDERS[agent].runtimes)
+        raise ConfigError(
+            f"{agent} runs on the {runs_on} runtime(s), not {runtime}; mono is MonoBeast's "
+            "rollout pipeline for IMPALA's actors. Use --runtime single"
+        )
     if total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {total_steps}")
 

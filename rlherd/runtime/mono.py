@@ -277,11 +277,6 @@ def run_mono(
     stop: threading.Event,
     evaluator=None,
 ) -> None:
-    if builder.uses_replay:
-        raise ConfigError(
-            f"{builder.name} learns from replay and runs on the single runtime; mono is "
-            "MonoBeast's rollout pipeline for on-policy agents (impala)"
-        )
     learner_net = builder.make_networks(spec)
     learner = builder.make_learner(learner_net, recorder.total_steps)
     if checkpoint is not None:

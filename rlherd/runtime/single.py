@@ -2,9 +2,11 @@
 
 - On-policy agents (IMPALA): step ``batch_size`` environments for ``unroll_length`` steps, learn
   on that rollout, repeat.
-- Replay agents (DQN, ...): an :class:`~rlherd.run.loop.EnvironmentLoop` steps ``num_envs``
-  environments; after every step the learner steps for as long as the replay table's rate
-  limiter lets it sample (inserts never block in one process, as in Acme's local layout).
+- Agents that act step by step (DQN, PPO): an :class:`~rlherd.run.loop.EnvironmentLoop`
+  (TensorFlow Agents' ``simulate``) steps ``num_envs`` environments; after every step the learner
+  steps for as long as its dataset has a batch: while the replay table's rate limiter lets it
+  sample (inserts never block in one process, as in Acme's local layout), or once per full
+  rollout for PPO.
 
 Checkpoints hold everything (learner, actor, adders, replay, environments when they pickle, RNGs),
 so ``--resume`` continues exactly; ale-py's native vector env does not pickle, so there the
@@ -17,11 +19,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-
 from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
 from rlherd.core import EnvSpec
-from rlherd.run.loop import EnvironmentLoop
+from rlherd.run.loop import ActorAlgorithm, EnvironmentLoop
 from rlherd.run.recorder import Recorder
 from rlherd.runtime import checkpoint_state, set_rng_state
 
@@ -36,7 +36,7 @@ def run_single(
     stop: threading.Event,
     evaluator=None,
 ) -> None:
-    run = _run_replay if builder.uses_replay else _run_rollouts
+    run = _run_loop if builder.uses_loop else _run_rollouts
     run(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
 
 
@@ -74,7 +74,7 @@ def _run_rollouts(builder, spec, recorder, seed, checkpoint, save, stop, evaluat
         actor.envs.close()
 
 
-def _run_replay(builder, spec, recorder, seed, checkpoint, save, stop, evaluator) -> None:
+def _run_loop(builder, spec, recorder, seed, checkpoint, save, stop, evaluator) -> None:
     config = builder.config
     net = builder.make_networks(spec)
     tables = builder.make_replay_tables(spec, insert_blocking=False)
@@ -82,15 +82,16 @@ def _run_replay(builder, spec, recorder, seed, checkpoint, save, stop, evaluator
     adder = builder.make_adder(tables, config.num_envs)
     actor = builder.make_actor(net, adder, seed)
     learner = builder.make_learner(net, recorder.total_steps, dataset, tables)
-    loop = EnvironmentLoop(builder.make_envs(config.num_envs), actor, recorder, seed)
+    algorithm = ActorAlgorithm(actor, learner, on_learn=recorder.learner)
+    loop = EnvironmentLoop(builder.make_envs(config.num_envs), algorithm, recorder, seed)
+    save_tables = getattr(config, "checkpoint_replay", True)
     if checkpoint is not None:
         learner.load_state_dict(checkpoint["learner"])
         actor.load_state_dict(checkpoint["actor"])
         if checkpoint["tables"] is not None:
             for table, table_state in zip(tables, checkpoint["tables"], strict=True):
                 table.load_state_dict(table_state)
-        if not loop.load_state_dict(checkpoint["loop"]):
-            actor.observe_first(loop.obs, np.ones(loop.envs.num_envs, dtype=bool))
+        loop.load_state_dict(checkpoint["loop"])
         set_rng_state(checkpoint["rng"])
 
     def state() -> dict[str, Any]:
@@ -99,15 +100,12 @@ def _run_replay(builder, spec, recorder, seed, checkpoint, save, stop, evaluator
             recorder,
             actor=actor.state_dict(),
             loop=loop.state_dict(),
-            tables=[t.state_dict() for t in tables] if config.checkpoint_replay else None,
+            tables=[t.state_dict() for t in tables] if save_tables else None,
         )
 
     try:
         while not recorder.done() and not stop.is_set():
             loop.step()
-            while learner.ready():
-                recorder.learner(learner.step())
-            actor.update()
             if evaluator is not None:
                 evaluator.maybe_run(net.state_dict)
             if recorder.tick():

@@ -27,7 +27,8 @@ class DQNBuilder(AgentBuilder):
     config_class = DQNConfig
     presets = PRESETS
     default_total_steps = DEFAULT_TOTAL_STEPS
-    uses_replay = True
+    runtimes = ("single",)
+    uses_loop = True
 
     def make_networks(self, spec: EnvSpec, device: str | None = None) -> QNetwork:
         return QNetwork(spec, self.config).to(device or self.config.device)

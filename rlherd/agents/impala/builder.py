@@ -19,7 +19,8 @@ class ImpalaBuilder(AgentBuilder):
     name = "impala"
     config_class = ImpalaConfig
     presets = PRESETS
-    uses_replay = False
+    runtimes = ("single", "mono")
+    uses_loop = False
     default_total_steps = DEFAULT_TOTAL_STEPS
 
     def make_networks(self, spec: EnvSpec, device: str | None = None) -> ImpalaNet:

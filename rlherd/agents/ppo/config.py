@@ -1,0 +1,228 @@
+"""PPO's configuration: CleanRL's defaults, and presets from RL Zoo's tuned settings and BatchPPO.
+
+``objective="clip"`` is PPO-clip (Schulman et al. 2017). ``objective="kl"`` is BatchPPO
+(TensorFlow Agents, Hafner et al. 2017): a KL penalty with adaptive weight and a quadratic
+cut-off, separate policy and value networks with their own Adam optimisers, full-batch epochs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlherd import envs as rl_envs
+
+
+@dataclass
+class PPOConfig:
+    """Each update collects ``num_envs * unroll_length`` steps, then runs ``epochs`` passes of
+    ``minibatches`` minibatches over the valid rows (autoreset rows are dropped)."""
+
+    # Collection.
+    num_envs: int = 4
+    unroll_length: int = 128
+    env_workers: int = 0  # step environments in this many BatchEnv processes (0: in this one)
+    native_vector_env: bool = True  # Atari through ale-py's AtariVectorEnv
+
+    # Returns.
+    discount: float = 0.99
+    gae_lambda: float = 0.95
+
+    # Objective.
+    objective: str = "clip"  # "clip" (PPO-clip) or "kl" (BatchPPO's adaptive KL penalty)
+    clip: float = 0.2
+    anneal_clip: bool = False  # clip falls linearly to 0 with the steps (RL Zoo's lin_0.2)
+    value_clip: float | None = None  # clip V to behaviour V +- this (PPO2); None: off
+    entropy_cost: float = 0.0
+    value_cost: float = 0.5
+    normalize_advantages: bool = True
+    kl_target: float = 0.01
+    kl_init_beta: float = 1.0
+    kl_cutoff_factor: float = 2.0
+    kl_cutoff_coef: float = 1000.0
+
+    # Optimisation.
+    epochs: int = 10
+    minibatches: int = 32
+    learning_rate: float = 3e-4  # the shared network's, or the policy's when separate optimisers
+    value_learning_rate: float | None = None  # a value optimiser of its own (BatchPPO); None: one
+    lr_anneal: bool = True  # linear decay to 0 at total_steps
+    adam_eps: float = 1e-5
+    max_grad_norm: float | None = 0.5
+
+    # Networks.
+    shared_network: bool = False  # one torso for policy and value, or two separate MLPs
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    value_hidden_sizes: tuple[int, ...] | None = None  # None: same as hidden_sizes
+    activation: str = "tanh"  # tanh | relu
+    orthogonal_init: bool = True  # CleanRL's: gain sqrt(2), 0.01 for the policy head, 1 value
+    init_log_std: float = 0.0  # Gaussian policies: state-independent log std
+    tanh_mean: bool = False  # BatchPPO squashes the action mean into [-1, 1]
+    mean_init_scale: float = 0.01  # scale of the policy head's initial weights
+
+    # Normalisation (streaming statistics, in checkpoints, used by eval).
+    normalize_obs: bool = False
+    obs_clip: float = 5.0
+    reward_scaling: str | None = None  # "return" (divide by std of discounted returns) | "reward"
+    reward_clip: float = 10.0
+
+    device: str = "cpu"
+    torch_threads: int = 1
+
+    # Runs.
+    checkpoint_interval_s: float = 600.0
+    log_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "unroll_length", "epochs", "minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.objective not in ("clip", "kl"):
+            raise ValueError(f"objective must be 'clip' or 'kl', got {self.objective!r}")
+        if self.activation not in ("tanh", "relu"):
+            raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
+        if self.reward_scaling not in (None, "return", "reward"):
+            raise ValueError(
+                f"reward_scaling must be None, 'return' or 'reward', got {self.reward_scaling!r}"
+            )
+        if self.shared_network and self.value_learning_rate is not None:
+            raise ValueError(
+                "a shared network has one optimiser: set value_learning_rate=None or "
+                "shared_network=False"
+            )
+        if not 0.0 <= self.discount <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
+            raise ValueError("discount and gae_lambda must be in [0, 1]")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"device={self.device!r} but CUDA is not available; use device=cpu")
+
+
+# RL Zoo's tuned MuJoCo settings share this network and normalisation.
+_ZOO_MUJOCO = dict(
+    num_envs=1,
+    unroll_length=512,
+    hidden_sizes=(256, 256),
+    activation="relu",
+    orthogonal_init=False,
+    init_log_std=-2.0,
+    lr_anneal=False,
+    normalize_obs=True,
+    obs_clip=10.0,
+    reward_scaling="return",
+)
+
+PRESETS: dict[str, dict] = {
+    # CleanRL's ppo_continuous_action.py defaults (its published 1M-step MuJoCo figures).
+    "cleanrl": dict(
+        num_envs=1,
+        unroll_length=2048,
+        normalize_obs=True,
+        reward_scaling="return",
+        value_clip=0.2,
+    ),
+    # RL Zoo's CartPole-v1: 500 within 100k steps.
+    "classic": dict(
+        num_envs=8,
+        unroll_length=32,
+        minibatches=1,
+        epochs=20,
+        discount=0.98,
+        gae_lambda=0.8,
+        learning_rate=1e-3,
+        anneal_clip=True,
+    ),
+    # RL Zoo's LunarLander-v3.
+    "lunarlander": dict(
+        num_envs=16,
+        unroll_length=1024,
+        minibatches=256,
+        epochs=4,
+        discount=0.999,
+        gae_lambda=0.98,
+        entropy_cost=0.01,
+        lr_anneal=False,
+    ),
+    # RL Zoo's tuned HalfCheetah and Hopper (SB3 PPO with VecNormalize).
+    "halfcheetah": dict(
+        _ZOO_MUJOCO,
+        minibatches=8,
+        epochs=20,
+        discount=0.98,
+        gae_lambda=0.92,
+        learning_rate=2.0633e-5,
+        entropy_cost=0.000401762,
+        clip=0.1,
+        max_grad_norm=0.8,
+        value_cost=0.58096,
+    ),
+    "hopper": dict(
+        _ZOO_MUJOCO,
+        minibatches=16,
+        epochs=5,
+        discount=0.999,
+        gae_lambda=0.99,
+        learning_rate=9.80828e-5,
+        entropy_cost=0.00229519,
+        clip=0.2,
+        max_grad_norm=0.7,
+        value_cost=0.835671,
+    ),
+    # Other MuJoCo tasks: CleanRL's defaults.
+    "mujoco": {},
+    # BatchPPO as in the paper: 25 environments (one 1000-step episode each per update on
+    # HalfCheetah), 25 full-batch epochs, Adam 1e-4 (policy) and 1e-3 (value), (200, 100) ReLU
+    # networks, tanh mean, KL target 0.01, streaming normalisation of observations (clip 5) and
+    # rewards (clip 10). The discount is TensorFlow Agents' default.
+    "batchppo": dict(
+        num_envs=25,
+        unroll_length=1000,
+        objective="kl",
+        epochs=25,
+        minibatches=1,
+        discount=0.995,
+        gae_lambda=1.0,
+        learning_rate=1e-4,
+        value_learning_rate=1e-3,
+        lr_anneal=False,
+        adam_eps=1e-8,
+        max_grad_norm=None,
+        entropy_cost=0.0,
+        value_cost=1.0,
+        hidden_sizes=(200, 100),
+        activation="relu",
+        orthogonal_init=False,
+        tanh_mean=True,
+        mean_init_scale=0.1,
+        init_log_std=-1.0498,  # std 0.35
+        normalize_obs=True,
+        reward_scaling="reward",
+    ),
+    # rlherd's tiny test environments.
+    "toy": dict(num_envs=4, unroll_length=16, minibatches=2, epochs=4, learning_rate=3e-3),
+}
+PRESETS["mujoco"] = PRESETS["cleanrl"]
+
+
+def preset_for(env_id: str) -> str:
+    """CartPole and co. get ``classic``; HalfCheetah / Hopper their tuned presets; other MuJoCo
+    tasks CleanRL's defaults."""
+    name = env_id.split("-")[0].lower()
+    if name in ("halfcheetah", "hopper", "lunarlander"):
+        return name
+    if name in ("ant", "walker2d", "humanoid", "humanoidstandup", "swimmer", "reacher",
+                "pusher", "invertedpendulum", "inverteddoublependulum"):  # fmt: skip
+        return "mujoco"
+    family = rl_envs.family(env_id)
+    return family if family in PRESETS else "classic"
+
+
+DEFAULT_TOTAL_STEPS: dict[str, int] = {
+    "cleanrl": 1_000_000,
+    "classic": 100_000,
+    "lunarlander": 1_000_000,
+    "halfcheetah": 1_000_000,
+    "hopper": 1_000_000,
+    "mujoco": 1_000_000,
+    "batchppo": 1_000_000,
+    "toy": 20_000,
+}
