@@ -1,4 +1,4 @@
-"""The ``rlherd`` command: ``train``, ``eval`` and ``plot``."""
+"""The ``rlherd`` command: ``train``, ``eval``, ``plot`` and ``serve-env``."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    train.add_argument(
+        "--num-servers", type=int, metavar="N", help="poly: local environment servers to start"
+    )
+    train.add_argument(
+        "--env-servers", metavar="ADDR,...", help="poly: use these running environment servers"
+    )
 
     ev = sub.add_parser("eval", help="run a trained policy")
     ev.add_argument("run_dir")
@@ -39,11 +45,37 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--video", help="record the first episode to FILE (.gif or .mp4)")
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
 
+    add_serve_arguments(sub.add_parser("serve-env", help="serve an environment over gRPC"))
+
     plot = sub.add_parser("plot", help="draw learning curves of runs")
     plot.add_argument("run_dirs", nargs="+")
     plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
     plot.add_argument("--window", type=int, default=20, help="episodes to average over")
     return parser
+
+
+def _poly_overrides(args: argparse.Namespace) -> dict:
+    overrides = {}
+    if args.num_servers is not None:
+        overrides["num_servers"] = args.num_servers
+    if args.env_servers is not None:
+        overrides["env_servers"] = args.env_servers
+    return overrides
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """``rlherd serve-env``'s arguments (also ``python -m rlherd.envs.server``)."""
+    parser.add_argument("env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
+    parser.add_argument(
+        "--address",
+        default="127.0.0.1:50051",
+        help="host:port or unix:PATH (default 127.0.0.1:50051: loopback only)",
+    )
+    parser.add_argument("--envs-per-stream", type=int, default=1, metavar="K")
+    parser.add_argument("--max-streams", type=int, default=64)
+    parser.add_argument(
+        "--env-kwargs", default="{}", metavar="JSON", help="keyword arguments of rlherd.make"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                 eval_episodes=args.eval_episodes,
                 progress=not args.no_progress,
                 **parse_set(args.set),
+                **_poly_overrides(args),
             )
             print(json.dumps(run.summary))
             print(f"run directory: {run.path}", file=sys.stderr)
@@ -75,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.run.evaluate import evaluate
 
             print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample)))
+        elif args.command == "serve-env":
+            from rlherd.envs.server import run
+
+            return run(args)
         elif args.command == "plot":
             from rlherd.run.plot import plot_runs
 

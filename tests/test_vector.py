@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rlherd import envs
-from rlherd.envs.vector import BatchEnv, EnvError, WorkerError
+from rlherd.envs.vector import BatchEnv, EnvError, ExternalProcess, WorkerError
 
 
 def fns(env_id, n, **kw):
@@ -114,6 +114,42 @@ def test_close_leaves_no_processes():
             os.kill(pid, 0)
     with pytest.raises(RuntimeError, match="closed"):
         batch.step(np.zeros(4, dtype=np.int64))
+
+
+def test_external_process_forwards_step_reset_and_attributes():
+    """TF Agents' ExternalProcess: one environment in its own process behaves like the same
+    environment in this one."""
+    local = envs.make("CartPole-v1")
+    remote = ExternalProcess(functools.partial(envs.make, "CartPole-v1"))
+    try:
+        assert remote.observation_space == local.observation_space
+        assert remote.spec.id == "CartPole-v1"
+        assert remote.get_wrapper_attr("gravity") == 9.8  # forwarded call
+        with pytest.raises(EnvError, match="AttributeError"):
+            remote.no_such_attribute  # noqa: B018
+        assert remote.get_wrapper_attr("length") == 0.5  # the worker survived the error
+        np.testing.assert_array_equal(remote.reset(seed=3)[0], local.reset(seed=3)[0])
+        for t in range(30):
+            a, b = remote.step(t % 2), local.step(t % 2)
+            np.testing.assert_array_equal(a[0], b[0])
+            assert a[1:4] == b[1:4]
+            if a[2] or a[3]:
+                break
+        pid = remote._batch._procs[0].pid
+    finally:
+        remote.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_external_process_reports_the_environments_exception():
+    remote = ExternalProcess(functools.partial(envs.make, "rlherd/Faulty-v0", at=1))
+    try:
+        remote.reset(seed=0)
+        with pytest.raises(EnvError, match="Faulty environment fails at step 1"):
+            remote.step(0)
+    finally:
+        remote.close()
 
 
 def test_make_vector_with_workers():

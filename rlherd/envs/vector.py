@@ -108,6 +108,13 @@ def _worker(
                     buf["truncated"][current] = truncated
                     resetting[i] = terminated or truncated
                 conn.send(("ok", arg))
+            elif cmd == "call":  # (env index, attribute, args or None for a plain read, kwargs)
+                i, name, args, kwargs = arg
+                try:  # a failed call is reported; the environment goes on
+                    value = getattr(envs[i], name)
+                    conn.send(("ok", value(*args, **kwargs) if args is not None else value))
+                except Exception:
+                    conn.send(("error", (first + i, traceback.format_exc())))
             elif cmd == "close":
                 break
     except (KeyboardInterrupt, EOFError, BrokenPipeError):
@@ -284,6 +291,22 @@ class BatchEnv(gym.vector.VectorEnv):
         obs, reward, terminated, truncated = self._outputs(slice(None))
         return obs, reward, terminated, truncated, {}
 
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        """Call method ``name`` of every environment (Gymnasium's ``VectorEnv.call``); results
+        come back pickled over the pipes, so use it for control, not for every step."""
+        return tuple(self._call(i, name, args, kwargs) for i in range(self.num_envs))
+
+    def get_attr(self, name: str) -> tuple:
+        """Attribute ``name`` of every environment."""
+        return tuple(self._call(i, name, None, {}) for i in range(self.num_envs))
+
+    def _call(self, env_id: int, name: str, args: tuple | None, kwargs: dict) -> Any:
+        self._check_open()
+        self._drain()
+        w = self._owner(env_id)
+        self._conns[w].send(("call", (env_id - self._ranges[w][0], name, args, kwargs)))
+        return self._expect(w, "ok")
+
     # ---------------------------------------------------------------------------- async
     def send(self, actions, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
         """Start stepping ``env_ids`` (default: all) with ``actions``; do not wait. Send only
@@ -380,6 +403,46 @@ class BatchEnv(gym.vector.VectorEnv):
 
     def __getstate__(self):
         raise TypeError("a BatchEnv holds processes and shared memory; it cannot be pickled")
+
+
+class ExternalProcess(gym.Env):
+    """One environment built by ``constructor`` inside its own process (TensorFlow Agents'
+    ``ExternalProcess``): ``step``, ``reset``, ``render`` and attribute reads are forwarded and
+    wait for the result, with the same fault handling as :class:`BatchEnv` (``EnvError`` with
+    the traceback, ``WorkerError``, ``TimeoutError``, no orphans).
+
+    Results travel pickled over a pipe, which suits one environment that must run apart (its own
+    GIL, native code that may crash); to step many, use :class:`BatchEnv`, which moves them
+    through shared memory.
+    """
+
+    def __init__(self, constructor: Callable[[], gym.Env], timeout: float = 60.0):
+        self._batch = BatchEnv([constructor], num_workers=1, timeout=timeout)
+        self.observation_space = self._batch.single_observation_space
+        self.action_space = self._batch.single_action_space
+        self.spec = self._batch.spec
+        self.render_mode = self._batch._call(0, "render_mode", None, {})
+
+    def step(self, action):
+        return self._batch._call(0, "step", (action,), {})
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        return self._batch._call(0, "reset", (), dict(seed=seed, options=options))
+
+    def render(self):
+        return self._batch._call(0, "render", (), {})
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        return self._batch._call(0, "get_wrapper_attr", (name,), {})
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._batch._call(0, name, None, {})
+
+    def close(self) -> None:
+        if "_batch" in self.__dict__:
+            self._batch.close()
 
 
 _live: weakref.WeakSet[BatchEnv] = weakref.WeakSet()

@@ -88,8 +88,8 @@ def train(
     if runtime not in BUILDERS[agent].runtimes:
         runs_on = ", ".join(BUILDERS[agent].runtimes)
         raise ConfigError(
-            f"{agent} runs on the {runs_on} runtime(s), not {runtime}; mono is MonoBeast's "
-            "rollout pipeline for IMPALA's actors. Use --runtime single"
+            f"{agent} runs on the {runs_on} runtime(s), not {runtime}; mono and poly are "
+            "MonoBeast's and PolyBeast's pipelines for IMPALA's actors. Use --runtime single"
         )
     if total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {total_steps}")
@@ -142,10 +142,14 @@ def train(
                 from rlherd.runtime.single import run_single
 
                 run_single(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
-            else:
+            elif runtime == "mono":
                 from rlherd.runtime.mono import run_mono
 
                 run_mono(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
+            else:
+                from rlherd.runtime.poly import run_poly
+
+                run_poly(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
         finally:
             if evaluator is not None:
                 evaluator.close()

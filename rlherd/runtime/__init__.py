@@ -2,6 +2,8 @@
 
 - ``single``: one process steps a batch of environments, acting and learning in turn.
 - ``mono``: MonoBeast; actor processes fill shared-memory rollout slots for a learner.
+- ``poly``: PolyBeast; environment servers over gRPC, actor threads, dynamic batching of
+  inference on the learner's device.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-RUNTIMES = ("single", "mono")
+RUNTIMES = ("single", "mono", "poly")
 
 
 class GracefulStop:

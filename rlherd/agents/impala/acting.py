@@ -63,7 +63,8 @@ class ImpalaActor:
 
     def __init__(self, net: ImpalaNet, envs: gym.vector.VectorEnv, seed: int):
         self.net = net
-        self.device = next(net.parameters()).device  # acting on a GPU copies one row each way
+        # Acting on a GPU copies one row each way; poly's batched inference says where it runs.
+        self.device = getattr(net, "device", None) or next(net.parameters()).device
         self.envs = envs
         self.num_envs = envs.num_envs
         self.generator = torch.Generator().manual_seed(seed)

@@ -19,7 +19,7 @@ class ImpalaBuilder(AgentBuilder):
     name = "impala"
     config_class = ImpalaConfig
     presets = PRESETS
-    runtimes = ("single", "mono")
+    runtimes = ("single", "mono", "poly")
     uses_loop = False
     default_total_steps = DEFAULT_TOTAL_STEPS
 

@@ -49,6 +49,14 @@ class ImpalaConfig:
     native_vector_env: bool = True  # Atari through ale-py's AtariVectorEnv
     env_workers: int = 0  # single: step environments in this many BatchEnv processes (0: here)
 
+    # poly: environment servers. num_servers local ones (Unix sockets), unless env_servers lists
+    # addresses ("host:port,unix:/path,...") of servers already running.
+    num_servers: int = 2
+    env_servers: str = ""
+    inference_min_batch: int = 1  # rows the dynamic batcher waits for (up to the timeout)
+    inference_timeout_ms: float = 100.0
+    stall_timeout_s: float = 120.0  # stop if no rollout arrives for this long
+
     # Where the learner's network lives ("cpu", "cuda", "cuda:1"); mono actors always act on CPU.
     device: str = "cpu"
     # Intra-op threads of the learner process. Small models gain nothing from more, and threads
@@ -60,7 +68,10 @@ class ImpalaConfig:
     log_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
-        positive = ("unroll_length", "batch_size", "envs_per_actor", "num_actors", "lstm_size")
+        positive = (
+            "unroll_length", "batch_size", "envs_per_actor", "num_actors", "lstm_size",
+            "num_servers", "inference_min_batch",
+        )  # fmt: skip
         for name in (*positive, "num_learner_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

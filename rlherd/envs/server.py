@@ -1,0 +1,322 @@
+"""Environment servers over gRPC (PolyBeast's), and the client stream that talks to one.
+
+``rlherd serve-env ENV --address ADDR [--envs-per-stream K]`` serves ``ENV``: every client stream
+gets ``K`` environments of its own, stepped with next-step autoreset, and receives after every
+action their observations, rewards, flags, episode steps and returns. The wire format is
+``rlherd/envs/proto/env_server.proto``: typed arrays (dtype, shape, raw bytes), never pickle, so
+a simulator in another language can serve too.
+
+Everything received is validated (dtype, shape, byte count, size limit, action inside the action
+space); a malformed message ends *that* stream with ``INVALID_ARGUMENT`` and a message that says
+what was wrong, and the server goes on serving the others. Servers bind to loopback
+(``127.0.0.1:PORT``) or a Unix socket (``unix:PATH``) unless given another address, and stop
+cleanly on SIGTERM / SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+try:
+    import grpc
+
+    from rlherd.envs.proto import env_server_pb2 as pb
+except ImportError as e:  # depends on the install
+    raise ImportError("environment servers need gRPC: pip install 'rlherd[grpc]'") from e
+
+from rlherd import envs as rl_envs
+
+METHOD = "/rlherd.env.EnvServer/Stream"
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # far above any frame batch; gRPC rejects larger ones
+DTYPES = frozenset(
+    ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+     "float16", "float32", "float64")
+)  # fmt: skip
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow env_server.proto or does not fit the environment."""
+
+
+# ------------------------------------------------------------------------------ typed arrays
+def to_array(x: np.ndarray) -> pb.Array:
+    x = np.asarray(x)
+    if x.dtype.name not in DTYPES:
+        raise ProtocolError(f"dtype {x.dtype.name} cannot be sent; use one of {sorted(DTYPES)}")
+    data = x.astype(x.dtype.newbyteorder("<"), copy=False).tobytes()
+    return pb.Array(dtype=x.dtype.name, shape=x.shape, data=data)
+
+
+def from_array(msg: pb.Array, what: str = "array") -> np.ndarray:
+    """The numpy array of a message, after checking its dtype, shape and byte count."""
+    if msg.dtype not in DTYPES:
+        raise ProtocolError(
+            f"{what}: unknown dtype {msg.dtype!r}; expected one of {sorted(DTYPES)}"
+        )
+    shape = tuple(msg.shape)
+    if any(d < 0 for d in shape) or len(shape) > 32:
+        raise ProtocolError(f"{what}: invalid shape {shape}")
+    dtype = np.dtype(msg.dtype).newbyteorder("<")
+    expected = math.prod(shape) * dtype.itemsize
+    if len(msg.data) != expected:
+        raise ProtocolError(
+            f"{what}: shape {shape} of {msg.dtype} needs {expected} bytes, got {len(msg.data)}"
+        )
+    return np.frombuffer(msg.data, dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+def space_to_proto(space: gym.Space) -> pb.Space:
+    if isinstance(space, gym.spaces.Discrete) and int(space.start) == 0:
+        return pb.Space(kind="discrete", n=int(space.n))
+    if isinstance(space, gym.spaces.Box):
+        return pb.Space(kind="box", low=to_array(space.low), high=to_array(space.high))
+    raise ProtocolError(f"space {space!r} cannot be served; Discrete(n) and Box are supported")
+
+
+def space_from_proto(msg: pb.Space) -> gym.Space:
+    if msg.kind == "discrete":
+        if msg.n < 1:
+            raise ProtocolError(f"discrete space needs n >= 1, got {msg.n}")
+        return gym.spaces.Discrete(msg.n)
+    if msg.kind == "box":
+        low, high = from_array(msg.low, "box low"), from_array(msg.high, "box high")
+        if low.shape != high.shape or low.dtype != high.dtype:
+            raise ProtocolError(f"box bounds disagree: {low.shape}/{low.dtype} vs {high.shape}")
+        return gym.spaces.Box(low, high, dtype=low.dtype)
+    raise ProtocolError(f"unknown space kind {msg.kind!r}; expected 'discrete' or 'box'")
+
+
+def check_action(action: np.ndarray, space: gym.Space, num_envs: int) -> np.ndarray:
+    """``action`` for ``num_envs`` environments, if it has their shape and lies in ``space``."""
+    shape = (num_envs, *space.shape)
+    if action.shape != shape:
+        raise ProtocolError(f"action: expected shape {shape}, got {action.shape}")
+    if isinstance(space, gym.spaces.Discrete):
+        if action.dtype.kind not in "iu":
+            raise ProtocolError(f"action: discrete actions are integers, got {action.dtype}")
+        bad = (action < 0) | (action >= space.n)
+        if bad.any():
+            raise ProtocolError(
+                f"action: {action[bad][0]} is outside Discrete({space.n}) (environment "
+                f"{int(np.flatnonzero(bad)[0])})"
+            )
+        return action.astype(np.int64)
+    if action.dtype.kind != "f":
+        raise ProtocolError(f"action: box actions are floats, got {action.dtype}")
+    inside = np.isfinite(action) & (action >= space.low) & (action <= space.high)
+    if not inside.all():
+        raise ProtocolError(
+            f"action: values outside the box [{space.low.min()}, {space.high.max()}] or "
+            "not finite; clip actions to the action space before sending"
+        )
+    return action.astype(space.dtype)
+
+
+# ------------------------------------------------------------------------------ server
+class EnvServicer:
+    """Serves streams of ``envs_per_stream`` environments of ``env_id`` each."""
+
+    def __init__(self, env_id: str, envs_per_stream: int = 1, **env_kwargs: Any):
+        self.spec = rl_envs.spec_for(env_id, **env_kwargs)  # a bad id fails before serving
+        self.env_id, self.num_envs, self.env_kwargs = env_id, envs_per_stream, env_kwargs
+
+    def stream(self, requests: Iterator[pb.ClientMessage], context) -> Iterator[pb.ServerMessage]:
+        first = next(requests, None)
+        if first is None:
+            return
+        if first.WhichOneof("kind") != "reset":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Reset")
+        n = self.num_envs
+        envs = rl_envs.make_vector(self.env_id, n, **self.env_kwargs)
+        try:
+            space = envs.single_action_space
+            obs, _ = envs.reset(seed=first.reset.seed if first.reset.has_seed else None)
+            yield pb.ServerMessage(
+                spec=pb.Spec(
+                    env_id=self.env_id,
+                    num_envs=n,
+                    observation_space=space_to_proto(envs.single_observation_space),
+                    action_space=space_to_proto(space),
+                    max_episode_steps=self.spec.max_episode_steps or 0,
+                )
+            )
+            episode_step = np.zeros(n, dtype=np.int64)
+            episode_return = np.zeros(n, dtype=np.float32)
+            resetting = np.zeros(n, dtype=bool)
+            reward, terminated, truncated = np.zeros(n, np.float32), resetting, resetting
+            while True:
+                yield pb.ServerMessage(
+                    step=pb.Step(
+                        observation=to_array(np.asarray(obs)),
+                        reward=to_array(reward),
+                        terminated=to_array(terminated),
+                        truncated=to_array(truncated),
+                        episode_step=to_array(episode_step),
+                        episode_return=to_array(episode_return),
+                    )
+                )
+                msg = next(requests, None)
+                if msg is None:
+                    return
+                try:
+                    if msg.WhichOneof("kind") != "action":
+                        raise ProtocolError(f"expected an Action, got {msg.WhichOneof('kind')}")
+                    action = check_action(from_array(msg.action.action, "action"), space, n)
+                except ProtocolError as e:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                try:
+                    obs, reward, terminated, truncated, _ = envs.step(action)
+                except Exception as e:
+                    context.abort(grpc.StatusCode.INTERNAL, f"{self.env_id} raised: {e!r}")
+                reward = np.asarray(reward, dtype=np.float32)
+                terminated, truncated = np.asarray(terminated), np.asarray(truncated)
+                episode_step = np.where(resetting, 0, episode_step + 1)
+                episode_return = np.where(resetting, 0.0, episode_return + reward).astype(
+                    np.float32
+                )
+                resetting = terminated | truncated
+        finally:
+            envs.close()
+
+
+def serve(
+    env_id: str,
+    address: str = DEFAULT_ADDRESS,
+    envs_per_stream: int = 1,
+    max_streams: int = 64,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    **env_kwargs: Any,
+) -> tuple[grpc.Server, str]:
+    """Start a server in background threads; returns it and the address it is bound to (a port
+    of 0 picks a free one). Messages above ``max_message_bytes`` are refused by gRPC
+    (``RESOURCE_EXHAUSTED``) before they are read."""
+    servicer = EnvServicer(env_id, envs_per_stream, **env_kwargs)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_streams),
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ],
+        maximum_concurrent_rpcs=max_streams,
+    )
+    handler = grpc.stream_stream_rpc_method_handler(
+        servicer.stream,
+        request_deserializer=pb.ClientMessage.FromString,
+        response_serializer=pb.ServerMessage.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("rlherd.env.EnvServer", {"Stream": handler}),)
+    )
+    port = server.add_insecure_port(address)
+    if port == 0 and not address.startswith("unix:"):
+        raise OSError(f"could not bind {address}; is the port in use?")
+    server.start()
+    if address.startswith("unix:"):
+        return server, address
+    return server, f"{address.rsplit(':', 1)[0]}:{port}"
+
+
+# ------------------------------------------------------------------------------ client
+class EnvStream:
+    """One stream to an environment server: ``num_envs`` environments, stepped together.
+
+    ``first`` holds the reset step; ``step(action)`` returns the next one, a dict of arrays
+    (``observation``, ``reward``, ``terminated``, ``truncated``, ``episode_step``,
+    ``episode_return``). A broken connection raises ``grpc.RpcError``.
+    """
+
+    def __init__(self, address: str, seed: int | None = None, connect_timeout: float = 30.0):
+        self.address = address
+        self.channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ],
+        )
+        try:
+            grpc.channel_ready_future(self.channel).result(timeout=connect_timeout)
+        except grpc.FutureTimeoutError:
+            self.channel.close()
+            raise ConnectionError(f"no environment server answered at {address}") from None
+        self._requests: queue.Queue = queue.Queue()
+        method = self.channel.stream_stream(
+            METHOD,
+            request_serializer=pb.ClientMessage.SerializeToString,
+            response_deserializer=pb.ServerMessage.FromString,
+        )
+        self._responses = method(iter(self._requests.get, None))
+        reset = pb.Reset(has_seed=seed is not None, seed=seed or 0)
+        self._requests.put(pb.ClientMessage(reset=reset))
+        spec = next(self._responses)
+        if spec.WhichOneof("kind") != "spec":
+            raise ProtocolError("the server did not start with a Spec")
+        self.env_id = spec.spec.env_id
+        self.num_envs = spec.spec.num_envs
+        self.observation_space = space_from_proto(spec.spec.observation_space)
+        self.action_space = space_from_proto(spec.spec.action_space)
+        self.first = self._read()
+
+    def _read(self) -> dict[str, np.ndarray]:
+        msg = next(self._responses)
+        if msg.WhichOneof("kind") != "step":
+            raise ProtocolError(f"expected a Step from the server, got {msg.WhichOneof('kind')}")
+        step = {f.name: from_array(v, f.name) for f, v in msg.step.ListFields()}
+        n = self.num_envs
+        if step["observation"].shape != (n, *self.observation_space.shape):
+            raise ProtocolError(f"observation of shape {step['observation'].shape} from the server")
+        return step
+
+    def step(self, action: np.ndarray) -> dict[str, np.ndarray]:
+        self._requests.put(pb.ClientMessage(action=pb.Action(action=to_array(np.asarray(action)))))
+        return self._read()
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._responses.cancel()
+        self.channel.close()
+
+
+# ------------------------------------------------------------------------------ command line
+def main(argv: list[str] | None = None) -> int:
+    from rlherd.cli import add_serve_arguments
+
+    parser = argparse.ArgumentParser(prog="rlherd serve-env", description=__doc__.split("\n")[0])
+    add_serve_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.envs_per_stream < 1:
+        raise ValueError(f"--envs-per-stream must be >= 1, got {args.envs_per_stream}")
+    env_kwargs = json.loads(args.env_kwargs)
+    if not isinstance(env_kwargs, dict):
+        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    server, address = serve(
+        args.env, args.address, args.envs_per_stream, args.max_streams, **env_kwargs
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"serving {args.env} on {address}", flush=True)
+    while not stop.wait(0.5):
+        pass
+    server.stop(grace=1.0).wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""PolyBeast: the environment server protocol and its validation, the dynamic batcher and the
+batching queue, and the poly runtime (server faults, learning)."""
+
+import os
+import queue as queue_mod
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+grpc = pytest.importorskip("grpc")
+
+import rlherd  # noqa: E402
+from rlherd.envs.proto import env_server_pb2 as pb  # noqa: E402
+from rlherd.envs.server import (  # noqa: E402
+    DTYPES,
+    METHOD,
+    EnvStream,
+    ProtocolError,
+    from_array,
+    serve,
+    space_from_proto,
+    space_to_proto,
+    to_array,
+)
+from rlherd.run.config import ConfigError  # noqa: E402
+from rlherd.runtime.batching import BatchingQueue, Closed, DynamicBatcher  # noqa: E402
+
+
+# ------------------------------------------------------------------------------ protocol
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("shape", [(), (0,), (3,), (2, 3, 4)])
+def test_arrays_round_trip_every_dtype_and_shape(dtype, shape):
+    rng = np.random.default_rng(0)
+    x = (rng.random(shape) * 100).astype(dtype)
+    msg = pb.Array.FromString(to_array(x).SerializeToString())
+    y = from_array(msg)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.Discrete(5),
+        gym.spaces.Box(-1.0, 1.0, (6,), np.float32),
+        gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),
+        gym.spaces.Box(np.array([-1.0, 0.0]), np.array([2.0, 5.0]), dtype=np.float64),
+    ],
+)
+def test_spaces_round_trip(space):
+    assert space_from_proto(pb.Space.FromString(space_to_proto(space).SerializeToString())) == space
+
+
+def test_bad_arrays_are_rejected_with_the_reason():
+    with pytest.raises(ProtocolError, match="unknown dtype 'object'"):
+        from_array(pb.Array(dtype="object", shape=[1], data=b"x"))
+    with pytest.raises(ProtocolError, match="needs 8 bytes, got 3"):
+        from_array(pb.Array(dtype="float32", shape=[2], data=b"abc"))
+    with pytest.raises(ProtocolError, match="invalid shape"):
+        from_array(pb.Array(dtype="uint8", shape=[-1], data=b""))
+    with pytest.raises(ProtocolError, match="cannot be served"):
+        space_to_proto(gym.spaces.MultiBinary(3))
+
+
+@pytest.fixture
+def server():
+    srv, address = serve("CartPole-v1", "127.0.0.1:0", envs_per_stream=2, max_message_bytes=4096)
+    yield address
+    srv.stop(0).wait()
+
+
+def _raw_stream(address, messages):
+    """Send ``messages`` on a fresh stream; return the responses and the final gRPC error."""
+    channel = grpc.insecure_channel(address)
+    call = channel.stream_stream(
+        METHOD,
+        request_serializer=pb.ClientMessage.SerializeToString,
+        response_deserializer=pb.ServerMessage.FromString,
+    )
+    requests: queue_mod.Queue = queue_mod.Queue()
+    responses, error = [], None
+    stream = call(iter(requests.get, None))
+    try:
+        for m in messages:
+            requests.put(m)
+            responses.append(next(stream))
+            if m.WhichOneof("kind") == "reset":
+                responses.append(next(stream))  # the spec, then the first step
+    except grpc.RpcError as e:
+        error = e
+    finally:
+        requests.put(None)
+        channel.close()
+    return responses, error
+
+
+def _reset():
+    return pb.ClientMessage(reset=pb.Reset(has_seed=True, seed=0))
+
+
+def _action(array=None, **fields):
+    msg = to_array(array) if array is not None else pb.Array(**fields)
+    return pb.ClientMessage(action=pb.Action(action=msg))
+
+
+@pytest.mark.parametrize(
+    "messages, code, message",
+    [
+        ([_action(np.zeros(2, np.int64))], "INVALID_ARGUMENT", "first message must be a Reset"),
+        ([_reset(), _action(dtype="complex", shape=[2], data=b"")], "INVALID_ARGUMENT",
+         "unknown dtype"),
+        ([_reset(), _action(dtype="int64", shape=[2], data=b"1234")], "INVALID_ARGUMENT",
+         "needs 16 bytes"),
+        ([_reset(), _action(np.zeros(3, np.int64))], "INVALID_ARGUMENT", "expected shape (2,)"),
+        ([_reset(), _action(np.array([0, 7]))], "INVALID_ARGUMENT", "7 is outside Discrete(2)"),
+        ([_reset(), _action(np.zeros(2, np.float32))], "INVALID_ARGUMENT", "are integers"),
+        ([_reset(), _reset()], "INVALID_ARGUMENT", "expected an Action"),
+        ([_reset(), _action(np.zeros((2, 1000), np.int64))], "RESOURCE_EXHAUSTED", ""),
+    ],
+)  # fmt: skip
+def test_malformed_messages_end_that_stream_and_the_server_goes_on(server, messages, code, message):
+    _, error = _raw_stream(server, messages)
+    assert error is not None and error.code() == getattr(grpc.StatusCode, code)
+    assert message in (error.details() or "")
+    # Another client is served as usual.
+    stream = EnvStream(server, seed=1)
+    out = stream.step(np.array([0, 1]))
+    assert out["observation"].shape == (2, 4)
+    stream.close()
+
+
+def test_box_actions_outside_the_space_are_rejected():
+    srv, address = serve("Pendulum-v1", "127.0.0.1:0")
+    try:
+        _, error = _raw_stream(address, [_reset(), _action(np.array([[np.nan]], np.float32))])
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "outside the box" in error.details()
+        stream = EnvStream(address)
+        assert stream.step(np.array([[1.5]], np.float32))["reward"].shape == (1,)
+        stream.close()
+    finally:
+        srv.stop(0).wait()
+
+
+def test_stream_matches_the_environment_with_next_step_autoreset(server):
+    """The stream is a next-step-autoreset vector env: same observations and rewards as
+    Gymnasium's, with the server's episode steps and returns."""
+    stream = EnvStream(server, seed=3)
+    reference = rlherd.envs.make_vector("CartPole-v1", 2)
+    obs, _ = reference.reset(seed=3)
+    np.testing.assert_array_equal(stream.first["observation"], obs)
+    rng = np.random.default_rng(0)
+    length, ret = np.zeros(2, int), np.zeros(2)
+    resetting = np.zeros(2, bool)
+    for _ in range(60):
+        a = rng.integers(2, size=2)
+        out = stream.step(a)
+        obs, reward, term, trunc, _ = reference.step(a)
+        np.testing.assert_array_equal(out["observation"], obs)
+        np.testing.assert_array_equal(out["reward"], reward)
+        np.testing.assert_array_equal(out["terminated"], term)
+        length = np.where(resetting, 0, length + 1)
+        ret = np.where(resetting, 0.0, ret + reward)
+        np.testing.assert_array_equal(out["episode_step"], length)
+        np.testing.assert_allclose(out["episode_return"], ret)
+        resetting = term | trunc
+    assert length.max() < 60  # an episode ended on the way
+    stream.close()
+
+
+def test_serve_env_command_binds_loopback_and_stops_on_sigterm(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlherd.cli", "serve-env", "CartPole-v1", "--address",
+         "127.0.0.1:0"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving CartPole-v1 on 127.0.0.1:")
+        stream = EnvStream(line.split()[-1])
+        stream.step(np.array([1]))
+        stream.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+        proc.stdout.close()
+
+
+# ------------------------------------------------------------------------------ batching
+def test_dynamic_batcher_never_mixes_up_callers():
+    sizes = []
+
+    def fn(inputs):
+        sizes.append(inputs["x"].shape[0])
+        time.sleep(random.random() * 0.002)
+        return {"y": inputs["x"] * 2 + 1, "id": inputs["id"]}
+
+    batcher = DynamicBatcher(fn, min_batch_size=1, max_batch_size=12, timeout_s=0.005)
+    errors = []
+
+    def caller(i):
+        rng = random.Random(i)
+        for j in range(40):
+            rows = rng.randint(1, 4)
+            x = torch.randn(rows, 3)
+            ident = torch.full((rows,), i * 1000 + j)
+            time.sleep(rng.random() * 0.003)
+            out = batcher.compute({"x": x, "id": ident})
+            if not (torch.equal(out["y"], x * 2 + 1) and torch.equal(out["id"], ident)):
+                errors.append((i, j))
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    batcher.close()
+    assert not errors
+    assert max(sizes) <= 12 and sum(sizes) == sum(batcher_rows for batcher_rows in sizes)
+    assert max(sizes) > 4  # requests of several callers were joined
+    assert batcher.stats()["inference_batches"] == len(sizes)
+
+
+def test_dynamic_batcher_waits_for_min_size_until_the_timeout():
+    sizes = []
+    batcher = DynamicBatcher(
+        lambda x: (sizes.append(len(x["x"])), x)[1], min_batch_size=3, max_batch_size=8,
+        timeout_s=0.3,
+    )  # fmt: skip
+    t0 = time.monotonic()
+    batcher.compute({"x": torch.zeros(1)})  # alone: runs when the timeout expires
+    assert time.monotonic() - t0 >= 0.25
+    barrier = threading.Barrier(3)
+
+    def one():
+        barrier.wait()
+        batcher.compute({"x": torch.zeros(1)})
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert time.monotonic() - t0 < 0.25  # min size reached: no waiting for the timeout
+    assert sizes == [1, 3]
+    with pytest.raises(ValueError, match="exceeds max_batch_size"):
+        batcher.compute({"x": torch.zeros(9)})
+    batcher.close()
+    with pytest.raises(Closed):
+        batcher.compute({"x": torch.zeros(1)})
+
+
+def test_dynamic_batcher_reports_errors_to_callers_and_goes_on():
+    def fn(x):
+        if (x["x"] < 0).any():
+            raise RuntimeError("negative input")
+        return x
+
+    batcher = DynamicBatcher(fn)
+    with pytest.raises(RuntimeError, match="negative input"):
+        batcher.compute({"x": -torch.ones(1)})
+    assert batcher.compute({"x": torch.ones(1)})["x"].item() == 1
+    batcher.close()
+
+
+def test_batching_queue_joins_batches_and_applies_back_pressure():
+    q = BatchingQueue(batch_size=2, max_queued=3)
+    for i in range(3):
+        assert q.put({"x": torch.full((5, 1), float(i))}, extra=i)
+    assert not q.put({"x": torch.zeros(5, 1)}, timeout=0.1)  # full: the producer waits
+    batch, extras = q.get()
+    assert batch["x"].shape == (5, 2) and batch["x"][0].tolist() == [0.0, 1.0]
+    assert extras == [0, 1]
+    assert q.put({"x": torch.full((5, 1), 3.0)}, extra=3, timeout=1)  # room again
+    assert q.get()[1] == [2, 3]
+    assert q.get(timeout=0.1) is None
+    assert q.stats()["queue_fill_mean"] == 2.5  # 3 items waited at the first get, 2 at the next
+    outcome = []
+
+    def blocked_get():
+        try:
+            q.get()
+        except Closed:
+            outcome.append("closed")
+
+    waiter = threading.Thread(target=blocked_get)
+    waiter.start()
+    time.sleep(0.1)
+    q.close()
+    waiter.join(timeout=5)
+    assert outcome == ["closed"]
+
+
+# ------------------------------------------------------------------------------ runtime
+def _server_pids():
+    """Environment servers started by this process."""
+    me, pids = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == me and b"rlherd.envs.server" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_killing_a_server_mid_run_is_survived_and_counted(tmp_path):
+    victims = []
+
+    def kill_one():
+        deadline = time.monotonic() + 60
+        while not victims and time.monotonic() < deadline:
+            pids = _server_pids()
+            if len(pids) == 2 and (tmp_path / "metrics" / "learner.csv").exists():  # learning
+                os.kill(pids[0], signal.SIGKILL)
+                victims.append(pids[0])
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    run = rlherd.train(
+        "impala", "rlherd/Corridor-v0", runtime="poly", total_steps=40_000, seed=0,
+        run_dir=tmp_path, progress=False, num_servers=2, num_actors=4,
+    )  # fmt: skip
+    killer.join()
+    assert victims, "no server was killed"
+    assert run.summary["actor_steps"] >= 40_000
+    assert run.summary["reconnects"] >= 1
+    assert run.summary["server_restarts"] >= 1
+    assert _server_pids() == []  # every server, restarted ones included, was stopped
+
+
+def test_only_impala_runs_on_poly(tmp_path):
+    with pytest.raises(ConfigError, match="single"):
+        rlherd.train("dqn", "CartPole-v1", runtime="poly", run_dir=tmp_path, progress=False)
+
+
+@pytest.mark.slow
+def test_poly_impala_learns_cartpole(tmp_path):
+    run = rlherd.train(
+        "impala", "CartPole-v1", runtime="poly", total_steps=500_000, seed=0, run_dir=tmp_path,
+        progress=False,
+    )  # fmt: skip
+    assert run.summary["final_return_mean"] >= 450
+    assert _server_pids() == []
