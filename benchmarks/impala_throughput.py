@@ -127,7 +127,7 @@ def training(env_id: str, runtime: str, overrides: dict, total_steps: int) -> di
     steady = (int(b["actor_steps"]) - int(a["actor_steps"])) / (
         float(b["learner_walltime"]) - float(a["learner_walltime"])
     )
-    return dict(sps=round(steady, 1), sps_with_startup=run.summary["sps"])
+    return dict(sps=round(steady, 1), sps_with_startup=run.summary["sps"], rows=rows)
 
 
 def main() -> None:
