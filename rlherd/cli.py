@@ -1,4 +1,4 @@
-"""The ``rlherd`` command: ``train``, ``eval``, ``plot`` and ``serve-env``."""
+"""The ``rlherd`` command: ``train``, ``eval``, ``plot``, ``serve-env`` and ``check-env``."""
 
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument(
+        "--env-kwargs", default=None, metavar="JSON", help="environment options (a JSON object)"
+    )
+    train.add_argument("--num-envs", type=int, metavar="N", help="environments (num_envs)")
+    train.add_argument("--device", help="where learning runs: cpu, cuda, cuda:1 (device)")
+    train.add_argument(
         "--num-servers", type=int, metavar="N", help="poly: local environment servers to start"
     )
     train.add_argument(
@@ -47,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
 
     add_serve_arguments(sub.add_parser("serve-env", help="serve an environment over gRPC"))
 
+    check = sub.add_parser("check-env", help="check a device environment against its reference")
+    check.add_argument("env", help="tag-gridworld, tag-continuous or CartPole-v1")
+    check.add_argument("--num-envs", type=int, default=16)
+    check.add_argument("--steps", type=int, default=500, help="steps of every environment")
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--device", default="cpu")
+    check.add_argument("--env-kwargs", default=None, metavar="JSON", help="environment options")
+
     plot = sub.add_parser("plot", help="draw learning curves of runs")
     plot.add_argument("run_dirs", nargs="+")
     plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
@@ -54,13 +67,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _poly_overrides(args: argparse.Namespace) -> dict:
-    overrides = {}
-    if args.num_servers is not None:
-        overrides["num_servers"] = args.num_servers
-    if args.env_servers is not None:
-        overrides["env_servers"] = args.env_servers
-    return overrides
+def _flag_overrides(args: argparse.Namespace) -> dict:
+    """Config fields that have flags of their own."""
+    flags = dict(num_servers=args.num_servers, env_servers=args.env_servers,
+                 num_envs=args.num_envs, device=args.device)  # fmt: skip
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+def _env_kwargs(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--env-kwargs must be a JSON object: {e}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"--env-kwargs must be a JSON object, got {text!r}")
+    return value
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 eval_every=args.eval_every,
                 eval_episodes=args.eval_episodes,
                 progress=not args.no_progress,
+                env_kwargs=_env_kwargs(args.env_kwargs),
                 **parse_set(args.set),
-                **_poly_overrides(args),
+                **_flag_overrides(args),
             )
             print(json.dumps(run.summary))
             print(f"run directory: {run.path}", file=sys.stderr)
@@ -108,6 +132,18 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.run.evaluate import evaluate
 
             print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample)))
+        elif args.command == "check-env":
+            from rlherd.envs.device import ConsistencyError, check_consistency, make_device
+
+            env = make_device(args.env, args.num_envs, args.device, args.seed,
+                              **(_env_kwargs(args.env_kwargs) or {}))  # fmt: skip
+            try:
+                result = check_consistency(env, steps=args.steps, seed=args.seed)
+            except ConsistencyError as e:
+                print(f"rlherd: {args.env} is NOT consistent with its reference: {e}",
+                      file=sys.stderr)  # fmt: skip
+                return 1
+            print(json.dumps(dict(env=args.env, consistent=True, **result)))
         elif args.command == "serve-env":
             from rlherd.envs.server import run
 

@@ -20,8 +20,9 @@ import numpy as np
 class EnvSpec:
     """What an agent needs to know about an environment, derived from its Gymnasium spaces.
 
-    ``action_kind`` is ``"discrete"`` (``num_actions`` choices) or ``"continuous"`` (a box of
-    ``action_shape`` between ``action_low`` and ``action_high``).
+    ``action_kind`` is ``"discrete"`` (``num_actions`` choices), ``"multidiscrete"`` (one
+    choice per entry of ``action_nvec``) or ``"continuous"`` (a box of ``action_shape`` between
+    ``action_low`` and ``action_high``).
     """
 
     env_id: str
@@ -33,6 +34,7 @@ class EnvSpec:
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
     max_episode_steps: int | None = None
+    action_nvec: tuple[int, ...] = ()
 
     @property
     def is_image(self) -> bool:
@@ -66,6 +68,10 @@ class EnvSpec:
                     "rlherd expects Discrete(n) actions numbered from 0."
                 )
             return cls(action_kind="discrete", num_actions=int(action_space.n), **common)
+        if isinstance(action_space, gym.spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
+            nvec = tuple(int(n) for n in action_space.nvec)
+            return cls(action_kind="multidiscrete", action_nvec=nvec, action_shape=(len(nvec),),
+                       **common)  # fmt: skip
         if isinstance(action_space, gym.spaces.Box):
             return cls(
                 action_kind="continuous",
@@ -76,7 +82,7 @@ class EnvSpec:
             )
         raise TypeError(
             f"{env_id}: action space {action_space!r} is not supported; rlherd agents act in "
-            "Discrete or Box action spaces."
+            "Discrete, MultiDiscrete or Box action spaces."
         )
 
 

@@ -47,6 +47,10 @@ def _register_optional_families() -> None:
             pass
 
 
+# Multi-agent games, built as their numpy references (their device versions: rlherd.envs.device).
+MULTI_AGENT = {"tag-gridworld": "TagGridWorldReference", "tag-continuous": "TagContinuousReference"}
+
+
 def family(env_id: str) -> str:
     """The family of an id, which picks an agent's preset: atari, minatar, toy or classic."""
     for prefix, name in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("rlherd/", "toy")):
@@ -57,7 +61,7 @@ def family(env_id: str) -> str:
 
 def known_ids() -> list[str]:
     _register_optional_families()
-    return sorted(gym.registry)
+    return sorted([*gym.registry, *MULTI_AGENT])
 
 
 def _check_id(env_id: str) -> None:
@@ -102,6 +106,10 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
     Extra keyword arguments go to the family's builder (e.g. ``episodic_life=True`` for Atari,
     ``length=10`` for the corridor).
     """
+    if env_id in MULTI_AGENT:  # the numpy Tag games (PettingZoo ParallelEnvs)
+        from rlherd.envs import reference
+
+        return getattr(reference, MULTI_AGENT[env_id])(**kwargs)
     _check_id(env_id)
     if env_id.startswith("ALE/"):
         return make_atari(env_id, render_mode=render_mode, **kwargs)

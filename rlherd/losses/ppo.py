@@ -1,11 +1,12 @@
 """PPO's objectives (Schulman et al. 2017) as pure functions of per-row tensors.
 
-Two policy objectives share one value loss:
+Three policy objectives share one value loss:
 
 - :func:`clipped_surrogate_loss`: the clipped importance ratio (PPO-clip; CleanRL, SB3).
 - :func:`kl_penalty_loss`: the ratio-weighted advantage with an adaptive KL penalty and a
   quadratic cut-off beyond ``cutoff_factor`` times the target (BatchPPO / TensorFlow Agents),
   with :func:`adapt_kl_beta` adjusting the penalty weight after each update.
+- :func:`policy_gradient_loss`: A2C's plain policy gradient (WarpDrive's default trainer).
 
 Inputs are flat ``[N]`` rows that are all valid: callers drop autoreset and padding rows first.
 """
@@ -62,6 +63,11 @@ def kl_penalty_loss(
     threshold = cutoff_factor * kl_target
     cutoff = cutoff_coef * torch.relu(kl - threshold) ** 2
     return surrogate + beta * kl.mean() + cutoff.mean()
+
+
+def policy_gradient_loss(log_prob: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """A2C's ``-mean(log pi(a) * A)``: PPO's objective without the ratio (one on-policy step)."""
+    return -(log_prob * advantages).mean()
 
 
 def adapt_kl_beta(beta: float, kl: float, kl_target: float = 0.01) -> float:

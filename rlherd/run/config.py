@@ -28,7 +28,8 @@ def parse_set(items: list[str]) -> dict[str, str]:
 
 
 def _coerce(name: str, text: str, hint: Any) -> Any:
-    """Parse ``text`` as the field's type (str, int, float, bool, optional, tuple of ints)."""
+    """Parse ``text`` as the field's type (str, int, float, bool, optional, tuple of ints, or a
+    dict written as JSON)."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -41,6 +42,14 @@ def _coerce(name: str, text: str, hint: Any) -> Any:
         if text.lower() in ("0", "false", "no", "off"):
             return False
         raise ConfigError(f"{name}={text!r}: expected a boolean (true/false)")
+    if hint is dict or origin is dict:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            raise ConfigError(f'{name}={text!r}: expected a JSON object, e.g. {{"key": 1}}')
+        return value
     if origin is tuple:
         (elem, *_) = typing.get_args(hint)
         parts = [p for p in text.strip("()[] ").replace(",", " ").split() if p]

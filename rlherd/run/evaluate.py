@@ -14,16 +14,22 @@ from rlherd.run.config import apply_overrides
 from rlherd.run.rundir import RunDir, atomic_write_json, read_json
 
 
-def load_policy_net(run_dir: str | Path):
-    """The builder, env spec and network of a run, with the latest checkpoint's parameters."""
+def _load_run(run_dir: str | Path):
+    """A run's config, its builder and its latest checkpoint."""
     rundir = RunDir(run_dir)
     meta = rundir.read_config()
     builder_class = BUILDERS[meta["agent"]]
     config = apply_overrides(builder_class.config_class(), meta["config"])
     builder = builder_class(config, meta["env"], meta["env_kwargs"])
+    return run_dir, meta, builder, rundir.load_checkpoint()
+
+
+def load_policy_net(run_dir: str | Path):
+    """The builder, env spec and network of a run, with the latest checkpoint's parameters."""
+    _, meta, builder, checkpoint = _load_run(run_dir)
     spec = rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
     net = builder.make_networks(spec, device="cpu")
-    net.load_state_dict(rundir.load_checkpoint()["learner"]["net"])
+    net.load_state_dict(checkpoint["learner"]["net"])
     net.eval()
     return meta, builder, net
 
@@ -113,6 +119,12 @@ def evaluate(
     ``eval_return_mean``."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    if RunDir(run_dir).read_config()["runtime"] == "device":
+        from rlherd.runtime.device import evaluate_device
+
+        result = evaluate_device(*_load_run(run_dir), episodes, video, greedy, seed)
+        _add_to_summary(run_dir, result)
+        return result
     meta, builder, net = load_policy_net(run_dir)
     env = rl_envs.make(
         meta["env"], render_mode="rgb_array" if video else None, **meta["env_kwargs"]
@@ -129,7 +141,11 @@ def evaluate(
         eval_episodes=episodes,
         eval_greedy=greedy,
     )
+    _add_to_summary(run_dir, result)
+    return result
+
+
+def _add_to_summary(run_dir: str | Path, result: dict[str, Any]) -> None:
     summary_path = Path(run_dir) / "summary.json"
     summary = read_json(summary_path) if summary_path.exists() else {}
     atomic_write_json(summary_path, {**summary, **result})
-    return result

@@ -111,6 +111,20 @@ class Recorder:
                     step=steps,
                 )
 
+    def episode_means(
+        self, count: int, return_mean: float, length_mean: float, **extra: float
+    ) -> None:
+        """Report ``count`` episodes by their means (the device runtime finishes thousands per
+        rollout): one train.csv row, and one entry of the final-return window."""
+        with self._lock:
+            steps = int(self.counters["actor_steps"])
+            self.counter.increment(episodes=count)
+            self.returns.append(return_mean)
+            row = dict(actor_steps=steps, episodes=count, episode_return=return_mean,
+                       episode_length=length_mean, **extra, sps=round(self.sps(), 1),
+                       wall_time_s=round(self._wall_time(), 3))  # fmt: skip
+            self.rundir.log("train", row, step=steps)
+
     def rollout(self, rollout: dict[str, torch.Tensor]) -> None:
         """Count a ``[T + 1, B]`` rollout's steps and report the episodes that ended in it
         (rows 1..T; row 0 is the previous rollout's last row, reported with it)."""

@@ -88,13 +88,23 @@ def train(
     if runtime not in BUILDERS[agent].runtimes:
         runs_on = ", ".join(BUILDERS[agent].runtimes)
         raise ConfigError(
-            f"{agent} runs on the {runs_on} runtime(s), not {runtime}; mono and poly are "
-            "MonoBeast's and PolyBeast's pipelines for IMPALA's actors. Use --runtime single"
+            f"{agent} runs on the {runs_on} runtime(s), not {runtime}. Use --runtime "
+            f"{BUILDERS[agent].runtimes[0]}"
         )
     if total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {total_steps}")
 
-    spec = rl_envs.spec_for(env, **env_kwargs)  # fails fast on a bad id, before any directory
+    if runtime == "device":
+        from rlherd.envs.device import make_device
+
+        make_device(env, 1, "cpu", **env_kwargs)  # fails fast on a bad id or option
+        spec = None  # the device runtime takes its specs from the device environment
+        if eval_every:
+            raise ConfigError(
+                "--eval-every is not supported on the device runtime; use rlherd eval"
+            )
+    else:
+        spec = rl_envs.spec_for(env, **env_kwargs)  # fails fast on a bad id, before any directory
     builder = BUILDERS[agent](config, env, env_kwargs)
 
     if resume is None:
@@ -142,6 +152,10 @@ def train(
                 from rlherd.runtime.single import run_single
 
                 run_single(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
+            elif runtime == "device":
+                from rlherd.runtime.device import run_device
+
+                run_device(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
             elif runtime == "mono":
                 from rlherd.runtime.mono import run_mono
 

@@ -4,6 +4,7 @@
 - ``mono``: MonoBeast; actor processes fill shared-memory rollout slots for a learner.
 - ``poly``: PolyBeast; environment servers over gRPC, actor threads, dynamic batching of
   inference on the learner's device.
+- ``device``: WarpDrive; environments, sampling, rollouts and learning on one torch device.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-RUNTIMES = ("single", "mono", "poly")
+RUNTIMES = ("single", "mono", "poly", "device")
 
 
 class GracefulStop:

@@ -24,13 +24,18 @@ from rlherd.replay.rollouts import Fields, RolloutQueue
 def rollout_fields(spec: EnvSpec, net: PPONet) -> Fields:
     """PPO's row: the observation as the policy saw it (normalised), the sampled action, its log
     probability, the distribution's parameters and the value, then the outcome."""
-    discrete = spec.action_kind == "discrete"
+    continuous = spec.action_kind == "continuous"
     obs_dtype = torch.uint8 if spec.obs_dtype == np.uint8 and spec.is_image else torch.float32
-    param_dim = net.policy_head.out_features * (1 if discrete else 2)
+    param_dim = net.policy_head.out_features * (2 if continuous else 1)
+    action = {
+        "discrete": ((), torch.int64),
+        "multidiscrete": (spec.action_shape, torch.int64),
+        "continuous": (spec.action_shape, torch.float32),
+    }[spec.action_kind]
     return {
         F.OBS: (spec.obs_shape, obs_dtype),
         F.RESET: ((), torch.bool),
-        F.ACTION: ((), torch.int64) if discrete else (spec.action_shape, torch.float32),
+        F.ACTION: action,
         F.BEHAVIOUR_LOG_PROB: ((), torch.float32),
         F.POLICY_PARAMS: ((param_dim,), torch.float32),
         F.BASELINE: ((), torch.float32),
@@ -96,7 +101,7 @@ class PPOActor:
             self.scaler = RewardScaler(
                 config.reward_scaling, queue.B, config.discount, config.reward_clip
             )
-        self.discrete = self.spec.action_kind == "discrete"
+        self.continuous = self.spec.action_kind == "continuous"
 
     @torch.no_grad()
     def select_action(self, obs: np.ndarray) -> np.ndarray:
@@ -120,7 +125,7 @@ class PPOActor:
                 }
             )
         action = action.numpy()
-        if not self.discrete:
+        if self.continuous:
             action = np.clip(action, self.spec.action_low, self.spec.action_high)
         return action
 

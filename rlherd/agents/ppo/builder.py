@@ -19,7 +19,7 @@ class PPOBuilder(AgentBuilder):
     config_class = PPOConfig
     presets = PRESETS
     default_total_steps = DEFAULT_TOTAL_STEPS
-    runtimes = ("single",)
+    runtimes = ("single", "device")
     uses_loop = True
     preset_for = staticmethod(preset_for)
 
@@ -54,7 +54,7 @@ class PPOBuilder(AgentBuilder):
 
         def policy(obs, first: bool):
             action = actor.select_action(np.asarray(obs)[None])[0]
-            return int(action) if actor.discrete else action
+            return int(action) if actor.spec.action_kind == "discrete" else action
 
         return policy
 

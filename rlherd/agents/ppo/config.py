@@ -7,7 +7,7 @@ cut-off, separate policy and value networks with their own Adam optimisers, full
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -30,11 +30,12 @@ class PPOConfig:
     gae_lambda: float = 0.95
 
     # Objective.
-    objective: str = "clip"  # "clip" (PPO-clip) or "kl" (BatchPPO's adaptive KL penalty)
+    objective: str = "clip"  # "clip" (PPO-clip), "kl" (BatchPPO's KL penalty) or "a2c"
     clip: float = 0.2
     anneal_clip: bool = False  # clip falls linearly to 0 with the steps (RL Zoo's lin_0.2)
     value_clip: float | None = None  # clip V to behaviour V +- this (PPO2); None: off
     entropy_cost: float = 0.0
+    entropy_cost_final: float | None = None  # linear schedule to this at total_steps; None: fixed
     value_cost: float = 0.5
     normalize_advantages: bool = True
     kl_target: float = 0.01
@@ -70,6 +71,11 @@ class PPOConfig:
     device: str = "cpu"
     torch_threads: int = 1
 
+    # The device runtime: each policy (agent group) may override any field above, e.g.
+    # {"runner": {"learning_rate": 5e-3}, "tagger": {"learning_rate": 1e-3}}.
+    policy_overrides: dict = field(default_factory=dict)
+    compile: bool = False  # torch.compile the policies' forward passes (device runtime)
+
     # Runs.
     checkpoint_interval_s: float = 600.0
     log_interval_s: float = 5.0
@@ -78,8 +84,8 @@ class PPOConfig:
         for name in ("num_envs", "unroll_length", "epochs", "minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.objective not in ("clip", "kl"):
-            raise ValueError(f"objective must be 'clip' or 'kl', got {self.objective!r}")
+        if self.objective not in ("clip", "kl", "a2c"):
+            raise ValueError(f"objective must be 'clip', 'kl' or 'a2c', got {self.objective!r}")
         if self.activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
         if self.reward_scaling not in (None, "return", "reward"):
@@ -197,6 +203,41 @@ PRESETS: dict[str, dict] = {
         normalize_obs=True,
         reward_scaling="reward",
     ),
+    # WarpDrive's training configurations of the Tag games (device runtime); their environment
+    # options are rlherd.envs.reference.tag.WARPDRIVE_TRAINING (pass with --env-kwargs).
+    "tag-gridworld": dict(
+        num_envs=2000,
+        unroll_length=100,
+        objective="a2c",
+        epochs=1,
+        minibatches=1,
+        learning_rate=1e-3,
+        lr_anneal=False,
+        hidden_sizes=(32, 32),
+        activation="relu",
+        shared_network=True,
+        discount=0.98,
+        gae_lambda=1.0,
+        entropy_cost=0.05,
+        max_grad_norm=10.0,
+    ),
+    "tag-continuous": dict(
+        num_envs=100,
+        unroll_length=250,
+        objective="a2c",
+        epochs=1,
+        minibatches=1,
+        learning_rate=1e-3,
+        lr_anneal=False,
+        hidden_sizes=(256, 256),
+        activation="relu",
+        shared_network=True,
+        discount=0.98,
+        gae_lambda=1.0,
+        entropy_cost=0.05,
+        max_grad_norm=10.0,
+        policy_overrides={"runner": {"learning_rate": 5e-3}, "tagger": {"learning_rate": 1e-3}},
+    ),
     # rlherd's tiny test environments.
     "toy": dict(num_envs=4, unroll_length=16, minibatches=2, epochs=4, learning_rate=3e-3),
 }
@@ -206,6 +247,8 @@ PRESETS["mujoco"] = PRESETS["cleanrl"]
 def preset_for(env_id: str) -> str:
     """CartPole and co. get ``classic``; HalfCheetah / Hopper their tuned presets; other MuJoCo
     tasks CleanRL's defaults."""
+    if env_id in ("tag-gridworld", "tag-continuous"):
+        return env_id
     name = env_id.split("-")[0].lower()
     if name in ("halfcheetah", "hopper", "lunarlander"):
         return name
@@ -225,4 +268,6 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "mujoco": 1_000_000,
     "batchppo": 1_000_000,
     "toy": 20_000,
+    "tag-gridworld": 100_000_000,  # agent steps
+    "tag-continuous": 100_000_000,
 }

@@ -23,6 +23,7 @@ from rlherd.losses.ppo import (
     clipped_surrogate_loss,
     kl_penalty_loss,
     normalize_advantages,
+    policy_gradient_loss,
     value_loss,
 )
 
@@ -49,8 +50,8 @@ def flatten_valid(rollout: dict[str, torch.Tensor], config: PPOConfig) -> dict[s
 
 
 class PPOLearner:
-    """PPO-clip, or BatchPPO's KL-penalty objective (``config.objective``), with one Adam for a
-    shared network or one each for policy and value (``value_learning_rate``).
+    """PPO-clip, BatchPPO's KL-penalty objective or A2C (``config.objective``), with one Adam for
+    a shared network or one each for policy and value (``value_learning_rate``).
 
     The learning rate (and with ``anneal_clip`` the clip range) fall linearly with the agent
     steps consumed, so the schedule resumes exactly. BatchPPO's penalty weight ``beta`` adapts
@@ -68,6 +69,7 @@ class PPOLearner:
         self.consumed_steps = 0
         self.num_steps = 0
         self.beta = config.kl_init_beta
+        self.entropy_cost = config.entropy_cost
         if config.value_learning_rate is None:
             groups = [dict(params=list(net.parameters()), lr=config.learning_rate)]
             self.base_lrs = [config.learning_rate]
@@ -103,6 +105,11 @@ class PPOLearner:
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * lr_scale
         clip = c.clip * frac if c.anneal_clip else c.clip
+        self.entropy_cost = c.entropy_cost
+        if c.entropy_cost_final is not None:
+            self.entropy_cost = (
+                c.entropy_cost_final + (c.entropy_cost - c.entropy_cost_final) * frac
+            )
 
         n = rows["advantage"].shape[0]
         size = max(1, math.ceil(n / c.minibatches))
@@ -131,6 +138,7 @@ class PPOLearner:
             explained_variance=explained,
             learning_rate=self.optimizer.param_groups[0]["lr"],
             clip=clip,
+            entropy_cost=self.entropy_cost,
             valid_rows=n,
         )
 
@@ -144,6 +152,8 @@ class PPOLearner:
         clipped = clipped_surrogate_loss(log_prob, mb[F.BEHAVIOUR_LOG_PROB], advantages, clip)
         if c.objective == "clip":
             policy_loss = clipped.loss
+        elif c.objective == "a2c":
+            policy_loss = policy_gradient_loss(log_prob, advantages)
         else:
             policy_loss = kl_penalty_loss(
                 log_prob,
@@ -157,7 +167,7 @@ class PPOLearner:
             )
         entropy = dist.entropy(params).mean()
         v_loss = value_loss(values, mb["return"], mb[F.BASELINE], c.value_clip)
-        loss = policy_loss - c.entropy_cost * entropy + c.value_cost * v_loss
+        loss = policy_loss - self.entropy_cost * entropy + c.value_cost * v_loss
         self.optimizer.zero_grad()
         loss.backward()
         if c.max_grad_norm is not None:

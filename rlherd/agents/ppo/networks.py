@@ -1,5 +1,5 @@
 """PPO's networks: an observation normaliser, policy and value MLPs (or one shared torso), and
-the two action distributions, categorical and diagonal Gaussian.
+the action distributions: categorical, multi-categorical and diagonal Gaussian.
 
 Policies output a flat tensor of distribution parameters per row (``[N, P]``): the logits, or the
 Gaussian mean followed by its log std. Rollouts store those parameters, so the learner can compute
@@ -44,6 +44,37 @@ class Categorical:
     @staticmethod
     def mode(params: torch.Tensor) -> torch.Tensor:
         return params.argmax(-1)
+
+
+class MultiCategorical:
+    """Multi-discrete actions ``[N, H]``: one categorical per head; parameters are the heads'
+    logits side by side ``[N, sum(nvec)]``. Heads are independent, so log probabilities,
+    entropies and KLs add up."""
+
+    def __init__(self, nvec: tuple[int, ...]):
+        self.nvec = tuple(nvec)
+
+    def split(self, params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return params.split(self.nvec, dim=-1)
+
+    def log_prob(self, params: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        heads = self.split(params)
+        return sum(Categorical.log_prob(h, action[..., k]) for k, h in enumerate(heads))
+
+    def entropy(self, params: torch.Tensor) -> torch.Tensor:
+        return sum(Categorical.entropy(h) for h in self.split(params))
+
+    def kl(self, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+        pairs = zip(self.split(old), self.split(new), strict=True)
+        return sum(Categorical.kl(a, b) for a, b in pairs)
+
+    def sample(
+        self, params: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        return torch.stack([Categorical.sample(h, generator) for h in self.split(params)], -1)
+
+    def mode(self, params: torch.Tensor) -> torch.Tensor:
+        return torch.stack([h.argmax(-1) for h in self.split(params)], -1)
 
 
 class DiagGaussian:
@@ -104,9 +135,13 @@ class PPONet(nn.Module):
     def __init__(self, spec: EnvSpec, config: PPOConfig):
         super().__init__()
         self.spec = spec
-        self.discrete = spec.action_kind == "discrete"
-        self.dist = Categorical if self.discrete else DiagGaussian
-        action_dim = spec.num_actions if self.discrete else math.prod(spec.action_shape)
+        self.discrete = spec.action_kind != "continuous"
+        if spec.action_kind == "discrete":
+            self.dist, action_dim = Categorical, spec.num_actions
+        elif spec.action_kind == "multidiscrete":
+            self.dist, action_dim = MultiCategorical(spec.action_nvec), sum(spec.action_nvec)
+        else:
+            self.dist, action_dim = DiagGaussian, math.prod(spec.action_shape)
         self.obs_norm = (
             RunningNorm(spec.obs_shape, clip=config.obs_clip)
             if config.normalize_obs and not spec.is_image
