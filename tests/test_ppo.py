@@ -301,3 +301,32 @@ def test_ppo_learns_cartpole(tmp_path):
         "ppo", "CartPole-v1", total_steps=100_000, seed=0, run_dir=tmp_path, progress=False
     )
     assert run.summary["final_return_mean"] >= 475
+
+
+def test_chunked_passes_give_the_same_update():
+    """A minibatch run in chunks of max_rows_per_pass rows accumulates the same gradient."""
+    from rlherd.agents.ppo.learning import PPOLearner
+
+    spec = spec_for("Pendulum-v1")
+    T, B = 6, 5
+    g = torch.Generator().manual_seed(0)
+    rollout = {
+        F.OBS: torch.randn(T + 1, B, 3, generator=g),
+        F.ACTION: torch.randn(T + 1, B, 1, generator=g),
+        F.BEHAVIOUR_LOG_PROB: torch.randn(T + 1, B, generator=g) * 0.1 - 1.0,
+        F.POLICY_PARAMS: torch.zeros(T + 1, B, 2),
+        F.BASELINE: torch.randn(T + 1, B, generator=g),
+        F.REWARD: torch.randn(T + 1, B, generator=g),
+        F.TERMINATED: torch.rand(T + 1, B, generator=g) < 0.1,
+        F.TRUNCATED: torch.zeros(T + 1, B, dtype=torch.bool),
+        F.RESET: torch.rand(T + 1, B, generator=g) < 0.1,
+    }
+    nets = []
+    for rows in (7, 65536):
+        torch.manual_seed(0)
+        config = PPOConfig(minibatches=1, epochs=2, max_rows_per_pass=rows, objective="kl")
+        net = PPONet(spec, config)
+        PPOLearner(net, config, total_steps=1000).learn(rollout)
+        nets.append(net.state_dict())
+    for k, v in nets[0].items():
+        torch.testing.assert_close(nets[1][k], v, rtol=1e-5, atol=1e-6)

@@ -51,6 +51,7 @@ class PPOConfig:
     lr_anneal: bool = True  # linear decay to 0 at total_steps
     adam_eps: float = 1e-5
     max_grad_norm: float | None = 0.5
+    max_rows_per_pass: int = 65536  # bigger minibatches accumulate gradients over chunks
 
     # Networks.
     shared_network: bool = False  # one torso for policy and value, or two separate MLPs
@@ -81,7 +82,7 @@ class PPOConfig:
     log_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "unroll_length", "epochs", "minibatches"):
+        for name in ("num_envs", "unroll_length", "epochs", "minibatches", "max_rows_per_pass"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.objective not in ("clip", "kl", "a2c"):

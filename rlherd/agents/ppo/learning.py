@@ -123,7 +123,9 @@ class PPOLearner:
                 updates += 1
         out = {k: v / updates for k, v in sums.items()}
         with torch.no_grad():
-            params, values = self.net(rows[F.OBS])
+            chunks = [self.net(obs) for obs in rows[F.OBS].split(c.max_rows_per_pass)]
+            params = torch.cat([p for p, _ in chunks]) if chunks else rows[F.POLICY_PARAMS]
+            values = torch.cat([v for _, v in chunks]) if chunks else rows["return"]
             kl = self.net.dist.kl(rows[F.POLICY_PARAMS], params).mean().item() if n else 0.0
             var = rows["return"].var().item() if n > 1 else 0.0
             explained = 1.0 - (rows["return"] - values).var().item() / var if var > 0 else 0.0
@@ -143,12 +145,31 @@ class PPOLearner:
         )
 
     def _update(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, float]:
+        """One optimiser step on a minibatch. Minibatches above ``max_rows_per_pass`` rows are
+        run in chunks whose gradients add up to the whole minibatch's (every loss term is a
+        mean over rows, weighted here by the chunk's share), so memory stays bounded."""
+        c = self.config
+        if c.normalize_advantages:  # over the whole minibatch, before any chunking
+            mb = dict(mb, advantage=normalize_advantages(mb["advantage"]))
+        n = mb["advantage"].shape[0]
+        self.optimizer.zero_grad()
+        totals: dict[str, float] = {}
+        for idx in torch.arange(n, device=mb["advantage"].device).split(c.max_rows_per_pass):
+            weight = len(idx) / n
+            loss, metrics = self._loss({k: v[idx] for k, v in mb.items()}, clip)
+            (loss * weight).backward()
+            for k, v in metrics.items():
+                totals[k] = totals.get(k, 0.0) + v * weight
+        if c.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
+        self.optimizer.step()
+        return totals
+
+    def _loss(self, mb: dict[str, torch.Tensor], clip: float) -> tuple[torch.Tensor, dict]:
         c, dist = self.config, self.net.dist
         params, values = self.net(mb[F.OBS])
         log_prob = dist.log_prob(params, mb[F.ACTION])
         advantages = mb["advantage"]
-        if c.normalize_advantages:
-            advantages = normalize_advantages(advantages)
         clipped = clipped_surrogate_loss(log_prob, mb[F.BEHAVIOUR_LOG_PROB], advantages, clip)
         if c.objective == "clip":
             policy_loss = clipped.loss
@@ -168,12 +189,7 @@ class PPOLearner:
         entropy = dist.entropy(params).mean()
         v_loss = value_loss(values, mb["return"], mb[F.BASELINE], c.value_clip)
         loss = policy_loss - self.entropy_cost * entropy + c.value_cost * v_loss
-        self.optimizer.zero_grad()
-        loss.backward()
-        if c.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
-        self.optimizer.step()
-        return dict(
+        return loss, dict(
             policy_loss=policy_loss.item(),
             value_loss=v_loss.item(),
             entropy=entropy.item(),
