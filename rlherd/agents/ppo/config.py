@@ -118,6 +118,22 @@ _ZOO_MUJOCO = dict(
     reward_scaling="return",
 )
 
+# WarpDrive's trainer: A2C on one full batch per iteration, a shared torso with policy and value
+# heads, discount 0.98, entropy 0.05.
+_WARPDRIVE_A2C = dict(
+    objective="a2c",
+    epochs=1,
+    minibatches=1,
+    learning_rate=1e-3,
+    lr_anneal=False,
+    activation="relu",
+    shared_network=True,
+    discount=0.98,
+    gae_lambda=1.0,
+    entropy_cost=0.05,
+    max_grad_norm=10.0,
+)
+
 PRESETS: dict[str, dict] = {
     # CleanRL's ppo_continuous_action.py defaults (its published 1M-step MuJoCo figures).
     "cleanrl": dict(
@@ -206,37 +222,12 @@ PRESETS: dict[str, dict] = {
     ),
     # WarpDrive's training configurations of the Tag games (device runtime); their environment
     # options are rlherd.envs.reference.tag.WARPDRIVE_TRAINING (pass with --env-kwargs).
-    "tag-gridworld": dict(
-        num_envs=2000,
-        unroll_length=100,
-        objective="a2c",
-        epochs=1,
-        minibatches=1,
-        learning_rate=1e-3,
-        lr_anneal=False,
-        hidden_sizes=(32, 32),
-        activation="relu",
-        shared_network=True,
-        discount=0.98,
-        gae_lambda=1.0,
-        entropy_cost=0.05,
-        max_grad_norm=10.0,
-    ),
+    "tag-gridworld": dict(_WARPDRIVE_A2C, num_envs=2000, unroll_length=100, hidden_sizes=(32, 32)),
     "tag-continuous": dict(
+        _WARPDRIVE_A2C,
         num_envs=100,
         unroll_length=250,
-        objective="a2c",
-        epochs=1,
-        minibatches=1,
-        learning_rate=1e-3,
-        lr_anneal=False,
         hidden_sizes=(256, 256),
-        activation="relu",
-        shared_network=True,
-        discount=0.98,
-        gae_lambda=1.0,
-        entropy_cost=0.05,
-        max_grad_norm=10.0,
         policy_overrides={"runner": {"learning_rate": 5e-3}, "tagger": {"learning_rate": 1e-3}},
     ),
     # rlherd's tiny test environments.
