@@ -199,7 +199,7 @@ def run_device(
     config = builder.config
     env = make_device(builder.env_id, config.num_envs, config.device, seed, **builder.env_kwargs)
     policies = make_policies(builder, env, recorder.total_steps)
-    param_dim = policies[0].net.policy_head.out_features * (1 if policies[0].net.discrete else 2)
+    param_dim = policies[0].net.policy_head.out_features  # logits (device games are discrete)
     rollouts = Rollouts(env, config.unroll_length, param_dim)
     generator = torch.Generator(env.device).manual_seed(seed + 1)
     env.reset(seed=seed)

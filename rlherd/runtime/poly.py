@@ -152,19 +152,16 @@ class BatchedInference:
             inputs[f"state{j}"] = s.transpose(0, 1)
         out = self.batcher.compute(inputs)
         self.version = int(out["version"][0])
-        n = len(state)
-        new_state = tuple(out[f"state{j}"].transpose(0, 1).cpu() for j in range(n))
-        return dict(policy_logits=out["policy_logits"][None], baseline=out["baseline"][None]), (
-            new_state
-        )
+        new_state = tuple(out[f"state{j}"].transpose(0, 1).cpu() for j in range(len(state)))
+        outputs = dict(policy_logits=out["policy_logits"][None], baseline=out["baseline"][None])
+        return outputs, new_state
 
 
 def _inference_fn(net: torch.nn.Module, lock: threading.Lock, version: list[int]):
     @torch.no_grad()
     def infer(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        state = tuple(
-            inputs[k].transpose(0, 1).contiguous() for k in sorted(inputs) if k.startswith("state")
-        )
+        n = sum(k.startswith("state") for k in inputs)  # state0, state1, ... (LSTM h, c)
+        state = tuple(inputs[f"state{j}"].transpose(0, 1).contiguous() for j in range(n))
         with lock:
             outputs, new_state = net(inputs["obs"][None], inputs["first"][None], state)
             v = version[0]
