@@ -104,7 +104,8 @@ class PPOConfig:
             raise ValueError(f"device={self.device!r} but CUDA is not available; use device=cpu")
 
 
-# RL Zoo's tuned MuJoCo settings share this network and normalisation.
+# RL Zoo's tuned MuJoCo settings share this network and normalisation. SB3's value loss is the
+# plain mean squared error where rlherd's is half of it, so its vf_coef appears doubled below.
 _ZOO_MUJOCO = dict(
     num_envs=1,
     unroll_length=512,
@@ -176,7 +177,7 @@ PRESETS: dict[str, dict] = {
         entropy_cost=0.000401762,
         clip=0.1,
         max_grad_norm=0.8,
-        value_cost=0.58096,
+        value_cost=2 * 0.58096,
     ),
     "hopper": dict(
         _ZOO_MUJOCO,
@@ -188,7 +189,7 @@ PRESETS: dict[str, dict] = {
         entropy_cost=0.00229519,
         clip=0.2,
         max_grad_norm=0.7,
-        value_cost=0.835671,
+        value_cost=2 * 0.835671,
     ),
     # Other MuJoCo tasks: CleanRL's defaults.
     "mujoco": {},
