@@ -61,7 +61,7 @@ def device_steps(env_id: str, games: int, options: dict, device: str, seconds: f
     env = make_device(env_id, games, device, seed=0, **options)
     env.reset()
     g = torch.Generator(env.device).manual_seed(0)
-    shape = (games, env.num_agents, *((len(env.action_nvec),) * (len(env.action_nvec) > 1)))
+    shape = env.action_shape
     high = torch.as_tensor(env.action_nvec, device=env.device)
     for _ in range(3):  # warm up (allocator, kernels)
         env.step((torch.rand(shape, generator=g, device=env.device) * high).long())

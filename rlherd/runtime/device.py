@@ -93,11 +93,10 @@ class Rollouts:
 
     def __init__(self, env: DeviceEnv, T: int, param_dim: int):
         E, N, D, d = env.num_envs, env.num_agents, env.obs_dim, env.device
-        heads = (len(env.action_nvec),) if len(env.action_nvec) > 1 else ()
         rows = (T + 1, E)
         self.buf = {
             F.OBS: torch.zeros(*rows, N, D, device=d),
-            F.ACTION: torch.zeros(*rows, N, *heads, dtype=torch.int64, device=d),
+            F.ACTION: torch.zeros(T + 1, *env.action_shape, dtype=torch.int64, device=d),
             F.BEHAVIOUR_LOG_PROB: torch.zeros(*rows, N, device=d),
             F.POLICY_PARAMS: torch.zeros(*rows, N, param_dim, device=d),
             F.BASELINE: torch.zeros(*rows, N, device=d),
@@ -270,8 +269,7 @@ def evaluate_device(
     tags = torch.zeros(episodes)
     finished = torch.zeros(episodes, dtype=torch.bool)
     frames = [env.render(0)] if video else []
-    actions = torch.zeros((episodes, env.num_agents, *((len(env.action_nvec),) * (
-        len(env.action_nvec) > 1))), dtype=torch.int64)  # fmt: skip
+    actions = torch.zeros(env.action_shape, dtype=torch.int64)
     with torch.no_grad():
         while not finished.all():
             for p in policies:

@@ -82,6 +82,12 @@ class DeviceEnv:
         """An RGB frame of game ``i``."""
         raise NotImplementedError(f"{type(self).__name__} cannot render")
 
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """``[E, N]`` for discrete actions, ``[E, N, heads]`` for multi-discrete ones."""
+        heads = (len(self.action_nvec),) if len(self.action_nvec) > 1 else ()
+        return (self.num_envs, self.num_agents, *heads)
+
     # ---------------------------------------------------------------- the data store
     def _draw_start(self) -> dict[str, torch.Tensor]:
         start = self._start_state()
@@ -108,10 +114,10 @@ class DeviceEnv:
         """One step of every game; returns the ``obs, reward, terminated, truncated`` buffers."""
         if not self.state:
             raise RuntimeError("call reset() before step()")
-        expected = (self.num_envs, self.num_agents, *((len(self.action_nvec),) * (
-            len(self.action_nvec) > 1)))  # fmt: skip
-        if tuple(actions.shape) != expected:
-            raise ValueError(f"actions must have shape {expected}, got {tuple(actions.shape)}")
+        if tuple(actions.shape) != self.action_shape:
+            raise ValueError(
+                f"actions must have shape {self.action_shape}, got {tuple(actions.shape)}"
+            )
         resetting = self.terminated | self.truncated
         reward, terminated, truncated = self._transition(actions.to(self.device))
         start = self._draw_start()
