@@ -112,6 +112,7 @@ _ZOO_MUJOCO = dict(
     hidden_sizes=(256, 256),
     activation="relu",
     orthogonal_init=False,
+    mean_init_scale=1.0,  # SB3's default initialisation, unscaled
     init_log_std=-2.0,
     lr_anneal=False,
     normalize_obs=True,
