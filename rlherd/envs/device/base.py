@@ -16,13 +16,14 @@ behaviour).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import numpy as np
 import torch
 
 
-class DeviceEnv:
+class DeviceEnv(ABC):
     """Subclasses set ``num_agents``, ``obs_dim``, ``action_nvec`` (one entry: ``Discrete(n)``
     actions ``[E, N]``; several: multi-discrete ``[E, N, len(nvec)]``) and implement
     ``_start_state``, ``_transition``, ``_observe``, ``reference`` and ``agent_names``."""
@@ -52,27 +53,27 @@ class DeviceEnv:
         self._first_start: dict[str, torch.Tensor] | None = None
 
     # ---------------------------------------------------------------- subclass interface
+    @abstractmethod
     def _start_state(self) -> dict[str, torch.Tensor]:
         """A fresh start state for every game (drawn from ``self.generator``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _transition(self, actions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Advance every game in ``self.state`` (in place); return ``(reward [E, N],
         terminated [E], truncated [E])``. Games that are resetting are overwritten after."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _observe(self) -> torch.Tensor:
         """Observations ``[E, N, obs_dim]`` of the current state."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reference(self):
         """A reference (numpy) instance of one game with the same configuration."""
-        raise NotImplementedError
 
     @property
+    @abstractmethod
     def agent_names(self) -> list[str]:
         """The reference's agent names, in agent-index order."""
-        raise NotImplementedError
 
     def policy_groups(self) -> dict[str, list[int]]:
         """Agent ids per policy (WarpDrive's ``policy_tag_to_agent_id_map``); default: one."""
