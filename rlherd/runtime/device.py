@@ -25,9 +25,14 @@ import torch
 
 from rlherd import types as F
 from rlherd.agents.ppo.learning import PPOLearner
-from rlherd.agents.ppo.networks import PPONet
+from rlherd.agents.ppo.networks import MultiCategorical, PPONet
 from rlherd.core import EnvSpec
-from rlherd.envs.device import DeviceEnv, make_device, sample_categorical
+from rlherd.envs.device import (
+    DeviceEnv,
+    make_device,
+    sample_categorical,
+    sample_multi_categorical,
+)
 from rlherd.run.config import ConfigError, apply_overrides
 from rlherd.run.recorder import Recorder
 from rlherd.runtime import checkpoint_state, set_rng_state
@@ -58,8 +63,8 @@ class Policy:
         E, n = obs.shape[:2]
         params, value = self.forward(obs.reshape(E * n, -1))
         dist = self.net.dist
-        if hasattr(dist, "split"):  # multi-discrete: one sample per head
-            action = torch.stack([sample_categorical(h, generator) for h in dist.split(params)], -1)
+        if isinstance(dist, MultiCategorical):  # one sample per head
+            action = sample_multi_categorical(list(dist.split(params)), generator)
         else:
             action = sample_categorical(params, generator)
         log_prob = dist.log_prob(params, action)
