@@ -2,9 +2,9 @@
 final training return, the mean-action (deterministic) evaluation return and the wall time, next
 to the published PPO figures at 1M steps.
 
-Presets: ``cleanrl`` (CleanRL's ppo_continuous_action defaults), ``tuned`` (RL Zoo's tuned
-settings: the ``halfcheetah`` / ``hopper`` presets, which ``rlherd train ppo`` picks for these
-ids) and ``batchppo`` (the TensorFlow Agents paper's configuration).
+Presets: ``cleanrl`` (CleanRL's ppo_continuous_action defaults; what ``rlherd train ppo`` picks
+for Hopper), ``tuned`` (RL Zoo's tuned settings: the ``halfcheetah`` preset, picked for
+HalfCheetah, and ``hopper``) and ``batchppo`` (the TensorFlow Agents paper's configuration).
 
 Usage: python benchmarks/ppo_mujoco.py [--steps 1000000] [--envs HalfCheetah-v5,Hopper-v5]
        [--presets tuned,batchppo,cleanrl] [--seed 0]
