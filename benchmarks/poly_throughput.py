@@ -6,8 +6,8 @@ All in one run, so the ratios hold on a noisy machine:
                  on Unix sockets, actor threads, dynamic batching) and on ``mono`` (actor
                  processes), with the same model, batch, unroll and number of actors; poly also
                  reports its mean inference batch size and policy lag.
-  (b) grpc_hop   steps/s of one environment through one server stream (TCP loopback and Unix
-                 socket) against stepping the same environment in this process.
+  (b) grpc_hop   steps/s of one environment through one stream to a server process (TCP
+                 loopback and Unix socket) against stepping the same environment in this process.
 
 Prints one JSON line per figure.
 Usage: python benchmarks/poly_throughput.py [--seconds 5] [--envs CartPole-v1 ALE/Pong-v5]
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -54,19 +56,27 @@ def in_process(env_id: str, seconds: float) -> float:
 
 
 def through_stream(env_id: str, address: str, seconds: float) -> float:
-    from rlherd.envs.server import EnvStream, serve
+    """Steps/s of one environment served by ``rlherd serve-env`` in its own process."""
+    from rlherd.envs.server import EnvStream
 
-    server, bound = serve(env_id, address)
-    stream = EnvStream(bound, seed=0)
-    rng = np.random.default_rng(0)
-    n = stream.action_space.n
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        stream.step(rng.integers(n, size=1))
-        steps += 1
-    sps = steps / (time.perf_counter() - start)
-    stream.close()
-    server.stop(0).wait()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rlherd.envs.server", env_id, "--address", address],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        stream = EnvStream(server.stdout.readline().split()[-1], seed=0)  # "serving ... on ADDR"
+        rng = np.random.default_rng(0)
+        n = stream.action_space.n
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            stream.step(rng.integers(n, size=1))
+            steps += 1
+        sps = steps / (time.perf_counter() - start)
+        stream.close()
+    finally:
+        server.terminate()
+        server.wait()
+        server.stdout.close()
     return sps
 
 
@@ -74,13 +84,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0, help="per gRPC-hop measurement")
     parser.add_argument("--envs", nargs="+", default=list(SETUPS), choices=list(SETUPS))
+    parser.add_argument("--no-training", action="store_true", help="only the gRPC hop")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     for env_id in args.envs:
         overrides, total_steps = SETUPS[env_id]
         common = dict(env=env_id)
-        for runtime in ("poly", "mono"):
+        for runtime in () if args.no_training else ("poly", "mono"):
             result = training(env_id, runtime, overrides, total_steps)
             extra = poly_figures(result["rows"]) if runtime == "poly" else {}
             emit(**common, measure="training", runtime=runtime, steps_per_s=result["sps"],
