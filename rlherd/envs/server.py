@@ -130,7 +130,18 @@ class EnvServicer:
     """Serves streams of ``envs_per_stream`` environments of ``env_id`` each."""
 
     def __init__(self, env_id: str, envs_per_stream: int = 1, **env_kwargs: Any):
-        self.spec = rl_envs.spec_for(env_id, **env_kwargs)  # a bad id fails before serving
+        if env_id in rl_envs.MULTI_AGENT:
+            raise ValueError(
+                f"{env_id} is a multi-agent game; environment servers serve single-agent "
+                "environments (train it with --runtime device)"
+            )
+        probe = rl_envs.make(env_id, **env_kwargs)  # a bad id or space fails before serving
+        try:
+            self.observation_space = space_to_proto(probe.observation_space)
+            self.action_space = space_to_proto(probe.action_space)
+            self.max_episode_steps = rl_envs.spec_of(probe, env_id).max_episode_steps or 0
+        finally:
+            probe.close()
         self.env_id, self.num_envs, self.env_kwargs = env_id, envs_per_stream, env_kwargs
 
     def stream(self, requests: Iterator[pb.ClientMessage], context) -> Iterator[pb.ServerMessage]:
@@ -148,9 +159,9 @@ class EnvServicer:
                 spec=pb.Spec(
                     env_id=self.env_id,
                     num_envs=n,
-                    observation_space=space_to_proto(envs.single_observation_space),
-                    action_space=space_to_proto(space),
-                    max_episode_steps=self.spec.max_episode_steps or 0,
+                    observation_space=self.observation_space,
+                    action_space=self.action_space,
+                    max_episode_steps=self.max_episode_steps,
                 )
             )
             episode_step = np.zeros(n, dtype=np.int64)
