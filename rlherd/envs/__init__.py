@@ -161,6 +161,11 @@ def spec_of(env: gym.Env | gym.vector.VectorEnv, env_id: str | None = None) -> E
 def spec_for(env_id: str, **kwargs: Any) -> EnvSpec:
     """The :class:`EnvSpec` of ``env_id``, from a probe environment built and closed here
     (which also fails fast, with a clear message, on a bad id or space)."""
+    if env_id in MULTI_AGENT:
+        raise ValueError(
+            f"{env_id} is a multi-agent game: single-agent runtimes cannot step it; train it on "
+            "the device runtime (--runtime device)"
+        )
     probe = make(env_id, **kwargs)
     try:
         return spec_of(probe, env_id)
