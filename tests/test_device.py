@@ -143,6 +143,8 @@ def test_bad_device_env_input_is_a_clear_error():
     env.reset()
     with pytest.raises(ValueError, match=r"actions must have shape \(2, 3\)"):
         env.step(torch.zeros(2, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="multi-agent game.*--runtime device"):
+        rlherd.train("ppo", "tag-gridworld", total_steps=10, progress=False)
 
 
 def test_reference_is_a_pettingzoo_parallel_env():
