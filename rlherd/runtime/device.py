@@ -140,15 +140,17 @@ class Rollouts:
         self.episode_length *= keep
         self.episode_tags *= keep
 
+    _STATS = ("episode_return", "episode_length", "episode_tags", "sums")
+
     def state_dict(self) -> dict[str, Any]:
-        keys = ("episode_return", "episode_length", "episode_tags", "sums")
+        """The next iteration's first row and the running episode statistics."""
         return dict(row=self.buf[F.OBS][0].clone(), reset=self.buf[F.RESET][0].clone(),
-                    **{k: getattr(self, k).clone() for k in keys})  # fmt: skip
+                    **{k: getattr(self, k).clone() for k in self._STATS})  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buf[F.OBS][0].copy_(state["row"])
         self.buf[F.RESET][0].copy_(state["reset"])
-        for k in ("episode_return", "episode_length", "episode_tags", "sums"):
+        for k in self._STATS:
             getattr(self, k).copy_(state[k])
 
 

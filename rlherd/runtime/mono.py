@@ -19,7 +19,6 @@ actors start fresh episodes, since their environments are not checkpointed.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import signal
 import threading
 import time
@@ -36,17 +35,10 @@ from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
 from rlherd.core import EnvSpec
 from rlherd.run.config import ConfigError
 from rlherd.run.recorder import Recorder
-from rlherd.runtime import checkpoint_state, set_rng_state
+from rlherd.runtime import checkpoint_state, die_with_parent, set_rng_state
 
 POLL_S = 0.5  # how often blocked learner threads wake to check for stop and dead actors
 MAX_RESTARTS_PER_ACTOR = 20  # beyond this the fault is not transient: report it and stop
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no actor is ever orphaned."""
-    # Not Linux: no prctl, and daemon processes still cover normal exits.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def actor_process(
@@ -62,7 +54,7 @@ def actor_process(
     conn: Connection,
 ) -> None:
     """Fill the slots that arrive on ``conn``, answering each with its index, until ``None``."""
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     torch.set_num_threads(1)
     try:

@@ -18,11 +18,9 @@ continues the learner exactly; streams start new episodes.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,16 +37,11 @@ from rlherd.agents.impala.acting import ImpalaActor, allocate_rollout, rollout_f
 from rlherd.core import EnvSpec
 from rlherd.run.config import ConfigError
 from rlherd.run.recorder import Recorder
-from rlherd.runtime import checkpoint_state, set_rng_state
+from rlherd.runtime import checkpoint_state, die_with_parent, set_rng_state
 from rlherd.runtime.batching import BatchingQueue, Closed, DynamicBatcher
 
 SERVER_START_TIMEOUT_S = 120.0
 MAX_BACKOFF_S = 5.0
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class LocalServers:
@@ -80,7 +73,7 @@ class LocalServers:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
 
     def _wait_ready(self, i: int) -> None:
