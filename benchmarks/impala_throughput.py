@@ -6,10 +6,12 @@ runtime (``single``, ``mono``), all in one run so the ratios hold on a noisy mac
   (a) raw_env   the same environments stepped with random actions on the same cores
                 (single: one vector env of batch_size; mono: num_actors processes of
                 envs_per_actor each);
-  (b) acting    rlherd's actors writing rollouts with the model, the learner idle;
+  (b) acting    rlherd's actors writing rollouts with the model, wired as each runtime wires
+                them, the learner idle (it takes each batch and learns nothing);
   (c) training  end-to-end ``rlherd.train`` agent steps/s (steady state, from learner.csv).
 
-Prints one JSON line per figure. Usage: python benchmarks/impala_throughput.py [--seconds 8]
+Prints one JSON line per figure.
+Usage: python benchmarks/impala_throughput.py [--seconds 8] [--envs CartPole-v1] [--total-steps N]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import json
 import os
 import platform
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -29,14 +32,22 @@ import torch.multiprocessing as mp
 import rlherd
 from rlherd import envs
 from rlherd.agents import BUILDERS
-from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
+from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
+from rlherd.run.loop import ActorAlgorithm, EnvironmentLoop
 from rlherd.run.train import resolve_config
-from rlherd.runtime.mono import ActorPool
+from rlherd.runtime import RunContext, make_envs
+from rlherd.runtime.mono import ActorPool, SharedVariables, rollout_slots
+from rlherd.runtime.settings import resolve as resolve_settings
 
 SETUPS = {
-    # env id: (config overrides shared by both runtimes, total steps of the training run)
-    "CartPole-v1": ({}, 200_000),
-    "ALE/Pong-v5": (dict(num_actors=2, envs_per_actor=4, batch_size=8, unroll_length=80), 12_800),
+    # env id: (agent config overrides, settings of the runtimes with actors (mono, poly),
+    #          total steps of the training run); the preset's suggestions fill in the rest.
+    "CartPole-v1": ({}, {}, 200_000),
+    "ALE/Pong-v5": (
+        dict(batch_size=8, unroll_length=80),
+        dict(num_actors=2, envs_per_actor=4),
+        12_800,
+    ),
 }
 
 MACHINE = dict(
@@ -87,34 +98,80 @@ def raw_steps_processes(env_id: str, procs: int, num_envs: int, seconds: float) 
     return total
 
 
-def acting_single(builder, spec, seconds: float) -> float:
-    config = builder.config
-    net = builder.make_networks(spec)
-    actor = builder.make_actor(net, builder.make_envs(config.batch_size), seed=0)
-    rollout = allocate_rollout(rollout_fields(spec, config.batch_size, config.unroll_length))
+class IdleLearner:
+    """Stands in for the learner: each step takes a batch from the dataset and learns nothing."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def step(self) -> dict[str, float]:
+        next(self.dataset)
+        return {}
+
+
+def acting_single(builder, spec, env_id: str, settings, seconds: float) -> float:
+    """The single runtime's wiring (rollouts queued in process), with an idle learner."""
+    num_envs = settings.num_envs or builder.batch_size
+    policy = builder.make_policy(builder.make_networks(spec))
+    layout = rollout_layout(spec, builder.rollout_fields(spec))
+    buffer = allocate_rollout(layout, builder.unroll_length, num_envs,
+                              policy.initial_state(num_envs))  # fmt: skip
+    queue = RolloutQueue(buffer, builder.batch_size // num_envs)
+    actor = builder.make_actor(0, policy, spec, queue, None)  # no learner to fetch weights from
+    algorithm = ActorAlgorithm(actor, IdleLearner(queue), queue.ready)
+    loop = EnvironmentLoop(make_envs(env_id, {}, settings, num_envs, settings.env_workers),
+                           algorithm, seed=0)  # fmt: skip
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        actor.unroll(rollout)
-        steps += config.unroll_length * config.batch_size
-    actor.envs.close()
+        steps += loop.step()
+    loop.envs.close()
     return steps / (time.perf_counter() - start)
 
 
-def acting_mono(builder, spec, seconds: float) -> float:
-    """Actor processes fill slots; the 'learner' only hands them back."""
-    config = builder.config
-    per_batch = config.unroll_length * config.batch_size
-    with ActorPool(builder, spec, builder.make_networks(spec, device="cpu"), seed=0) as pool:
-        pool.get_batch(lambda: False)  # wait until every actor is up and producing
+class _Reports:
+    """The recorder the actor processes report their steps and episodes to (here: nobody)."""
+
+    def add_actor_steps(self, n: int) -> None:
+        pass
+
+    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        pass
+
+
+def acting_mono(builder, spec, env_id: str, settings, seconds: float) -> float:
+    """The mono runtime's actor processes fill shared-memory slots; the learner only joins
+    full slots into batches and hands them back."""
+    source = SharedVariables(builder.make_networks(spec, "cpu"))
+    dataset, slots = rollout_slots(builder, spec, settings, source)
+    ctx = RunContext(builder, env_id, {}, spec, settings, _Reports(), seed=0, checkpoint=None,
+                     save=lambda state: None, stop=threading.Event())  # fmt: skip
+    pool = dataset.pool = ActorPool(ctx, source, [], slots, seed=0)
+    learner = IdleLearner(dataset)
+
+    def learn() -> None:
+        while True:
+            pool.check()
+            try:
+                return learner.step()
+            except TimeoutError:  # no full batch yet
+                pass
+
+    try:
+        learn()  # wait until the actors are up and producing
+        while not all(link.started for link in pool.links):
+            learn()
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
-            pool.get_batch(lambda: False)
-            pool.check()
-            steps += per_batch
+            learn()
+            steps += builder.unroll_length * builder.batch_size
         return steps / (time.perf_counter() - start)
+    finally:
+        pool.close()
 
 
-def training(env_id: str, runtime: str, overrides: dict, total_steps: int) -> dict:
+def training(env_id: str, runtime: str, total_steps: int) -> dict:
+    agent, actors, _ = SETUPS[env_id]
+    overrides = agent if runtime == "single" else {**agent, **actors}
     with tempfile.TemporaryDirectory() as tmp:
         run = rlherd.train(
             "impala", env_id, runtime=runtime, total_steps=total_steps, run_dir=tmp,
@@ -122,6 +179,8 @@ def training(env_id: str, runtime: str, overrides: dict, total_steps: int) -> di
         )  # fmt: skip
         with open(os.path.join(tmp, "metrics", "learner.csv"), newline="") as f:
             rows = list(csv.DictReader(f))
+    if len(rows) < 2:
+        raise ValueError(f"{total_steps} steps made {len(rows)} learner step(s); raise them")
     skip = len(rows) // 5  # leave out start-up (process spawn, first compile of kernels)
     a, b = rows[skip], rows[-1]
     steady = (int(b["actor_steps"]) - int(a["actor_steps"])) / (
@@ -134,20 +193,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=8.0, help="per acting/raw measurement")
     parser.add_argument("--envs", nargs="+", default=list(SETUPS), choices=list(SETUPS))
+    parser.add_argument(
+        "--total-steps", type=int, help="agent steps of each training run (default: per env)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     for env_id in args.envs:
-        overrides, total_steps = SETUPS[env_id]
-        config, _ = resolve_config("impala", env_id, None, overrides)
-        builder = BUILDERS["impala"](config, env_id)
+        agent, actors, total_steps = SETUPS[env_id]
+        config, preset = resolve_config("impala", env_id, None, agent)
+        builder = BUILDERS["impala"](config)
+        suggested = builder.runtime_defaults.get(preset, {})
+        single_settings = resolve_settings("single", suggested, {})
+        mono_settings = resolve_settings("mono", suggested, actors)
         spec = envs.spec_for(env_id)
-        B, k, n = config.batch_size, config.envs_per_actor, config.num_actors
+        B = single_settings.num_envs or builder.batch_size
+        k, n = mono_settings.envs_per_actor, mono_settings.num_actors
         common = dict(
             env=env_id,
             torso="mlp" if not spec.is_image else "shallow",
-            unroll=config.unroll_length,
-            batch=B,
+            unroll=builder.unroll_length,
+            batch=builder.batch_size,
         )
 
         single = dict(runtime="single", num_envs=B)
@@ -156,8 +222,8 @@ def main() -> None:
         measurements = [
             ("raw_env", single, raw_steps, (env_id, B, t)),
             ("raw_env", mono, raw_steps_processes, (env_id, n, k, t)),
-            ("acting", single, acting_single, (builder, spec, t)),
-            ("acting", mono, acting_mono, (builder, spec, t)),
+            ("acting", single, acting_single, (builder, spec, env_id, single_settings, t)),
+            ("acting", mono, acting_mono, (builder, spec, env_id, mono_settings, t)),
         ]
         for measure, where, measure_sps, measure_args in measurements:
             sps = measure_sps(*measure_args)
@@ -165,7 +231,7 @@ def main() -> None:
                  **frames(env_id, sps))  # fmt: skip
 
         for runtime in ("single", "mono"):
-            result = training(env_id, runtime, overrides, total_steps)
+            result = training(env_id, runtime, args.total_steps or total_steps)
             emit(
                 **common,
                 measure="training",

@@ -11,6 +11,7 @@ All in one run, so the ratios hold on a noisy machine:
 
 Prints one JSON line per figure.
 Usage: python benchmarks/poly_throughput.py [--seconds 5] [--envs CartPole-v1 ALE/Pong-v5]
+       [--total-steps N] [--no-training]
 """
 
 from __future__ import annotations
@@ -85,14 +86,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per gRPC-hop measurement")
     parser.add_argument("--envs", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     parser.add_argument("--no-training", action="store_true", help="only the gRPC hop")
+    parser.add_argument(
+        "--total-steps", type=int, help="agent steps of each training run (default: per env)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     for env_id in args.envs:
-        overrides, total_steps = SETUPS[env_id]
+        total_steps = args.total_steps or SETUPS[env_id][-1]
         common = dict(env=env_id)
         for runtime in () if args.no_training else ("poly", "mono"):
-            result = training(env_id, runtime, overrides, total_steps)
+            result = training(env_id, runtime, total_steps)
             extra = poly_figures(result["rows"]) if runtime == "poly" else {}
             emit(**common, measure="training", runtime=runtime, steps_per_s=result["sps"],
                  steps_per_s_with_startup=result["sps_with_startup"],

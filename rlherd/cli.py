@@ -8,7 +8,7 @@ import sys
 
 from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, parse_set
-from rlherd.runtime import RUNTIMES
+from rlherd.runtime import RUNTIMES, settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -23,7 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--preset", help="config preset (default: chosen from the env id)")
     train.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field"
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="set an agent config field"
     )
     train.add_argument("--run-dir", help="run directory (default: runs/<agent>-<env>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
@@ -35,14 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--env-kwargs", default=None, metavar="JSON", help="environment options (a JSON object)"
     )
-    train.add_argument("--num-envs", type=int, metavar="N", help="environments (num_envs)")
-    train.add_argument("--device", help="where learning runs: cpu, cuda, cuda:1 (device)")
-    train.add_argument(
-        "--num-servers", type=int, metavar="N", help="poly: local environment servers to start"
-    )
-    train.add_argument(
-        "--env-servers", metavar="ADDR,...", help="poly: use these running environment servers"
-    )
+    _add_setting_flags(train.add_argument_group("runtime settings (each used by some runtimes)"))
 
     ev = sub.add_parser("eval", help="run a trained policy")
     ev.add_argument("run_dir")
@@ -50,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--video", help="record the first episode to FILE (.gif or .mp4)")
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
 
-    add_serve_arguments(sub.add_parser("serve-env", help="serve an environment over gRPC"))
+    sub.add_parser(
+        "serve-env", add_help=False, help="serve an environment over gRPC (see serve-env -h)"
+    )
 
     check = sub.add_parser("check-env", help="check a device environment against its reference")
     check.add_argument("env", help="tag-gridworld, tag-continuous or CartPole-v1")
@@ -67,11 +62,38 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _flag_overrides(args: argparse.Namespace) -> dict:
-    """Config fields that have flags of their own."""
-    flags = dict(num_servers=args.num_servers, env_servers=args.env_servers,
-                 num_envs=args.num_envs, device=args.device)  # fmt: skip
-    return {k: v for k, v in flags.items() if v is not None}
+_METAVARS = {"int": "N", "int | None": "N", "float": "X", "str": "TEXT", "dict": "JSON"}
+
+
+def _add_setting_flags(group: argparse._ArgumentGroup) -> None:
+    """One flag per runtime setting (``num_actors`` -> ``--num-actors N``); booleans may be given
+    bare (``--compile``). Values are parsed by the settings' own types."""
+    helps = settings.field_help()
+    users = {name: [r for r, cls in settings.SETTINGS.items() if name in settings.names(cls)]
+             for name in settings.all_fields()}  # fmt: skip
+    for name, field in settings.all_fields().items():
+        where = "all" if len(users[name]) == len(settings.SETTINGS) else ", ".join(users[name])
+        flag = dict(dest=name, default=None, help=f"{helps.get(name, '')} [{where}]")
+        if field.type in ("bool", bool):
+            flag.update(nargs="?", const="true", metavar="BOOL")
+        else:
+            flag.update(metavar=_METAVARS.get(str(field.type), "VALUE"))
+        group.add_argument(f"--{name.replace('_', '-')}", **flag)
+
+
+def _setting_flags(args: argparse.Namespace) -> dict[str, str]:
+    """The runtime settings given as flags."""
+    return {k: getattr(args, k) for k in settings.all_fields() if getattr(args, k) is not None}
+
+
+def _agent_sets(items: list[str]) -> dict[str, str]:
+    """``--set`` is for agent fields; runtime settings have flags of their own."""
+    sets = parse_set(items)
+    misplaced = sorted(set(sets) & set(settings.all_fields()))
+    if misplaced:
+        flags = ", ".join(f"--{k.replace('_', '-')} {sets[k]}" for k in misplaced)
+        raise ConfigError(f"{', '.join(misplaced)}: runtime settings are flags; use {flags}")
+    return sets
 
 
 def _env_kwargs(text: str | None) -> dict | None:
@@ -86,24 +108,15 @@ def _env_kwargs(text: str | None) -> dict | None:
     return value
 
 
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """``rlherd serve-env``'s arguments (also ``python -m rlherd.envs.server``)."""
-    parser.add_argument("env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
-    parser.add_argument(
-        "--address",
-        default="127.0.0.1:50051",
-        help="host:port or unix:PATH (default 127.0.0.1:50051: loopback only)",
-    )
-    parser.add_argument("--envs-per-stream", type=int, default=1, metavar="K")
-    parser.add_argument("--max-streams", type=int, default=64)
-    parser.add_argument(
-        "--env-kwargs", default="{}", metavar="JSON", help="keyword arguments of rlherd.make"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "serve-env":  # its own parser, in the module that needs gRPC
+        from rlherd.envs.server import main as serve_env
+
+        return serve_env(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "train":
             from rlherd.run.train import train
@@ -123,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                 eval_episodes=args.eval_episodes,
                 progress=not args.no_progress,
                 env_kwargs=_env_kwargs(args.env_kwargs),
-                **parse_set(args.set),
-                **_flag_overrides(args),
+                **_agent_sets(args.set),
+                **_setting_flags(args),
             )
             print(json.dumps(run.summary))
             print(f"run directory: {run.path}", file=sys.stderr)
@@ -144,10 +157,6 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)  # fmt: skip
                 return 1
             print(json.dumps(dict(env=args.env, consistent=True, **result)))
-        elif args.command == "serve-env":
-            from rlherd.envs.server import run
-
-            return run(args)
         elif args.command == "plot":
             from rlherd.run.plot import plot_runs
 

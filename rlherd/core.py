@@ -7,13 +7,14 @@ An agent is written once against these; runtimes (single, mono, ...) decide wher
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
+
+if TYPE_CHECKING:  # environment workers import this module without torch
+    import torch
 
 
 @dataclass(frozen=True)
@@ -88,20 +89,49 @@ class EnvSpec:
 
 @runtime_checkable
 class VariableSource(Protocol):
-    """Something that holds the current parameters (a learner, a parameter server)."""
+    """Something that holds the current parameters (a learner, shared memory, a remote learner).
+
+    ``get_variables(names)`` returns one state dict per name. A source may also define
+    ``variables_version() -> int`` (it grows whenever the variables change), which lets a
+    :class:`VariableClient` skip fetching what it already has.
+    """
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]: ...
 
 
 @runtime_checkable
 class Learner(VariableSource, Protocol):
-    """Consumes exactly one batch from its dataset per ``step()``; checkpointable."""
+    """Consumes exactly one batch from its dataset per ``step()``; checkpointable. Runtimes drive
+    learners only through ``step()``."""
 
     def step(self) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Batched inference: the part of acting a runtime may move (poly's dynamic batcher, a GPU).
+
+    ``policy(obs [B, ...], first [B], state, generator) -> (outputs, new_state)``: ``first[b]``
+    marks observations that begin an episode (recurrent state is zeroed there); ``outputs`` is a
+    dict of ``[B, ...]`` tensors holding at least ``action`` and whatever else the agent stores
+    in its rollouts or needs to act (logits, values, Q-values). Random draws use ``generator``,
+    so the caller decides whose random stream acting consumes. Feed-forward policies have
+    ``initial_state(B) == ()``.
+    """
+
+    def initial_state(self, batch_size: int) -> tuple[torch.Tensor, ...]: ...
+
+    def __call__(
+        self,
+        obs: torch.Tensor,
+        first: torch.Tensor,
+        state: tuple[torch.Tensor, ...],
+        generator: torch.Generator | None,
+    ) -> tuple[dict[str, torch.Tensor], tuple[torch.Tensor, ...]]: ...
 
 
 @runtime_checkable
@@ -175,71 +205,108 @@ class Worker(Protocol):
 
 @runtime_checkable
 class Builder(Protocol):
-    """How an agent is assembled; runtimes call only these (Acme's builder)."""
+    """How an agent is assembled (Acme's builder): what every runtime may call, and nothing else.
 
-    def make_networks(self, spec: EnvSpec, device: str | None = None) -> Any: ...
+    ``dataflow`` says which of the two protocols below the builder also follows: ``"replay"``
+    (:class:`ReplayBuilder`) or ``"rollout"`` (:class:`RolloutBuilder`). ``make_actor`` gets its
+    parameters only through ``variable_source`` (the learner in one process, shared memory in
+    ``mono``, a remote learner later); ``None`` means the policy's own parameters are current
+    (poly's batched policy, an evaluator given a fixed network).
+    """
 
-    def make_replay_tables(self, spec: EnvSpec) -> list[Any]: ...
+    name: str
+    dataflow: str
+    config: Any
 
-    def make_dataset(self, tables: list[Any]) -> Any: ...
+    def make_networks(self, spec: EnvSpec, device: str = "cpu") -> Any: ...
 
-    def make_adder(self, tables: list[Any], num_envs: int) -> Any: ...
+    def make_policy(self, networks: Any, evaluation: bool = False) -> Policy: ...
 
-    def make_actor(self, networks: Any, adder: Any, seed: int) -> Actor: ...
+    def make_actor(
+        self,
+        seed: int,
+        policy: Policy,
+        spec: EnvSpec,
+        adder: Any,
+        variable_source: VariableSource | None,
+    ) -> Actor: ...
 
     def make_learner(
-        self, networks: Any, total_steps: int, dataset: Any = None, tables: Any = None
+        self, networks: Any, dataset: Any, total_steps: int, tables: list[Any] | None = None
     ) -> Learner: ...
 
-    def make_policy(self, networks: Any, evaluation: bool = True) -> Any: ...
+
+@runtime_checkable
+class ReplayBuilder(Builder, Protocol):
+    """Replay agents (DQN, R2D2, D4PG, ...): actors write through an adder into tables that the
+    runtime places (in the learner's process, reached across processes, or as a service); the
+    learner reads a dataset made from those tables."""
+
+    def make_replay_tables(self, spec: EnvSpec, insert_blocking: bool = True) -> list[Any]: ...
+
+    def make_adder(self, tables: list[Any], num_envs: int) -> Adder: ...
+
+    def make_dataset(self, tables: list[Any], device: str = "cpu") -> Any: ...
+
+
+@runtime_checkable
+class RolloutBuilder(Builder, Protocol):
+    """On-policy agents (IMPALA, PPO, A2C): the builder declares the fields its actor writes per
+    row (``rollout_fields``; names from :mod:`rlherd.types`), and the runtime owns the
+    ``[T + 1, B]`` buffers the actor fills through a :class:`rlherd.replay.rollouts.RolloutWriter`
+    (a queue in one process, shared-memory slots, a batching queue, device tensors). The learner's
+    dataset yields batches of ``batch_size`` environments' rollouts of ``unroll_length`` steps."""
+
+    unroll_length: int
+    batch_size: int
+
+    def rollout_fields(self, spec: EnvSpec) -> dict[str, tuple[tuple[int, ...], Any]]: ...
+
+    def actor_only_features(self) -> list[str]:
+        """The config fields in use whose work the actor does beyond its policy (PPO's reward
+        scaling): a runtime that acts with the policy alone (``device``) refuses them."""
+        ...
 
 
 class VariableClient:
-    """Keeps ``module`` in sync with ``source``: ``update()`` fetches new parameters every
-    ``update_period`` calls (or ``period_s`` seconds), in a background thread so acting does not
-    wait; ``update(wait=True)`` fetches now and waits."""
+    """Keeps ``module`` in sync with ``source``: ``update()`` fetches the parameters named
+    ``name`` every ``update_period`` calls (Acme's variable client).
+
+    Fetching is synchronous: the sources rlherd has (a learner in process, shared memory) answer
+    in microseconds, and a synchronous fetch keeps a one-process run deterministic. A source with
+    ``variables_version()`` is asked that first, so nothing is copied when nothing changed; and
+    tensors that already are the module's own (an actor acting with its learner's network in
+    one process) are never copied onto themselves.
+    """
 
     def __init__(
-        self,
-        source: VariableSource,
-        module: Any,
-        name: str = "policy",
-        update_period: int = 1,
-        period_s: float | None = None,
+        self, source: VariableSource, module: Any, name: str = "policy", update_period: int = 1
     ):
+        if update_period < 1:
+            raise ValueError(f"update_period must be >= 1, got {update_period}")
         self.source, self.module, self.name = source, module, name
-        self.update_period, self.period_s = update_period, period_s
+        self.update_period = update_period
         self._calls = 0
-        self._last = time.monotonic()
-        self._pending: threading.Thread | None = None
-        self._fetched: dict[str, Any] | None = None
-        self._lock = threading.Lock()
-
-    def _fetch(self) -> None:
-        (variables,) = self.source.get_variables([self.name])
-        with self._lock:
-            self._fetched = variables
-
-    def _apply(self) -> None:
-        with self._lock:
-            fetched, self._fetched = self._fetched, None
-        if fetched is not None:
-            self.module.load_state_dict(fetched)
+        self._version: int | None = None
+        self._version_fn = getattr(source, "variables_version", None)
 
     def update(self, wait: bool = False) -> None:
+        """Count a call; fetch if ``update_period`` calls have passed (or now, if ``wait``)."""
         self._calls += 1
-        self._apply()  # what the last background fetch brought
-        if wait:
-            if self._pending is not None:
-                self._pending.join()
+        if wait or self._calls >= self.update_period:
+            self._calls = 0
             self._fetch()
-            self._apply()
-            self._calls, self._last = 0, time.monotonic()
-            return
-        due = self._calls >= self.update_period or (
-            self.period_s is not None and time.monotonic() - self._last >= self.period_s
-        )
-        if due and (self._pending is None or not self._pending.is_alive()):
-            self._calls, self._last = 0, time.monotonic()
-            self._pending = threading.Thread(target=self._fetch, daemon=True)
-            self._pending.start()
+
+    def _fetch(self) -> None:
+        if self._version_fn is not None:
+            version = self._version_fn()
+            if version == self._version:
+                return
+            self._version = version
+        (variables,) = self.source.get_variables([self.name])
+        own = self.module.state_dict()
+        changed = {
+            k: v for k, v in variables.items() if k not in own or v.data_ptr() != own[k].data_ptr()
+        }
+        if changed:
+            self.module.load_state_dict(changed, strict=len(changed) == len(variables))

@@ -16,14 +16,15 @@ Trajectories (on-policy agents: IMPALA, PPO, A2C) are time-major ``[T + 1, B, ..
 - ``reward[t]``, ``terminated[t]``, ``truncated[t]``: the outcome of ``action[t]``.
 - Row ``T`` is the bootstrap row; its outcome fields are not yet known and are never read.
   Consecutive rollouts of one actor overlap by that row (as in TorchBeast).
-- Recurrent agents carry ``core_state`` (a tuple of ``[layers, B, H]`` tensors) for row 0: the
-  state *before* reading ``obs[0]``, already zeroed if ``obs[0]`` starts an episode. Inside the
+- Recurrent agents carry their state for row 0 as ``core_state.0``, ``core_state.1``, ... (each
+  ``[layers, B, H]``, so rollouts join along dimension 1 like every other field): the state
+  *before* reading ``obs[0]``, already zeroed if ``obs[0]`` starts an episode. Inside the
   rollout the state is zeroed before row ``t + 1`` whenever ``reset[t]``.
 - A terminated transition has discount 0; a truncated one bootstraps from ``V(obs[t + 1])``
   (``obs[t + 1]`` is the real final observation, with ``reset[t + 1]`` true).
 
-Episode statistics travel beside rollouts as ``episode_return`` / ``episode_length`` rows that are
-valid where ``reset`` is true.
+Episode returns and lengths are counted by the environment loop (one
+:class:`rlherd.run.counting.EpisodeTracker`), never stored in rollouts.
 """
 
 OBS = "obs"
@@ -36,5 +37,4 @@ POLICY_PARAMS = "policy_params"
 REWARD = "reward"
 TERMINATED = "terminated"
 TRUNCATED = "truncated"
-EPISODE_RETURN = "episode_return"
-EPISODE_LENGTH = "episode_length"
+CORE_STATE = "core_state"

@@ -180,8 +180,11 @@ def test_device_run_resumes_exactly_and_evaluates_with_an_animation(tmp_path):
     )
     rlherd.train("ppo", "tag-continuous", total_steps=4_800, run_dir=tmp_path / "b", **kw)
     resumed = rlherd.train(resume=tmp_path / "b", total_steps=9_600, progress=False)
-    for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
+    for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean_tagger",
+                "final_return_mean_runner"):  # fmt: skip
         assert resumed.summary[key] == straight.summary[key], key
+    # A competitive game reports each policy's returns, never taggers and runners averaged.
+    assert straight.summary["final_return_mean"] is None
     a, b = (RunDir(tmp_path / d).load_checkpoint() for d in "ab")
     for name in ("tagger", "runner"):
         for k, v in a["learner"][name]["net"].items():
@@ -189,6 +192,9 @@ def test_device_run_resumes_exactly_and_evaluates_with_an_animation(tmp_path):
     result = evaluate(tmp_path / "a", episodes=3, video=tmp_path / "game.gif")
     assert (tmp_path / "game.gif").stat().st_size > 1000
     assert {"eval_return_tagger", "eval_return_runner", "eval_tag_rate"} <= set(result)
+    from rlherd.run.plot import plot_runs  # one curve per policy
+
+    assert plot_runs([tmp_path / "a"], tmp_path / "curves.png").stat().st_size > 1000
 
 
 def test_check_env_command():

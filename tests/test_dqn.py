@@ -11,7 +11,6 @@ import torch
 
 import rlherd
 from rlherd.agents.dqn.acting import apex_epsilons, linear_epsilon
-from rlherd.run.config import ConfigError
 from rlherd.run.evaluate import evaluate
 
 
@@ -73,11 +72,6 @@ def test_evaluation_never_touches_training(tmp_path):
         np.testing.assert_array_equal(a["tables"][0][key], b["tables"][0][key])
     for k, v in a["learner"]["net"].items():
         torch.testing.assert_close(b["learner"]["net"][k], v, rtol=0, atol=0)
-
-
-def test_dqn_on_mono_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="single runtime"):
-        rlherd.train("dqn", "CartPole-v1", runtime="mono", run_dir=tmp_path, progress=False)
 
 
 @pytest.mark.slow

@@ -31,7 +31,6 @@ from rlherd.envs.server import (  # noqa: E402
     space_to_proto,
     to_array,
 )
-from rlherd.run.config import ConfigError  # noqa: E402
 from rlherd.runtime.batching import BatchingQueue, Closed, DynamicBatcher  # noqa: E402
 
 
@@ -152,15 +151,14 @@ def test_box_actions_outside_the_space_are_rejected():
 
 
 def test_stream_matches_the_environment_with_next_step_autoreset(server):
-    """The stream is a next-step-autoreset vector env: same observations and rewards as
-    Gymnasium's, with the server's episode steps and returns."""
+    """The stream is a next-step-autoreset vector env: same observations, rewards and flags as
+    Gymnasium's (episodes are counted by the client, not sent)."""
     stream = EnvStream(server, seed=3)
     reference = rlherd.envs.make_vector("CartPole-v1", 2)
     obs, _ = reference.reset(seed=3)
     np.testing.assert_array_equal(stream.first["observation"], obs)
     rng = np.random.default_rng(0)
-    length, ret = np.zeros(2, int), np.zeros(2)
-    resetting = np.zeros(2, bool)
+    ended = False
     for _ in range(60):
         a = rng.integers(2, size=2)
         out = stream.step(a)
@@ -168,12 +166,10 @@ def test_stream_matches_the_environment_with_next_step_autoreset(server):
         np.testing.assert_array_equal(out["observation"], obs)
         np.testing.assert_array_equal(out["reward"], reward)
         np.testing.assert_array_equal(out["terminated"], term)
-        length = np.where(resetting, 0, length + 1)
-        ret = np.where(resetting, 0.0, ret + reward)
-        np.testing.assert_array_equal(out["episode_step"], length)
-        np.testing.assert_allclose(out["episode_return"], ret)
-        resetting = term | trunc
-    assert length.max() < 60  # an episode ended on the way
+        np.testing.assert_array_equal(out["truncated"], trunc)
+        assert set(out) == {"observation", "reward", "terminated", "truncated"}
+        ended |= bool(term.any())
+    assert ended  # an autoreset happened on the way
     stream.close()
 
 
@@ -353,11 +349,6 @@ def test_poly_carries_the_lstm_state_through_the_batcher(tmp_path):
         run_dir=tmp_path, progress=False, use_lstm=True, lstm_size=32, num_servers=1,
     )  # fmt: skip
     assert run.summary["final_return_mean"] >= 0.9  # optimal 0.95
-
-
-def test_only_impala_runs_on_poly(tmp_path):
-    with pytest.raises(ConfigError, match="single"):
-        rlherd.train("dqn", "CartPole-v1", runtime="poly", run_dir=tmp_path, progress=False)
 
 
 @pytest.mark.slow

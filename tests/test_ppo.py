@@ -16,7 +16,7 @@ from rlherd import types as F
 from rlherd.agents.ppo.acting import RewardScaler
 from rlherd.agents.ppo.config import PPOConfig
 from rlherd.agents.ppo.learning import flatten_valid
-from rlherd.agents.ppo.networks import Categorical, DiagGaussian, PPONet
+from rlherd.agents.ppo.networks import PPONet
 from rlherd.envs import spec_for
 from rlherd.losses.ppo import (
     adapt_kl_beta,
@@ -25,7 +25,8 @@ from rlherd.losses.ppo import (
     normalize_advantages,
     value_loss,
 )
-from rlherd.replay.rollouts import RolloutQueue
+from rlherd.networks.distributions import Categorical, DiagGaussian
+from rlherd.replay.rollouts import RolloutQueue, allocate_rollout
 from rlherd.run.config import ConfigError
 from rlherd.run.rundir import RunDir
 
@@ -149,7 +150,7 @@ def _queue(T=3, B=2):
         F.TERMINATED: ((), torch.bool),
         F.TRUNCATED: ((), torch.bool),
     }
-    return RolloutQueue(fields, T, B)
+    return RolloutQueue(allocate_rollout(fields, T, B))
 
 
 def test_rollout_queue_rows_overlap_and_resets():
@@ -172,7 +173,7 @@ def test_rollout_queue_rows_overlap_and_resets():
     assert not first[F.RESET][:, 1].any()
     with pytest.raises(ValueError, match="expected shape"):
         q.add_row(obs=torch.zeros(3, 1))
-    with pytest.raises(RuntimeError, match="no full rollout"):
+    with pytest.raises(RuntimeError, match="no full batch"):
         next(q)
 
 
@@ -234,8 +235,11 @@ def test_config_errors_are_clear(tmp_path):
         PPOConfig(objective="trpo")
     with pytest.raises(ValueError, match="shared network"):
         PPOConfig(shared_network=True, value_learning_rate=1e-3)
-    with pytest.raises(ConfigError, match="single"):
-        rlherd.train("ppo", "CartPole-v1", runtime="mono", run_dir=tmp_path, progress=False)
+    # The device acts with the policy alone; reward scaling is done by the actor.
+    with pytest.raises(ConfigError, match="reward_scaling happens in its actor"):
+        rlherd.train("ppo", "CartPole-v1", runtime="device", reward_scaling="return",
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
 
 def test_batchppo_learns_on_the_corridor_and_adapts_beta(tmp_path):
@@ -287,10 +291,13 @@ def test_eval_uses_the_trained_observation_statistics(tmp_path):
         "ppo", "Pendulum-v1", total_steps=2_048, seed=0, run_dir=tmp_path, progress=False,
         normalize_obs=True, num_envs=2, unroll_length=64,
     )  # fmt: skip
-    from rlherd.run.evaluate import evaluate, load_policy_net
+    from rlherd.run.evaluate import evaluate, load_run
 
-    _, _, net = load_policy_net(run.path)
-    assert net.obs_norm.count.item() == 2_048  # every observation acted on
+    _, _, checkpoint = load_run(run.path)
+    # The learner's statistics: every observation of its batches (8 rollouts of 64 steps) but
+    # the few autoreset rows (Pendulum's episodes are 200 steps).
+    learned = run.summary["learner_steps"] * 8 * 64
+    assert learned - 12 <= checkpoint["learner"]["net"]["obs_norm.count"].item() < learned
     result = evaluate(run.path, episodes=1)
     assert np.isfinite(result["eval_return_mean"])
 
@@ -326,7 +333,7 @@ def test_chunked_passes_give_the_same_update():
         torch.manual_seed(0)
         config = PPOConfig(minibatches=1, epochs=2, max_rows_per_pass=rows, objective="kl")
         net = PPONet(spec, config)
-        PPOLearner(net, config, total_steps=1000).learn(rollout)
+        PPOLearner(net, config, 1000, dataset=iter([rollout])).step()
         nets.append(net.state_dict())
     for k, v in nets[0].items():
         torch.testing.assert_close(nets[1][k], v, rtol=1e-5, atol=1e-6)

@@ -83,9 +83,14 @@ def test_truncate_metrics(tmp_path):
     [
         (["train", "impala", "--env", "Cartpole-v1"], "Did you mean: CartPole-v1"),
         (["train", "impala", "--env", "CartPole-v1", "--set", "lr"], "malformed --set 'lr'"),
-        (["train", "impala", "--env", "CartPole-v1", "--set", "lr=1"], "unknown config key"),
+        (["train", "impala", "--env", "CartPole-v1", "--set", "lr=1"], "neither a field of"),
         (["eval", "/nonexistent/run"], "not an rlherd run directory"),
         (["train", "--resume", "/nonexistent/run"], "not an rlherd run directory"),
+        (["train", "ppo", "--env", "CartPole-v1", "--set", "num_actors=2"], "use --num-actors 2"),
+        (["train", "ppo", "--env", "CartPole-v1", "--num-actors", "2"],
+         "the single runtime does not use: num_actors is a setting of the mono, poly"),
+        (["train", "ppo", "--env", "CartPole-v1", "--runtime", "mono", "--num-actors", "two"],
+         "num_actors='two': expected int"),
     ],
 )
 def test_cli_errors_are_clear(argv, message, capsys, tmp_path):
@@ -94,6 +99,15 @@ def test_cli_errors_are_clear(argv, message, capsys, tmp_path):
     err = capsys.readouterr().err
     assert err.startswith("rlherd: error:") and message in err
     assert "Traceback" not in err
+
+
+def test_cli_runtime_settings_are_flags(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    argv = ["train", "ppo", "--env", "rlherd/Bandit-v0", "--total-steps", "64", "--no-progress",
+            "--num-envs", "2", "--checkpoint-replay", "false", "--run-dir", str(run_dir)]
+    assert main(argv) == 0
+    settings = json.loads((run_dir / "config.json").read_text())["settings"]
+    assert settings["num_envs"] == 2 and settings["checkpoint_replay"] is False
 
 
 def test_cli_train_writes_the_run_directory(tmp_path, capsys):
@@ -108,6 +122,7 @@ def test_cli_train_writes_the_run_directory(tmp_path, capsys):
     assert json.loads((run_dir / "summary.json").read_text()) == summary
     config = json.loads((run_dir / "config.json").read_text())
     assert config["config"]["unroll_length"] == 8 and config["preset"] == "toy"
+    assert config["settings"]["num_envs"] is None and "num_envs" not in config["config"]
     assert (run_dir / "metrics" / "train.csv").exists()
     assert (run_dir / "metrics" / "learner.csv").exists()
     assert list((run_dir / "tb").glob("events.*"))

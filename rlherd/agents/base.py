@@ -1,42 +1,46 @@
-"""What every agent's builder shares: its config, its environment, and how it steps a batch."""
+"""What every agent's builder shares: its config, presets and defaults, and which dataflow it
+uses. Runtimes reach agents only through the builder methods of :mod:`rlherd.core`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import gymnasium as gym
-
 from rlherd import envs as rl_envs
 
 
 class AgentBuilder:
-    """Subclasses set ``name``, ``config_class``, ``presets``, ``default_total_steps``,
-    ``runtimes`` (those the agent runs on) and ``uses_loop`` (True: it acts step by step through
-    the environment loop with an adder; False: its actor unrolls whole rollouts itself, as
-    IMPALA's) and add the ``make_*`` methods of :class:`rlherd.core.Builder`."""
+    """Subclasses set ``name``, ``config_class``, ``presets`` (config fields per preset),
+    ``default_total_steps`` (per preset), ``dataflow`` (``"replay"`` or ``"rollout"``) and
+    ``runtime_defaults`` (per preset: settings this agent suggests to whichever runtime uses
+    them, e.g. ``num_actors``; what a user sets wins), and add the ``make_*`` methods of
+    :class:`rlherd.core.ReplayBuilder` or :class:`rlherd.core.RolloutBuilder`."""
 
     name: str
     config_class: type
     presets: dict[str, dict[str, Any]]
     default_total_steps: dict[str, int]
-    runtimes: tuple[str, ...]
-    uses_loop: bool
+    dataflow: str
+    runtime_defaults: dict[str, dict[str, Any]] = {}
     preset_for = staticmethod(rl_envs.family)  # the preset an env id gets unless one is named
 
-    def __init__(self, config: Any, env_id: str, env_kwargs: dict | None = None):
+    def __init__(self, config: Any):
         self.config = config
-        self.env_id = env_id
-        self.env_kwargs = env_kwargs or {}
 
-    def make_envs(self, num_envs: int, workers: int | None = None) -> gym.vector.VectorEnv:
-        """``num_envs`` environments: ale-py's native vector env for Atari, else a
-        :class:`~rlherd.envs.vector.BatchEnv` of ``workers`` processes (default: the config's
-        ``env_workers``; 0 steps them in this process)."""
-        workers = self.config.env_workers if workers is None else workers
-        return rl_envs.make_vector(
-            self.env_id,
-            num_envs,
-            native=self.config.native_vector_env,
-            workers=workers,
-            **self.env_kwargs,
-        )
+
+class RolloutAgentBuilder(AgentBuilder):
+    """On-policy agents: learner batches are ``batch_size`` rollouts of ``unroll_length``."""
+
+    dataflow = "rollout"
+
+    @property
+    def unroll_length(self) -> int:
+        return self.config.unroll_length
+
+    @property
+    def batch_size(self) -> int:
+        return self.config.batch_size
+
+    def actor_only_features(self) -> list[str]:
+        """Config fields in use whose work happens in the actor rather than the policy (a
+        runtime acting with the policy alone, like ``device``, refuses them); none here."""
+        return []

@@ -2,7 +2,7 @@
 
 ``rlherd serve-env ENV --address ADDR [--envs-per-stream K]`` serves ``ENV``: every client stream
 gets ``K`` environments of its own, stepped with next-step autoreset, and receives after every
-action their observations, rewards, flags, episode steps and returns. The wire format is
+action their observations, rewards and flags (clients count episodes). The wire format is
 ``rlherd/envs/proto/env_server.proto``: typed arrays (dtype, shape, raw bytes), never pickle, so
 a simulator in another language can serve too.
 
@@ -164,10 +164,7 @@ class EnvServicer:
                     max_episode_steps=self.max_episode_steps,
                 )
             )
-            episode_step = np.zeros(n, dtype=np.int64)
-            episode_return = np.zeros(n, dtype=np.float32)
-            resetting = np.zeros(n, dtype=bool)
-            reward, terminated, truncated = np.zeros(n, np.float32), resetting, resetting
+            reward, terminated, truncated = np.zeros(n, np.float32), *[np.zeros(n, bool)] * 2
             while True:
                 yield pb.ServerMessage(
                     step=pb.Step(
@@ -175,8 +172,6 @@ class EnvServicer:
                         reward=to_array(reward),
                         terminated=to_array(terminated),
                         truncated=to_array(truncated),
-                        episode_step=to_array(episode_step),
-                        episode_return=to_array(episode_return),
                     )
                 )
                 msg = next(requests, None)
@@ -194,11 +189,6 @@ class EnvServicer:
                     context.abort(grpc.StatusCode.INTERNAL, f"{self.env_id} raised: {e!r}")
                 reward = np.asarray(reward, dtype=np.float32)
                 terminated, truncated = np.asarray(terminated), np.asarray(truncated)
-                episode_step = np.where(resetting, 0, episode_step + 1)
-                episode_return = np.where(resetting, 0.0, episode_return + reward).astype(
-                    np.float32
-                )
-                resetting = terminated | truncated
         finally:
             envs.close()
 
@@ -245,8 +235,8 @@ class EnvStream:
     """One stream to an environment server: ``num_envs`` environments, stepped together.
 
     ``first`` holds the reset step; ``step(action)`` returns the next one, a dict of arrays
-    (``observation``, ``reward``, ``terminated``, ``truncated``, ``episode_step``,
-    ``episode_return``). A broken connection raises ``grpc.RpcError``.
+    (``observation``, ``reward``, ``terminated``, ``truncated``). A broken connection raises
+    ``grpc.RpcError``.
     """
 
     def __init__(self, address: str, seed: int | None = None, connect_timeout: float = 30.0):
@@ -286,6 +276,9 @@ class EnvStream:
         if msg.WhichOneof("kind") != "step":
             raise ProtocolError(f"expected a Step from the server, got {msg.WhichOneof('kind')}")
         step = {f.name: from_array(v, f.name) for f, v in msg.step.ListFields()}
+        missing = {"observation", "reward", "terminated", "truncated"} - set(step)
+        if missing:
+            raise ProtocolError(f"a Step without {', '.join(sorted(missing))} from the server")
         n = self.num_envs
         if step["observation"].shape != (n, *self.observation_space.shape):
             raise ProtocolError(f"observation of shape {step['observation'].shape} from the server")
@@ -303,10 +296,19 @@ class EnvStream:
 
 # ------------------------------------------------------------------------------ command line
 def main(argv: list[str] | None = None) -> int:
-    from rlherd.cli import add_serve_arguments
-
+    """``rlherd serve-env`` (also ``python -m rlherd.envs.server``)."""
     parser = argparse.ArgumentParser(prog="rlherd serve-env", description=__doc__.split("\n")[0])
-    add_serve_arguments(parser)
+    parser.add_argument("env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
+    parser.add_argument(
+        "--address",
+        default=DEFAULT_ADDRESS,
+        help=f"host:port or unix:PATH (default {DEFAULT_ADDRESS}: loopback only)",
+    )
+    parser.add_argument("--envs-per-stream", type=int, default=1, metavar="K")
+    parser.add_argument("--max-streams", type=int, default=64)
+    parser.add_argument(
+        "--env-kwargs", default="{}", metavar="JSON", help="keyword arguments of rlherd.make"
+    )
     return run(parser.parse_args(argv))
 
 

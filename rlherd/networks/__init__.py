@@ -146,8 +146,8 @@ def require_discrete(spec: EnvSpec, agent: str) -> None:
     """Agents with categorical policies or Q-values fail early, naming the space."""
     if spec.action_kind != "discrete":
         raise ValueError(
-            f"{agent} acts in Discrete action spaces; {spec.env_id} has Box actions "
-            f"{spec.action_shape}."
+            f"{agent} acts in Discrete action spaces; {spec.env_id} has {spec.action_kind} "
+            f"actions of shape {spec.action_shape}; use ppo, which acts in every space."
         )
 
 

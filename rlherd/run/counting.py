@@ -47,3 +47,56 @@ class Counter:
     def load_state_dict(self, state: dict[str, float]) -> None:
         with self._lock:
             self._counts = dict(state)
+
+
+class EpisodeTracker:
+    """Running returns and lengths of a batch of environments under next-step autoreset: the one
+    place rlherd counts episodes (the environment loop of every host runtime and the device
+    runtime use it).
+
+    Works on numpy arrays or torch tensors (on any device: nothing here reads a value back, so a
+    device rollout never waits for the host). ``returns`` is ``[E, *reward_shape]``, e.g. one
+    return per agent of a multi-agent game; ``lengths`` is ``[E]``.
+    """
+
+    def __init__(self, returns, lengths):
+        self.returns, self.lengths = returns, lengths
+        self.sum_returns = returns.sum(0) * 0  # totals over the ended episodes since take()
+        self.sum_lengths = lengths.sum() * 0
+        self.count = lengths.sum() * 0
+
+    def step(self, reward, terminated, truncated, resetting):
+        """Add one step's ``reward`` (``[E, *reward_shape]``) and return the mask ``[E]`` of
+        episodes that ended with it. A ``resetting`` step only began a new episode: it
+        counts as step 0 of that episode, with reward 0. Until the next step, ``returns`` and
+        ``lengths`` still hold the ended episodes' figures."""
+        live = ~resetting
+        keep = live.reshape(live.shape + (1,) * (reward.ndim - 1))
+        self.returns = (self.returns + reward) * keep
+        self.lengths = (self.lengths + 1) * live
+        ended = (terminated | truncated) & live
+        weight = ended.reshape(keep.shape)
+        self.sum_returns = self.sum_returns + (self.returns * weight).sum(0)
+        self.sum_lengths = self.sum_lengths + (self.lengths * ended).sum()
+        self.count = self.count + ended.sum()
+        return ended
+
+    def take(self) -> tuple[int, object, float]:
+        """``(episodes, mean return [*reward_shape], mean length)`` of the episodes ended since
+        the last call (one read from the device), or ``(0, None, 0.0)``."""
+        count = int(self.count)
+        if count == 0:
+            return 0, None, 0.0
+        means = self.sum_returns / count, float(self.sum_lengths) / count
+        self.sum_returns, self.sum_lengths, self.count = (
+            self.sum_returns * 0, self.sum_lengths * 0, self.count * 0,
+        )  # fmt: skip
+        return count, *means
+
+    def state_dict(self) -> dict:
+        keys = ("returns", "lengths", "sum_returns", "sum_lengths", "count")
+        return {k: getattr(self, k) for k in keys}
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)

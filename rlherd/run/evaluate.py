@@ -10,63 +10,44 @@ import torch
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
+from rlherd.core import VariableClient
 from rlherd.run.config import apply_overrides
 from rlherd.run.rundir import RunDir, atomic_write_json, read_json
+from rlherd.run.video import write_video
 
 
-def _load_run(run_dir: str | Path):
-    """A run's config, its builder and its latest checkpoint."""
+def load_run(run_dir: str | Path):
+    """A finished or running run: its metadata, its agent's builder and its latest checkpoint."""
     rundir = RunDir(run_dir)
     meta = rundir.read_config()
     builder_class = BUILDERS[meta["agent"]]
-    config = apply_overrides(builder_class.config_class(), meta["config"])
-    builder = builder_class(config, meta["env"], meta["env_kwargs"])
-    return run_dir, meta, builder, rundir.load_checkpoint()
+    builder = builder_class(apply_overrides(builder_class.config_class(), meta["config"]))
+    return meta, builder, rundir.load_checkpoint()
 
 
-def load_policy_net(run_dir: str | Path):
-    """The builder, env spec and network of a run, with the latest checkpoint's parameters."""
-    _, meta, builder, checkpoint = _load_run(run_dir)
-    spec = rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
-    net = builder.make_networks(spec, device="cpu")
-    net.load_state_dict(checkpoint["learner"]["net"])
-    net.eval()
-    return meta, builder, net
-
-
-def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
-    try:
-        import imageio.v3 as iio
-    except ImportError as e:
-        raise ImportError("videos need imageio: pip install 'rlherd[video]'") from e
-    if path.suffix.lower() == ".gif":
-        iio.imwrite(path, np.stack(frames), duration=1000 / fps, loop=0)
-    else:
-        try:
-            iio.imwrite(path, np.stack(frames), fps=fps)
-        except (ImportError, OSError, ValueError) as e:
-            raise RuntimeError(
-                f"could not write {path}: {e}. MP4 needs imageio-ffmpeg (pip install "
-                "'rlherd[video]'); a .gif works with the base install"
-            ) from e
-
-
-def run_episodes(env, policy, episodes: int, seed: int, record: bool = False):
-    """Returns and lengths of ``episodes`` episodes of ``policy(obs, first) -> action`` (frames
-    of the first one if ``record``)."""
+def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
+    """Returns and lengths of ``episodes`` episodes of ``actor`` (an :class:`~rlherd.core.Actor`
+    acting in a batch of one) in ``env``; the frames of the first one if ``record``."""
     returns, lengths, frames = [], [], []
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
-        first, done, ret, length = True, False, 0.0, 0
+        actor.observe_first(np.asarray(obs)[None], np.ones(1, dtype=bool))
+        done, ret, length = False, 0.0, 0
         while not done:
             if record and episode == 0:
                 frames.append(env.render())
-            obs, reward, terminated, truncated, _ = env.step(policy(obs, first))
-            first, done = False, terminated or truncated
+            action = actor.select_action(np.asarray(obs)[None])[0]
+            obs, reward, terminated, truncated, _ = env.step(action)
+            done = terminated or truncated
             ret, length = ret + float(reward), length + 1
         returns.append(ret)
         lengths.append(length)
     return returns, lengths, frames
+
+
+def _eval_actor(builder, spec, net, greedy: bool, seed: int):
+    """An actor with no adder: it never writes to replay; its parameters are ``net``'s."""
+    return builder.make_actor(seed, builder.make_policy(net, evaluation=greedy), spec, None, None)
 
 
 class Evaluator:
@@ -75,25 +56,26 @@ class Evaluator:
     ``metrics/evaluator.csv`` and ``eval_return_mean``. It has no adder: it never writes to
     replay, and it never changes the training actors' RNG streams."""
 
-    def __init__(self, builder, spec, recorder, every_steps: int, episodes: int, seed: int):
+    def __init__(self, builder, spec, env_id, env_kwargs, recorder, every_steps, episodes, seed):
         self.recorder, self.every_steps, self.episodes = recorder, every_steps, episodes
         self.seed = seed + 10_000_000
         with torch.random.fork_rng():  # building a network must not shift training's RNG
             self.net = builder.make_networks(spec, device="cpu")
         self.net.eval()
-        self.policy = builder.make_policy(self.net, evaluation=True)
-        self.env = rl_envs.make(builder.env_id, **builder.env_kwargs)
+        self.builder, self.spec = builder, spec
+        self.env = rl_envs.make(env_id, **env_kwargs)
         steps = int(recorder.counters["actor_steps"])
         self.next_at = (steps // every_steps + 1) * every_steps
 
-    def maybe_run(self, parameters) -> None:
-        """Evaluate if due; ``parameters()`` gives the learner's current state dict."""
+    def maybe_run(self, source) -> None:
+        """Evaluate if due, with the parameters of ``source`` (a VariableSource: the learner)."""
         steps = int(self.recorder.counters["actor_steps"])
         if steps < self.next_at:
             return
         self.next_at = (steps // self.every_steps + 1) * self.every_steps
-        self.net.load_state_dict(parameters())
-        returns, lengths, _ = run_episodes(self.env, self.policy, self.episodes, self.seed)
+        VariableClient(source, self.net).update(wait=True)
+        actor = _eval_actor(self.builder, self.spec, self.net, True, self.seed)
+        returns, lengths, _ = run_episodes(self.env, actor, self.episodes, self.seed)
         row = dict(
             actor_steps=steps,
             eval_return_mean=float(np.mean(returns)),
@@ -119,18 +101,22 @@ def evaluate(
     ``eval_return_mean``."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
-    if RunDir(run_dir).read_config()["runtime"] == "device":
+    meta, builder, checkpoint = load_run(run_dir)
+    if meta["runtime"] == "device":  # the device runtime plays its own (multi-agent) games
         from rlherd.runtime.device import evaluate_device
 
-        result = evaluate_device(*_load_run(run_dir), episodes, video, greedy, seed)
+        result = evaluate_device(meta, builder, checkpoint, episodes, video, greedy, seed)
         _add_to_summary(run_dir, result)
         return result
-    meta, builder, net = load_policy_net(run_dir)
+    spec = rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
+    net = builder.make_networks(spec, device="cpu")
+    net.load_state_dict(checkpoint["learner"]["net"])
+    net.eval()
     env = rl_envs.make(
         meta["env"], render_mode="rgb_array" if video else None, **meta["env_kwargs"]
     )
-    policy = builder.make_policy(net, evaluation=greedy)
-    returns, lengths, frames = run_episodes(env, policy, episodes, seed, record=bool(video))
+    actor = _eval_actor(builder, spec, net, greedy, seed)
+    returns, lengths, frames = run_episodes(env, actor, episodes, seed, record=bool(video))
     env.close()
     if video:
         write_video(Path(video), frames)

@@ -4,12 +4,15 @@
 :class:`~rlherd.core.BatchedAlgorithm` (``begin_episodes`` / ``perform`` / ``experience`` /
 ``end_episodes``). It follows Gymnasium's next-step autoreset: the step after an episode ended only
 resets that environment, so it is passed to ``experience`` as ``skip`` (not a transition) and the
-environment begins its next episode. Episode returns and lengths and step counts go to the run's
-recorder.
+environment begins its next episode. Episode returns and lengths (counted by the one
+:class:`~rlherd.run.counting.EpisodeTracker`) and step counts go to the run's recorder, or to
+anything with its ``add_actor_steps`` and ``episodes`` methods (a ``mono`` actor process sends
+them to the learner's).
 
 :class:`ActorAlgorithm` is that interface built from rlherd's seams: an
 :class:`~rlherd.core.Actor` acts and records, and a :class:`~rlherd.core.Learner` steps whenever
-its dataset has a batch ready (a full rollout for PPO, the rate limiter's say for DQN).
+its dataset has a batch ready (full rollouts for on-policy agents, the rate limiter's say for
+replay agents).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 
 from rlherd.core import Actor, BatchedAlgorithm
 from rlherd.envs import save_envs
+from rlherd.run.counting import EpisodeTracker
 from rlherd.run.recorder import Recorder
 
 
@@ -31,17 +35,19 @@ class ActorAlgorithm:
 
     ``begin_episodes`` becomes ``actor.observe_first`` with the next observations, ``perform``
     is ``actor.select_action``, ``experience`` is ``actor.observe`` followed by as many
-    ``learner.step()`` calls as the learner is ready for (each one's metrics go to
-    ``on_learn``) and ``actor.update()``. Episode ends reach the actor through the flags.
+    ``learner.step()`` calls as ``ready()`` allows (the learner's dataset has a batch; each
+    step's metrics go to ``on_learn``) and ``actor.update()``. Episode ends reach the actor
+    through the flags.
     """
 
     def __init__(
         self,
         actor: Actor,
         learner=None,
+        ready: Callable[[], bool] | None = None,
         on_learn: Callable[[dict[str, float]], None] | None = None,
     ):
-        self.actor, self.learner, self.on_learn = actor, learner, on_learn
+        self.actor, self.learner, self.ready, self.on_learn = actor, learner, ready, on_learn
         self._beginning: np.ndarray | None = None
 
     def begin_episodes(self, indices: np.ndarray) -> None:
@@ -58,7 +64,7 @@ class ActorAlgorithm:
     def experience(self, obs, action, reward, next_obs, terminated, truncated, skip) -> None:
         self.actor.observe(action, reward, next_obs, terminated, truncated, skip=skip)
         if self.learner is not None:
-            while self.learner.ready():
+            while self.ready():
                 metrics = self.learner.step()
                 if self.on_learn is not None:
                     self.on_learn(metrics)
@@ -86,8 +92,7 @@ class EnvironmentLoop:
         n = envs.num_envs
         self.beginning = np.ones(n, dtype=bool)  # these begin an episode at the next step
         self.resetting = np.zeros(n, dtype=bool)  # this env's next step is an autoreset
-        self.episode_return = np.zeros(n)
-        self.episode_length = np.zeros(n, dtype=np.int64)
+        self.episodes = EpisodeTracker(np.zeros(n), np.zeros(n, dtype=np.int64))
 
     def step(self) -> int:
         """One step of every environment; returns the number of agent steps taken."""
@@ -100,13 +105,11 @@ class EnvironmentLoop:
         terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         skip = self.resetting
         self.algorithm.experience(self.obs, action, reward, obs, terminated, truncated, skip)
-        self.episode_return = np.where(skip, 0.0, self.episode_return + reward)
-        self.episode_length = np.where(skip, 0, self.episode_length + 1)
-        ended = (terminated | truncated) & ~skip
+        ended = self.episodes.step(reward, terminated, truncated, skip)
         if ended.any():
             self.algorithm.end_episodes(np.flatnonzero(ended))
             if self.recorder is not None:
-                self.recorder.episodes(self.episode_return[ended], self.episode_length[ended])
+                self.recorder.episodes(self.episodes.returns[ended], self.episodes.lengths[ended])
         self.beginning, self.resetting, self.obs = skip, ended, obs
         n = len(skip)  # every environment step counts, autoresets included (as TorchBeast)
         if self.recorder is not None:
@@ -119,8 +122,9 @@ class EnvironmentLoop:
             self.step()
 
     def state_dict(self) -> dict[str, Any]:
-        keys = ("obs", "beginning", "resetting", "episode_return", "episode_length")
-        return dict(envs=save_envs(self.envs), **{k: getattr(self, k) for k in keys})
+        keys = ("obs", "beginning", "resetting")
+        return dict(envs=save_envs(self.envs), episodes=self.episodes.state_dict(),
+                    **{k: getattr(self, k) for k in keys})  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore; if the environments could not be saved (ale-py), keep the fresh ones, whose
@@ -129,9 +133,9 @@ class EnvironmentLoop:
             return
         self.envs.close()
         self.envs = pickle.loads(state["envs"])
-        for k, v in state.items():
-            if k != "envs":
-                setattr(self, k, v)
+        self.episodes.load_state_dict(state["episodes"])
+        for k in ("obs", "beginning", "resetting"):
+            setattr(self, k, state[k])
 
 
 def simulate(

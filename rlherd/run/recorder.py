@@ -8,7 +8,6 @@ from collections import deque
 from typing import Any
 
 import numpy as np
-import torch
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -18,7 +17,6 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from rlherd import types as F
 from rlherd.run.counting import Counter
 from rlherd.run.rundir import RunDir
 
@@ -56,6 +54,7 @@ class Recorder:
         self.actor_counter = Counter(self.counter, "actor")
         self.learner_counter = Counter(self.counter, "learner")
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
+        self.policy_returns: dict[str, deque[float]] = {}  # games of several policies
         self.last_metrics: dict[str, float] = {}
         self.extra: dict[str, float] = {}  # runtime figures for the summary (restarts, queues)
         self._lock = threading.Lock()
@@ -112,30 +111,28 @@ class Recorder:
                 )
 
     def episode_means(
-        self, count: int, return_mean: float, length_mean: float, **extra: float
+        self, count: int, returns: dict[str, float], length_mean: float, **extra: float
     ) -> None:
         """Report ``count`` episodes by their means (the device runtime finishes thousands per
-        rollout): one train.csv row, and one entry of the final-return window."""
+        rollout): one train.csv row, and one entry of the final-return window. ``returns`` is
+        the mean return of each policy; a game of several policies (taggers and runners) gets a
+        window per policy (``final_return_mean_tagger``, ...), never one of their average."""
         with self._lock:
             steps = int(self.counters["actor_steps"])
             self.counter.increment(episodes=count)
-            self.returns.append(return_mean)
-            row = dict(actor_steps=steps, episodes=count, episode_return=return_mean,
-                       episode_length=length_mean, **extra, sps=round(self.sps(), 1),
+            if len(returns) == 1:
+                (value,) = returns.values()
+                self.returns.append(value)
+                columns = dict(episode_return=value)
+            else:
+                for name, value in returns.items():
+                    window = self.policy_returns.setdefault(name, deque(maxlen=RETURN_WINDOW))
+                    window.append(value)
+                columns = {f"episode_return_{k}": v for k, v in returns.items()}
+            row = dict(actor_steps=steps, episodes=count, **columns, episode_length=length_mean,
+                       **extra, sps=round(self.sps(), 1),
                        wall_time_s=round(self._wall_time(), 3))  # fmt: skip
             self.rundir.log("train", row, step=steps)
-
-    def rollout(self, rollout: dict[str, torch.Tensor]) -> None:
-        """Count a ``[T + 1, B]`` rollout's steps and report the episodes that ended in it
-        (rows 1..T; row 0 is the previous rollout's last row, reported with it)."""
-        T, B = rollout[F.REWARD].shape[0] - 1, rollout[F.REWARD].shape[1]
-        self.add_actor_steps(T * B)
-        ended = rollout[F.RESET][1:]
-        if ended.any():
-            self.episodes(
-                rollout[F.EPISODE_RETURN][1:][ended].numpy(),
-                rollout[F.EPISODE_LENGTH][1:][ended].numpy(),
-            )
 
     def learner(self, metrics: dict[str, float]) -> None:
         with self._lock:
@@ -186,6 +183,8 @@ class Recorder:
                    for k, v in self.counters.items()},
                 sps=round(self.sps(), 1),
                 final_return_mean=float(np.mean(self.returns)) if self.returns else None,
+                **{f"final_return_mean_{k}": float(np.mean(v))
+                   for k, v in self.policy_returns.items()},
                 total_steps=self.total_steps,
                 **self.extra,
             )  # fmt: skip
@@ -201,6 +200,8 @@ class Recorder:
             loss = self.last_metrics.get("total_loss")
             info = f"{summary['sps']:,.0f} steps/s"
             info += f"  return {ret:.1f}" if ret is not None else ""
+            for name in self.policy_returns:
+                info += f"  {name} {summary[f'final_return_mean_{name}']:.2f}"
             info += f"  loss {loss:.3f}" if loss is not None else ""
             self._progress.update(self._task, completed=summary["actor_steps"], info=info)
         return summary
@@ -216,9 +217,12 @@ class Recorder:
     def state_dict(self) -> dict[str, Any]:
         with self._lock:
             self.counter.set(wall_time_s=self._wall_time())
-            return dict(counters=self.counter.state_dict(), returns=list(self.returns))
+            return dict(counters=self.counter.state_dict(), returns=list(self.returns),
+                        policy_returns={k: list(v) for k, v in self.policy_returns.items()})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.counter.load_state_dict(state["counters"])
         self.returns.extend(state["returns"])
+        for name, values in state["policy_returns"].items():
+            self.policy_returns[name] = deque(values, maxlen=RETURN_WINDOW)
         self._begin()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +17,8 @@ from rlherd.run.config import ConfigError, apply_overrides, to_json
 from rlherd.run.evaluate import Evaluator
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
-from rlherd.runtime import RUNTIMES, GracefulStop, seed_everything
+from rlherd.runtime import RUNTIMES, GracefulStop, RunContext, runtimes_for, seed_everything
+from rlherd.runtime import settings as settings_mod
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Run:
 
 
 def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str, Any]):
+    """The agent's config (defaults, then the preset, then ``overrides``) and the preset."""
     if agent not in BUILDERS:
         raise ConfigError(f"unknown agent {agent!r}; available: {', '.join(sorted(BUILDERS))}")
     builder = BUILDERS[agent]
@@ -39,9 +43,41 @@ def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str
     return apply_overrides(config, overrides), preset
 
 
+def check_runtime(agent: str, runtime: str) -> None:
+    """An agent runs on every runtime whose dataflow it uses; anything else fails here."""
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
+    dataflow = BUILDERS[agent].dataflow
+    if dataflow not in RUNTIMES[runtime].dataflows:
+        why = RUNTIMES[runtime].why_not
+        raise ConfigError(
+            f"{agent} is a {dataflow} agent and the {runtime} runtime runs "
+            f"{' and '.join(RUNTIMES[runtime].dataflows)} agents only"
+            f"{f' ({why})' if why else ''}. {agent} runs on: {', '.join(runtimes_for(dataflow))}"
+        )
+
+
 def default_run_dir(agent: str, env: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{agent}-{env.replace('/', '_')}-{stamp}"
+
+
+def _split(agent: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(agent fields, runtime settings)`` of ``rlherd.train``'s keyword overrides; a key that
+    is neither fails here, with the closest names of both kinds."""
+    if agent not in BUILDERS:
+        raise ConfigError(f"unknown agent {agent!r}; available: {', '.join(sorted(BUILDERS))}")
+    runtime_names = set(settings_mod.all_fields())
+    agent_names = {f.name for f in dataclasses.fields(BUILDERS[agent].config_class)}
+    for key in sorted(set(overrides) - runtime_names - agent_names):
+        close = difflib.get_close_matches(key, sorted(runtime_names | agent_names), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(
+            f"{key!r} is neither a field of {agent}'s config nor a runtime setting{hint} "
+            f"(see rlherd train --help and rlherd/agents/{agent}/config.py)"
+        )
+    runtime = {k: v for k, v in overrides.items() if k in runtime_names}
+    return {k: v for k, v in overrides.items() if k not in runtime_names}, runtime
 
 
 def train(
@@ -60,110 +96,88 @@ def train(
     progress: bool = True,
     **overrides: Any,
 ) -> Run:
-    """Train ``agent`` on ``env`` and return the :class:`Run`.
+    """Train ``agent`` on ``env`` with ``runtime`` and return the :class:`Run`.
 
-    Keyword ``overrides`` set config fields (strings are parsed like ``--set``). With ``resume``,
-    the run directory's own config is used and the run continues from its latest checkpoint;
-    ``total_steps`` may be raised to extend it. ``eval_every > 0`` runs the greedy policy for
-    ``eval_episodes`` episodes every ``eval_every`` agent steps (metrics/evaluator.csv).
+    Keyword ``overrides`` set agent config fields or runtime settings
+    (:mod:`rlherd.runtime.settings`; strings are parsed like ``--set``). With ``resume``, the run
+    directory's own config and settings are used and the run continues from its latest
+    checkpoint; ``total_steps`` may be raised to extend it. ``eval_every > 0`` runs the greedy
+    policy for ``eval_episodes`` episodes every ``eval_every`` agent steps
+    (metrics/evaluator.csv).
     """
     if resume is not None:
-        rundir = RunDir(resume)
-        meta = rundir.read_config()
         if overrides or preset or env_kwargs:
             raise ConfigError("--resume continues a run with its own config; drop --set/--preset")
-        agent, env, runtime, seed = meta["agent"], meta["env"], meta["runtime"], meta["seed"]
-        eval_every, eval_episodes = meta["eval_every"], meta["eval_episodes"]
+        rundir = RunDir(resume)
+        meta = rundir.read_config()
+        agent, env, runtime = meta["agent"], meta["env"], meta["runtime"]
         config = apply_overrides(BUILDERS[agent].config_class(), meta["config"])
-        env_kwargs = meta["env_kwargs"]
-        total_steps = total_steps or meta["total_steps"]
+        settings = settings_mod.resolve(runtime, {}, meta["settings"])
+        meta["total_steps"] = total_steps or meta["total_steps"]
         checkpoint = rundir.load_checkpoint()
     else:
-        config, preset = resolve_config(agent, env, preset, overrides)
-        env_kwargs = env_kwargs or {}
-        total_steps = total_steps or BUILDERS[agent].default_total_steps[preset]
+        agent_overrides, given = _split(agent, overrides)
+        config, preset = resolve_config(agent, env, preset, agent_overrides)
+        check_runtime(agent, runtime)
+        suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
+        settings = settings_mod.resolve(runtime, suggested, given)
+        meta = dict(agent=agent, env=env, runtime=runtime, seed=seed,
+                    total_steps=total_steps or BUILDERS[agent].default_total_steps[preset],
+                    preset=preset, env_kwargs=env_kwargs or {}, eval_every=eval_every,
+                    eval_episodes=eval_episodes, config=to_json(config),
+                    settings=to_json(settings))  # fmt: skip
         checkpoint = None
-    if runtime not in RUNTIMES:
-        raise ConfigError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
-    if runtime not in BUILDERS[agent].runtimes:
-        runs_on = ", ".join(BUILDERS[agent].runtimes)
-        raise ConfigError(
-            f"{agent} runs on the {runs_on} runtime(s), not {runtime}. Use --runtime "
-            f"{BUILDERS[agent].runtimes[0]}"
-        )
-    if total_steps <= 0:
-        raise ConfigError(f"total_steps must be positive, got {total_steps}")
-
-    if runtime == "device":
-        from rlherd.envs.device import make_device
-
-        make_device(env, 1, "cpu", **env_kwargs)  # fails fast on a bad id or option
-        spec = None  # the device runtime takes its specs from the device environment
-        if eval_every:
-            raise ConfigError(
-                "--eval-every is not supported on the device runtime; use rlherd eval"
-            )
-    else:
-        spec = rl_envs.spec_for(env, **env_kwargs)  # fails fast on a bad id, before any directory
-    builder = BUILDERS[agent](config, env, env_kwargs)
-
+    if meta["total_steps"] <= 0:
+        raise ConfigError(f"total_steps must be positive, got {meta['total_steps']}")
+    # Fail fast on a bad id, option or pairing, before any directory is made.
+    spec = _spec(meta)
+    builder = BUILDERS[agent](config)
+    RUNTIMES[runtime].check(builder, settings)
     if resume is None:
         rundir = RunDir(run_dir or default_run_dir(agent, env), create=True)
-        meta = dict(
-            agent=agent,
-            env=env,
-            runtime=runtime,
-            seed=seed,
-            total_steps=total_steps,
-            preset=preset,
-            env_kwargs=env_kwargs,
-            eval_every=eval_every,
-            eval_episodes=eval_episodes,
-            config=to_json(config),
-        )
-    meta["total_steps"] = total_steps
     rundir.write_config(meta)
+    return _run(meta, builder, settings, spec, rundir, checkpoint, progress)
 
+
+def _spec(meta: dict[str, Any]):
+    if meta["runtime"] != "device":
+        return rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
+    from rlherd.envs.device import make_device
+
+    make_device(meta["env"], 1, "cpu", **meta["env_kwargs"])
+    if meta["eval_every"]:
+        raise ConfigError("--eval-every is not supported on the device runtime; use rlherd eval")
+    return None  # the device runtime takes its specs from the device environment
+
+
+def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:
     recorder = Recorder(
         rundir,
-        dict(agent=agent, env=env, runtime=runtime),
-        total_steps,
+        dict(agent=meta["agent"], env=meta["env"], runtime=meta["runtime"]),
+        meta["total_steps"],
         progress=progress,
-        log_interval_s=config.log_interval_s,
-        checkpoint_interval_s=config.checkpoint_interval_s,
+        log_interval_s=settings.log_interval_s,
+        checkpoint_interval_s=settings.checkpoint_interval_s,
     )
     if checkpoint is not None:
         recorder.load_state_dict(checkpoint["recorder"])
         rundir.truncate_metrics(int(recorder.counters["actor_steps"]))
     else:
-        seed_everything(seed)
+        seed_everything(meta["seed"])
 
     def save(state: dict[str, Any]) -> None:
         rundir.save_checkpoint(state, int(recorder.counters["learner_steps"]))
 
     evaluator = None
-    if eval_every > 0:
-        evaluator = Evaluator(builder, spec, recorder, eval_every, eval_episodes, seed)
-
-    torch.set_num_threads(config.torch_threads)
+    if meta["eval_every"] > 0:
+        evaluator = Evaluator(builder, spec, meta["env"], meta["env_kwargs"], recorder,
+                              meta["eval_every"], meta["eval_episodes"], meta["seed"])  # fmt: skip
+    torch.set_num_threads(settings.torch_threads)
     with GracefulStop() as stop:
+        ctx = RunContext(builder, meta["env"], meta["env_kwargs"], spec, settings, recorder,
+                         meta["seed"], checkpoint, save, stop, evaluator)  # fmt: skip
         try:
-            if runtime == "single":
-                from rlherd.runtime.single import run_single
-
-                run_single(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
-            elif runtime == "device":
-                from rlherd.runtime.device import run_device
-
-                run_device(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
-            elif runtime == "mono":
-                from rlherd.runtime.mono import run_mono
-
-                run_mono(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
-            else:
-                from rlherd.runtime.poly import run_poly
-
-                run_poly(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
+            RUNTIMES[meta["runtime"]].run(ctx)
         finally:
             if evaluator is not None:
                 evaluator.close()

@@ -1,7 +1,12 @@
 """Runtimes decide where an agent's pieces run; the agent code is the same in each.
 
+:data:`RUNTIMES` is the one table from a runtime's name to its module and the dataflows it runs
+(see :mod:`rlherd.core`). Each module has ``run(ctx: RunContext)`` and reaches the agent only
+through ``ctx.builder``; no runtime module imports an agent.
+
 - ``single``: one process steps a batch of environments, acting and learning in turn.
-- ``mono``: MonoBeast; actor processes fill shared-memory rollout slots for a learner.
+- ``mono``: MonoBeast; actor processes act with shared-memory parameters, filling shared-memory
+  rollout slots (on-policy) or inserting into the learner's replay tables (replay).
 - ``poly``: PolyBeast; environment servers over gRPC, actor threads, dynamic batching of
   inference on the learner's device.
 - ``device``: WarpDrive; environments, sampling, rollouts and learning on one torch device.
@@ -11,15 +16,83 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
 import random
 import signal
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
-RUNTIMES = ("single", "mono", "poly", "device")
+from rlherd import envs as rl_envs
+from rlherd.core import EnvSpec
+
+
+@dataclass(frozen=True)
+class Runtime:
+    module: str  # has run(ctx: RunContext), and may have check(builder, settings)
+    dataflows: tuple[str, ...]  # the builders' dataflows it runs ("replay", "rollout")
+    why_not: str = ""  # said when an agent's dataflow is not among them
+
+    def run(self, ctx: RunContext) -> None:
+        importlib.import_module(self.module).run(ctx)
+
+    def check(self, builder: Any, settings: Any) -> None:
+        """Refuse, before anything is made, an agent this runtime cannot run (a module may define
+        ``check(builder, settings)``)."""
+        check = getattr(importlib.import_module(self.module), "check", None)
+        if check is not None:
+            check(builder, settings)
+
+
+RUNTIMES: dict[str, Runtime] = {
+    "single": Runtime("rlherd.runtime.single", ("replay", "rollout")),
+    "mono": Runtime("rlherd.runtime.mono", ("replay", "rollout")),
+    "poly": Runtime("rlherd.runtime.poly", ("replay", "rollout")),
+    "device": Runtime(
+        "rlherd.runtime.device",
+        ("rollout",),
+        "it keeps whole rollouts on the device and has no replay tables",
+    ),
+}
+
+
+def runtimes_for(dataflow: str) -> list[str]:
+    return [name for name, r in RUNTIMES.items() if dataflow in r.dataflows]
+
+
+@dataclass
+class RunContext:
+    """Everything a runtime gets: the agent's builder, the environment, the runtime's settings,
+    the run's recorder and checkpoint, and the stop signal."""
+
+    builder: Any  # a rlherd.core.ReplayBuilder or RolloutBuilder
+    env_id: str
+    env_kwargs: dict[str, Any]
+    spec: EnvSpec | None  # None on the device runtime, which asks its device environment
+    settings: Any  # the runtime's dataclass from rlherd.runtime.settings
+    recorder: Any  # rlherd.run.recorder.Recorder
+    seed: int
+    checkpoint: dict[str, Any] | None  # to resume from
+    save: Callable[[dict[str, Any]], None]  # writes a checkpoint
+    stop: threading.Event  # set by SIGINT / SIGTERM: stop at the next safe point
+    evaluator: Any = None  # rlherd.run.evaluate.Evaluator, or None
+
+    def make_envs(self, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
+        return make_envs(self.env_id, self.env_kwargs, self.settings, num_envs, workers)
+
+
+def make_envs(
+    env_id: str, env_kwargs: dict[str, Any], settings: Any, num_envs: int, workers: int = 0
+) -> gym.vector.VectorEnv:
+    """``num_envs`` environments as the runtime's settings say (ale-py's native vector env for
+    Atari unless ``native_vector_env`` is off; BatchEnv processes when ``workers`` > 0)."""
+    native = getattr(settings, "native_vector_env", True)
+    return rl_envs.make_vector(env_id, num_envs, native=native, workers=workers, **env_kwargs)
 
 
 class GracefulStop:
@@ -58,6 +131,19 @@ def checkpoint_state(learner, recorder, **parts: Any) -> dict[str, Any]:
     return dict(
         learner=learner.state_dict(), recorder=recorder.state_dict(), rng=rng_state(), **parts
     )
+
+
+def table_states(tables: list, settings: Any) -> list | None:
+    """The replay tables' states for a checkpoint, unless ``checkpoint_replay`` is off."""
+    if not tables or not settings.checkpoint_replay:
+        return None
+    return [t.state_dict() for t in tables]
+
+
+def load_tables(tables: list, states: list | None) -> None:
+    """Restore tables from a checkpoint (which may hold none: ``checkpoint_replay`` was off)."""
+    for table, state in zip(tables, states or [], strict=False):
+        table.load_state_dict(state)
 
 
 def rng_state() -> dict[str, Any]:

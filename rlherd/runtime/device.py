@@ -1,41 +1,41 @@
 """The ``device`` runtime: WarpDrive's pipeline (Lan et al. 2021) with torch on one device.
 
-The environment (:mod:`rlherd.envs.device`), the policies, the sampler, the rollout buffers and
-the learners all live on ``config.device``. Each iteration steps ``num_envs`` games for
-``unroll_length`` steps into preallocated ``[T + 1, num_envs, num_agents]`` buffers, then each
-policy (an agent group, e.g. ``tagger`` and ``runner``, with its own network, optimiser, learning
-rate and entropy schedule from ``policy_overrides``) learns from its agents' slice with PPO's
-learner: GAE, then A2C (``objective=a2c``, WarpDrive's trainer) or real PPO (stored behaviour
-log-probs, several epochs of minibatches, clipping). Nothing crosses to the host inside a rollout;
-episode statistics are summed on the device and read once per iteration.
+The environment (:mod:`rlherd.envs.device`), the policies, the rollouts and the learners all
+live on ``settings.device``. A game's agents fall into policies (agent groups, e.g. ``tagger``
+and ``runner``); each gets its own networks, policy, rollouts and learner from the agent's
+builder, with the agent's config changed by that group's ``policy_overrides`` (WarpDrive's
+per-policy learning rates). Every step, each policy acts for its agents of every game at once
+(agents folded into the batch: ``[E * n]``) and its rows go through a
+:class:`~rlherd.replay.rollouts.RolloutQueue` on the device; whenever a ``[T + 1, E * n]``
+rollout is complete, that policy's learner steps on it. This is the ``single`` runtime's loop
+with the builder's batched policy in place of its actor, which the device does not run: an agent
+whose actor changes its data (PPO's reward scaling) is refused with the reason.
 
-``actor_steps`` counts agent steps (game steps x agents). A checkpoint holds the games, the
-buffers' bootstrap row, the learners and every generator, so ``--resume`` continues exactly.
+Nothing crosses to the host inside a rollout; episode returns (per agent) and lengths are summed
+on the device by one :class:`~rlherd.run.counting.EpisodeTracker` and read once per rollout.
+Games with several policies report each policy's returns (``final_return_mean_tagger``, ...),
+never their average. ``actor_steps`` counts agent steps (game steps x agents). A checkpoint
+holds the games, the rollouts, the learners and every generator, so ``--resume`` continues
+exactly.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlherd import types as F
-from rlherd.agents.ppo.learning import PPOLearner
-from rlherd.agents.ppo.networks import MultiCategorical, PPONet
 from rlherd.core import EnvSpec
-from rlherd.envs.device import (
-    DeviceEnv,
-    make_device,
-    sample_categorical,
-    sample_multi_categorical,
-)
+from rlherd.envs.device import DeviceEnv, make_device
+from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
 from rlherd.run.config import ConfigError, apply_overrides
-from rlherd.run.recorder import Recorder
-from rlherd.runtime import checkpoint_state, set_rng_state
+from rlherd.run.counting import EpisodeTracker
+from rlherd.run.video import write_video
+from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 
 
 def policy_spec(env: DeviceEnv, env_id: str) -> EnvSpec:
@@ -49,259 +49,230 @@ def policy_spec(env: DeviceEnv, env_id: str) -> EnvSpec:
                    **common)  # fmt: skip
 
 
-class Policy:
-    """One agent group: its ids, network and learner."""
+@dataclass
+class Group:
+    """One policy: its agents' ids, its builder (the agent's, with the group's overrides), its
+    networks and the batched policy acting with them, its recurrent state and its rollouts."""
 
-    def __init__(self, name: str, ids: list[int], net: PPONet, learner: PPOLearner):
-        self.name, self.net, self.learner = name, net, learner
-        self.ids = torch.as_tensor(ids, device=next(net.parameters()).device)
-        self.forward = torch.compile(net) if learner.config.compile else net
+    name: str
+    ids: torch.Tensor
+    builder: Any
+    networks: Any
+    policy: Any
+    state: tuple[torch.Tensor, ...]
+    rollouts: RolloutQueue
+    learner: Any = None
 
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
-        """``obs [E, n, D]`` -> actions, log probs, distribution parameters, values."""
-        E, n = obs.shape[:2]
-        params, value = self.forward(obs.reshape(E * n, -1))
-        dist = self.net.dist
-        if isinstance(dist, MultiCategorical):  # one sample per head
-            action = sample_multi_categorical(list(dist.split(params)), generator)
-        else:
-            action = sample_categorical(params, generator)
-        log_prob = dist.log_prob(params, action)
-        return (x.reshape(E, n, *x.shape[1:]) for x in (action, log_prob, params, value))
+    def observe(self, batch: torch.Tensor) -> torch.Tensor:
+        """``[E, N, ...]`` -> this group's agents, folded into the batch: ``[E * n, ...]``."""
+        return batch.index_select(1, self.ids).flatten(0, 1)
+
+    def per_agent(self, per_game: torch.Tensor) -> torch.Tensor:
+        """``[E]`` -> ``[E * n]``: a game's flag applies to each of its agents."""
+        return per_game[:, None].expand(-1, len(self.ids)).flatten()
 
 
-def make_policies(builder, env: DeviceEnv, total_steps: int) -> list[Policy]:
-    config, groups = builder.config, env.policy_groups()
-    unknown = set(config.policy_overrides) - set(groups)
+def make_groups(
+    builder, env_id: str, settings: Any, env: DeviceEnv, evaluation: bool = False
+) -> list[Group]:
+    """One :class:`Group` per policy of ``env`` (its learner is made by the caller)."""
+    groups = env.policy_groups()
+    unknown = set(settings.policy_overrides) - set(groups)
     if unknown:
         raise ConfigError(
-            f"policy_overrides names {sorted(unknown)}, but {builder.env_id}'s policies are "
+            f"policy_overrides names {sorted(unknown)}, but {env_id}'s policies are "
             f"{sorted(groups)}"
         )
-    spec = policy_spec(env, builder.env_id)
-    policies = []
+    spec = policy_spec(env, env_id)
+    out = []
     for name, ids in groups.items():
-        c = apply_overrides(config, config.policy_overrides.get(name, {}))
-        net = PPONet(spec, c).to(config.device)
-        share = total_steps * len(ids) // env.num_agents  # the agent steps this policy learns on
-        policies.append(Policy(name, ids, net, PPOLearner(net, c, max(share, 1))))
-    return policies
+        group_builder = copy.copy(builder)
+        group_builder.config = apply_overrides(
+            builder.config, settings.policy_overrides.get(name, {})
+        )
+        networks = group_builder.make_networks(spec, settings.device)
+        acting_networks = torch.compile(networks) if settings.compile else networks
+        policy = group_builder.make_policy(acting_networks, evaluation=evaluation)
+        batch = env.num_envs * len(ids)
+        state = policy.initial_state(batch)
+        fields = rollout_layout(spec, group_builder.rollout_fields(spec))
+        buffer = allocate_rollout(fields, group_builder.unroll_length, batch, state,
+                                  device=settings.device)  # fmt: skip
+        ids = torch.as_tensor(ids, device=env.device)
+        out.append(Group(name, ids, group_builder, networks, policy, state, RolloutQueue(buffer)))
+    return out
 
 
-PER_GAME = (F.TERMINATED, F.TRUNCATED, F.RESET)
+def check(builder, settings: Any) -> None:
+    """The device acts with the builder's policy alone; refuse what only the actor does."""
+    features = builder.actor_only_features()
+    if features:
+        raise ConfigError(
+            f"{builder.name}'s {', '.join(features)} happens in its actor, which the device "
+            f"runtime does not run (it acts with the policy alone); set "
+            f"{', '.join(f'{f}=None' for f in features)} with --set, or use another runtime"
+        )
 
 
-class Rollouts:
-    """The device buffers of one iteration, ``[T + 1, E, N, ...]``, and the running episode
-    statistics (summed on the device, read once per iteration)."""
+class DeviceLoop:
+    """Steps every game once per :meth:`step`: each group acts for its agents and writes its
+    row, the games step, each group records the outcome, and every group whose rollout is
+    complete learns. ``first`` marks the games whose next observation begins an episode."""
 
-    def __init__(self, env: DeviceEnv, T: int, param_dim: int):
-        E, N, D, d = env.num_envs, env.num_agents, env.obs_dim, env.device
-        rows = (T + 1, E)
-        self.buf = {
-            F.OBS: torch.zeros(*rows, N, D, device=d),
-            F.ACTION: torch.zeros(T + 1, *env.action_shape, dtype=torch.int64, device=d),
-            F.BEHAVIOUR_LOG_PROB: torch.zeros(*rows, N, device=d),
-            F.POLICY_PARAMS: torch.zeros(*rows, N, param_dim, device=d),
-            F.BASELINE: torch.zeros(*rows, N, device=d),
-            F.REWARD: torch.zeros(*rows, N, device=d),
-            F.TERMINATED: torch.zeros(*rows, dtype=torch.bool, device=d),
-            F.TRUNCATED: torch.zeros(*rows, dtype=torch.bool, device=d),
-            F.RESET: torch.zeros(*rows, dtype=torch.bool, device=d),
-        }
-        self.episode_return = torch.zeros(E, N, device=d)
-        self.episode_length = torch.zeros(E, device=d)
-        self.episode_tags = torch.zeros(E, device=d)
-        self.sums = torch.zeros(N + 3, device=d)  # returns per agent, length, tags, episodes
+    def __init__(self, env: DeviceEnv, groups: list[Group], seed: int):
+        self.env, self.groups = env, groups
+        self.generator = torch.Generator(env.device).manual_seed(seed + 1)
+        E, N = env.num_envs, env.num_agents
+        env.reset(seed=seed)
+        self.first = torch.ones(E, dtype=torch.bool, device=env.device)
+        self.actions = torch.zeros(env.action_shape, dtype=torch.int64, device=env.device)
+        # Returns per agent, and (a last column) the Tag games' tags.
+        self.episodes = EpisodeTracker(torch.zeros(E, N + 1, device=env.device),
+                                       torch.zeros(E, device=env.device))  # fmt: skip
 
-    def slice_for(self, policy: Policy) -> dict[str, torch.Tensor]:
-        """The policy's agents as a ``[T + 1, E * n]`` rollout (agents folded into the batch);
-        per-game fields (flags, resets) apply to each of a game's agents."""
-        n = len(policy.ids)
-        out = {}
-        for k, v in self.buf.items():
-            v = v[:, :, None].expand(-1, -1, n) if k in PER_GAME else v.index_select(2, policy.ids)
-            out[k] = v.flatten(1, 2)
-        return out
+    @torch.no_grad()
+    def step(self, record: bool = True) -> torch.Tensor:
+        """One step of every game; returns the mask of games whose episode it ended. With
+        ``record`` off (evaluation) nothing is written to the rollouts."""
+        env = self.env
+        for g in self.groups:
+            first = g.per_agent(self.first)
+            keep = (~first).float()[None, :, None]  # the stored state of a first row is zero
+            state = tuple(s * keep for s in g.state)
+            obs = g.observe(env.obs)
+            outputs, g.state = g.policy(obs, first, state, self.generator)
+            if record:
+                g.rollouts.add_row(core_state=state, obs=obs, **outputs)
+            action = outputs["action"]
+            self.actions.index_copy_(1, g.ids, action.view(-1, len(g.ids), *action.shape[1:]))
+        resetting = env.terminated | env.truncated
+        _, reward, terminated, truncated = env.step(self.actions)
+        if record:
+            for g in self.groups:
+                g.rollouts.add_outcome(g.observe(reward), g.per_agent(terminated),
+                                       g.per_agent(truncated))  # fmt: skip
+        self.first = resetting
+        tagged = torch.cat([reward, env.tags[:, None]], 1)
+        return self.episodes.step(tagged, terminated, truncated, resetting)
 
-    def count_step(self, env: DeviceEnv, resetting: torch.Tensor) -> None:
-        live = ~resetting
-        self.episode_return += env.reward
-        self.episode_length += live
-        self.episode_tags += env.tags
-        done = (env.terminated | env.truncated).float()
-        self.sums[:-3] += (self.episode_return * done[:, None]).sum(0)
-        self.sums[-3] += (self.episode_length * done).sum()
-        self.sums[-2] += (self.episode_tags * done).sum()
-        self.sums[-1] += done.sum()
-        keep = 1.0 - done
-        self.episode_return *= keep[:, None]
-        self.episode_length *= keep
-        self.episode_tags *= keep
+    def learn(self) -> dict[str, float]:
+        """A learner step for every group whose rollout is complete; their metrics."""
+        metrics: dict[str, float] = {}
+        for g in self.groups:
+            if g.rollouts.ready():
+                out = g.learner.step()
+                suffix = f"_{g.name}" if len(self.groups) > 1 else ""
+                metrics.update({f"{k}{suffix}": v for k, v in out.items()})
+        return metrics
 
-    _STATS = ("episode_return", "episode_length", "episode_tags", "sums")
+    def report(self, recorder) -> None:
+        """The episodes ended since the last report, by their means (one read from the device):
+        each policy's mean return, and for games of several agents the tag rate."""
+        count, means, length = self.episodes.take()
+        if count == 0:
+            return
+        means = means.cpu()
+        returns = {g.name: float(means[g.ids.cpu()].mean()) for g in self.groups}
+        extra = dict(tag_rate=float(means[-1])) if self.env.num_agents > 1 else {}
+        recorder.episode_means(count, returns, length, **extra)
 
     def state_dict(self) -> dict[str, Any]:
-        """The next iteration's first row and the running episode statistics."""
-        return dict(row=self.buf[F.OBS][0].clone(), reset=self.buf[F.RESET][0].clone(),
-                    **{k: getattr(self, k).clone() for k in self._STATS})  # fmt: skip
+        return dict(env=self.env.state_dict(), generator=self.generator.get_state(),
+                    first=self.first.clone(), episodes=self.episodes.state_dict(),
+                    groups={g.name: dict(state=g.state, rollouts=g.rollouts.state_dict())
+                            for g in self.groups})  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.buf[F.OBS][0].copy_(state["row"])
-        self.buf[F.RESET][0].copy_(state["reset"])
-        for k in self._STATS:
-            getattr(self, k).copy_(state[k])
+        self.env.load_state_dict(state["env"])
+        self.generator.set_state(state["generator"])
+        self.first.copy_(state["first"])
+        self.episodes.load_state_dict(state["episodes"])
+        for g in self.groups:
+            g.state = state["groups"][g.name]["state"]
+            g.rollouts.load_state_dict(state["groups"][g.name]["rollouts"])
 
 
-def collect(env: DeviceEnv, policies: list[Policy], rollouts: Rollouts, generator) -> None:
-    """Fill rows ``0..T`` (row 0 already holds the current observation and reset flags)."""
-    buf, T = rollouts.buf, rollouts.buf[F.REWARD].shape[0] - 1
-    for t in range(T + 1):
-        for p in policies:
-            action, log_prob, params, value = p.act(buf[F.OBS][t][:, p.ids], generator)
-            buf[F.ACTION][t].index_copy_(1, p.ids, action)
-            buf[F.BEHAVIOUR_LOG_PROB][t].index_copy_(1, p.ids, log_prob)
-            buf[F.POLICY_PARAMS][t].index_copy_(1, p.ids, params)
-            buf[F.BASELINE][t].index_copy_(1, p.ids, value)
-        if t == T:
-            break  # the bootstrap row: values only
-        resetting = buf[F.RESET][t]
-        obs, reward, terminated, truncated = env.step(buf[F.ACTION][t])
-        buf[F.REWARD][t] = reward
-        buf[F.TERMINATED][t] = terminated
-        buf[F.TRUNCATED][t] = truncated
-        buf[F.OBS][t + 1] = obs
-        buf[F.RESET][t + 1] = terminated | truncated
-        rollouts.count_step(env, resetting)
-    buf[F.OBS][0] = buf[F.OBS][T]  # the next iteration starts from the bootstrap row
-    buf[F.RESET][0] = buf[F.RESET][T]
+class Learners:
+    """The groups' learners as one checkpointable learner (keyed by policy name)."""
 
-
-def _report(recorder: Recorder, env: DeviceEnv, policies: list[Policy], rollouts: Rollouts):
-    sums = rollouts.sums.cpu().numpy().copy()  # the one host transfer of an iteration
-    rollouts.sums.zero_()
-    episodes = int(sums[-1])
-    if episodes == 0:
-        return {}
-    per_agent = sums[:-3] / episodes
-    per_policy = {f"episode_return_{p.name}": float(per_agent[p.ids.cpu().numpy()].mean())
-                  for p in policies}  # fmt: skip
-    extra = dict(per_policy, tag_rate=float(sums[-2] / episodes))
-    recorder.episode_means(episodes, float(per_agent.mean()), float(sums[-3] / episodes), **extra)
-    return extra
-
-
-def run_device(
-    builder,
-    spec: EnvSpec | None,
-    recorder: Recorder,
-    seed: int,
-    checkpoint: dict[str, Any] | None,
-    save: Callable[[dict[str, Any]], None],
-    stop: threading.Event,
-    evaluator=None,
-) -> None:
-    config = builder.config
-    env = make_device(builder.env_id, config.num_envs, config.device, seed, **builder.env_kwargs)
-    policies = make_policies(builder, env, recorder.total_steps)
-    param_dim = policies[0].net.policy_head.out_features  # logits (device games are discrete)
-    rollouts = Rollouts(env, config.unroll_length, param_dim)
-    generator = torch.Generator(env.device).manual_seed(seed + 1)
-    env.reset(seed=seed)
-    rollouts.buf[F.OBS][0] = env.obs
-    if checkpoint is not None:
-        for p in policies:
-            p.learner.load_state_dict(checkpoint["learner"][p.name])
-        env.load_state_dict(checkpoint["env"])
-        rollouts.load_state_dict(checkpoint["rollouts"])
-        generator.set_state(checkpoint["generator"])
-        set_rng_state(checkpoint["rng"])
-    learners = _Learners(policies)
-    steps_per_iteration = config.unroll_length * env.num_envs * env.num_agents
-
-    def state() -> dict[str, Any]:
-        return checkpoint_state(learners, recorder, env=env.state_dict(),
-                                rollouts=rollouts.state_dict(),
-                                generator=generator.get_state())  # fmt: skip
-
-    while not recorder.done() and not stop.is_set():
-        collect(env, policies, rollouts, generator)
-        recorder.add_actor_steps(steps_per_iteration)
-        metrics = {}
-        for p in policies:
-            out = p.learner.learn(rollouts.slice_for(p))
-            metrics.update({f"{k}_{p.name}": v for k, v in out.items()})
-        metrics.update(_report(recorder, env, policies, rollouts))
-        recorder.learner(metrics)
-        if recorder.tick():
-            save(state())
-    save(state())
-
-
-class _Learners:
-    """The policies' learners as one checkpointable learner."""
-
-    def __init__(self, policies: list[Policy]):
-        self.policies = policies
+    def __init__(self, groups: list[Group]):
+        self.groups = groups
 
     def state_dict(self) -> dict[str, Any]:
-        return {p.name: p.learner.state_dict() for p in self.policies}
+        return {g.name: g.learner.state_dict() for g in self.groups}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for g in self.groups:
+            g.learner.load_state_dict(state[g.name])
+
+
+def run(ctx: RunContext) -> None:
+    settings, recorder = ctx.settings, ctx.recorder
+    num_envs = settings.num_envs or ctx.builder.batch_size
+    env = make_device(ctx.env_id, num_envs, settings.device, ctx.seed, **ctx.env_kwargs)
+    groups = make_groups(ctx.builder, ctx.env_id, settings, env)
+    for g in groups:  # the agent steps this policy learns on
+        share = recorder.total_steps * len(g.ids) // env.num_agents
+        g.learner = g.builder.make_learner(g.networks, g.rollouts, max(share, 1))
+    loop, learners = DeviceLoop(env, groups, ctx.seed), Learners(groups)
+    if ctx.checkpoint is not None:
+        learners.load_state_dict(ctx.checkpoint["learner"])
+        loop.load_state_dict(ctx.checkpoint["loop"])
+        set_rng_state(ctx.checkpoint["rng"])
+
+    def state() -> dict[str, Any]:
+        return checkpoint_state(learners, recorder, loop=loop.state_dict())
+
+    while not recorder.done() and not ctx.stop.is_set():
+        for _ in range(ctx.builder.unroll_length):  # report once per rollout
+            loop.step()
+            recorder.add_actor_steps(env.num_envs * env.num_agents)
+            metrics = loop.learn()
+            if metrics:
+                recorder.learner(metrics)
+        loop.report(recorder)
+        if recorder.tick():
+            ctx.save(state())
+    ctx.save(state())
 
 
 def evaluate_device(
-    run_dir: str | Path,
     meta: dict[str, Any],
     builder,
-    state: dict[str, Any],
+    checkpoint: dict[str, Any],
     episodes: int,
     video: str | Path | None,
     greedy: bool,
     seed: int,
 ) -> dict[str, Any]:
-    """Play ``episodes`` games at once with the run's policies (greedy: each head's most likely
-    action) and report the mean return per policy and the tag rate; game 0 is rendered to
-    ``video`` if given."""
-    from rlherd.run.evaluate import write_video
+    """Play ``episodes`` games at once on the CPU with the run's policies (greedy: each one's
+    evaluation policy) and report each policy's mean return over the first episode of every
+    game, and the tag rate; game 0 is rendered to ``video`` if given."""
+    from rlherd.runtime.settings import resolve
 
-    env = make_device(builder.env_id, episodes, "cpu", seed, **builder.env_kwargs)
-    builder.config = apply_overrides(builder.config, dict(device="cpu", compile=False))
-    policies = make_policies(builder, env, 1)
-    for p in policies:
-        p.net.load_state_dict(state["learner"][p.name]["net"])
-        p.net.eval()
-    generator = torch.Generator().manual_seed(seed)
-    env.reset(seed=seed)
-    returns = torch.zeros(episodes, env.num_agents)
-    tags = torch.zeros(episodes)
+    env = make_device(meta["env"], episodes, "cpu", seed, **meta["env_kwargs"])
+    settings = resolve("device", {}, dict(meta["settings"], device="cpu", compile=False))
+    groups = make_groups(builder, meta["env"], settings, env, evaluation=greedy)
+    for g in groups:
+        g.networks.load_state_dict(checkpoint["learner"][g.name]["net"])
+        g.networks.eval()
+    loop = DeviceLoop(env, groups, seed)
     finished = torch.zeros(episodes, dtype=torch.bool)
+    returns = torch.zeros(episodes, env.num_agents + 1)  # per agent, then tags
     frames = [env.render(0)] if video else []
-    actions = torch.zeros(env.action_shape, dtype=torch.int64)
-    with torch.no_grad():
-        while not finished.all():
-            for p in policies:
-                obs = env.obs[:, p.ids]
-                if greedy:
-                    params, _ = p.net(obs.reshape(-1, env.obs_dim))
-                    a = p.net.dist.mode(params).reshape(episodes, len(p.ids), *actions.shape[2:])
-                else:
-                    a = next(iter(p.act(obs, generator)))
-                actions[:, p.ids] = a
-            _, reward, terminated, truncated = env.step(actions)
-            live = ~finished
-            returns += reward * live[:, None]
-            tags += env.tags * live
-            finished |= terminated | truncated
-            if video and not finished[0]:
-                frames.append(env.render(0))
+    while not finished.all():
+        ended = loop.step(record=False) & ~finished
+        returns[ended] = loop.episodes.returns[ended]
+        finished |= ended
+        if video and not finished[0]:
+            frames.append(env.render(0))
     if video:
         frames.append(env.render(0))
         write_video(Path(video), frames, fps=10)
-    result = dict(
-        eval_return_mean=float(returns.mean()),
-        eval_tag_rate=float(tags.mean()),
-        eval_episodes=episodes,
-        eval_greedy=greedy,
-        **{f"eval_return_{p.name}": float(returns[:, p.ids.cpu()].mean()) for p in policies},
-    )
+    result = dict(eval_episodes=episodes, eval_greedy=greedy,
+                  **{f"eval_return_{g.name}": float(returns[:, g.ids].mean()) for g in groups})
+    if len(groups) == 1:
+        result["eval_return_mean"] = result.pop(f"eval_return_{groups[0].name}")
+    if env.num_agents > 1:
+        result["eval_tag_rate"] = float(returns[:, -1].mean())
     return result

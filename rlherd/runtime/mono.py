@@ -1,339 +1,407 @@
-"""The ``mono`` runtime: MonoBeast (Küttler et al. 2019, section 5.1).
+"""The ``mono`` runtime: MonoBeast (Küttler et al. 2019, section 5.1), for every agent.
 
-``num_actors`` processes each step ``envs_per_actor`` environments with a CPU copy of the model
-that lives in shared memory and is overwritten in place after every learner update. Rollouts are
-written straight into ``num_buffers`` shared-memory slots; only slot indices travel (free slots to
-the actors, full ones back to the learner), so no rollout is ever pickled. Learner
-threads join ``batch_size / envs_per_actor`` full slots into a batch, hand the slots back, learn,
-and refresh the actors' model.
+``num_actors`` processes each run the agent's own actor in an environment loop over
+``envs_per_actor`` environments, acting with a CPU copy of the networks that they fetch (through
+a :class:`SharedVariables` source) from shared memory, which the learner overwrites after every
+step. What actors produce reaches the learner's process by dataflow:
 
-Faults: the main thread watches the actor processes; one that dies is restarted (its slot is
-recovered and the restart counted in the metrics) and the run goes on. SIGINT / SIGTERM stop the
-run at the next learner step with a final checkpoint; actors ignore SIGINT, are told to stop, then
-terminated, and die with the learner process if it is killed (``PR_SET_PDEATHSIG``).
+- on-policy: rollouts are written straight into ``num_buffers`` shared-memory slots; only slot
+  indices travel, so no rollout is ever pickled. The learner's dataset joins
+  ``batch_size / envs_per_actor`` full slots into a batch and hands them back.
+- replay: the actor's adder writes into :class:`RemoteTable` proxies, which send each loop
+  step's items in one message to the learner's tables; the actor waits for the insert, so the
+  tables' rate limiters hold across processes (actors wait for the learner, and it for them).
 
-A resumed run continues the learner exactly (parameters, optimiser, schedule, counters, RNG);
-actors start fresh episodes, since their environments are not checkpointed.
+Each actor talks over a private pipe served by one thread here (shared ``multiprocessing.Queue``s
+deadlock every actor when one is killed while holding the queue's lock; a private pipe breaks
+alone). Faults: an actor that dies is restarted (its slot recovered, the restart counted); one
+that fails before acting stops the run with its traceback. SIGINT / SIGTERM stop the run at the
+next learner step with a final checkpoint; actors die with the learner (``PR_SET_PDEATHSIG``).
+A resumed run continues the learner exactly; actors start new episodes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import signal
 import threading
 import time
 import traceback
-from collections import deque
-from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
+import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
-from rlherd.core import EnvSpec
+from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, join, rollout_layout
 from rlherd.run.config import ConfigError
-from rlherd.run.recorder import Recorder
-from rlherd.runtime import checkpoint_state, die_with_parent, set_rng_state
+from rlherd.run.loop import EnvironmentLoop
+from rlherd.runtime import (
+    RunContext,
+    checkpoint_state,
+    die_with_parent,
+    load_tables,
+    make_envs,
+    set_rng_state,
+    table_states,
+)
 
-POLL_S = 0.5  # how often blocked learner threads wake to check for stop and dead actors
+POLL_S = 0.5  # how often a waiting learner wakes to check for stop and dead actors
+STATS_PERIOD_S = 0.2  # actors report steps and episodes at most this often
 MAX_RESTARTS_PER_ACTOR = 20  # beyond this the fault is not transient: report it and stop
 
 
-def actor_process(
-    index: int,
-    builder,
-    seed: int,
-    net: torch.nn.Module,
-    buffers: list[dict[str, torch.Tensor]],
-    core_buffers: list[tuple[torch.Tensor, ...]],
-    versions: torch.Tensor,
-    model_version: torch.Tensor,
-    started: torch.Tensor,
-    conn: Connection,
-) -> None:
-    """Fill the slots that arrive on ``conn``, answering each with its index, until ``None``."""
+class SharedVariables:
+    """A :class:`~rlherd.core.VariableSource` in shared memory: the learner publishes a copy of
+    its networks' state after every step and bumps ``version``; actors copy it when it moved."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module = module.share_memory()
+        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def publish(self, state: dict[str, torch.Tensor]) -> None:
+        self.module.load_state_dict(state)
+        self.version += 1
+
+    def variables_version(self) -> int:
+        return int(self.version[0])
+
+    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
+        return [self.module.state_dict() for _ in names]
+
+
+class RemoteTable:
+    """The actor's side of a learner's table: items wait here until :meth:`flush` sends them
+    in one message and waits until the learner's table took them (its rate limiter's say)."""
+
+    def __init__(self, index: int, channel: Channel):
+        self.index, self.channel = index, channel
+        self.items: list[tuple[dict, float]] = []
+
+    def insert(self, item: dict, priority: float = 1.0, timeout: float | None = None) -> None:
+        self.items.append((item, priority))
+
+    def flush(self) -> None:
+        if self.items:
+            self.channel.request(("insert", self.index, self.items))
+            self.items = []
+
+
+class Channel:
+    """An actor process's pipe to the learner: requests (answered), and step / episode counts
+    sent at most every ``STATS_PERIOD_S`` (the environment loop's recorder)."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.steps, self.returns, self.lengths = 0, [], []
+        self.last = time.monotonic()
+
+    def request(self, message: tuple) -> Any:
+        self.conn.send(message)
+        return self.conn.recv()
+
+    def add_actor_steps(self, n: int) -> None:
+        self.steps += n
+
+    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        self.returns += returns.tolist()
+        self.lengths += lengths.tolist()
+
+    def report(self, force: bool = False) -> None:
+        if self.steps and (force or time.monotonic() - self.last >= STATS_PERIOD_S):
+            self.conn.send(("stats", self.steps, self.returns, self.lengths))
+            self.steps, self.returns, self.lengths = 0, [], []
+            self.last = time.monotonic()
+
+
+@dataclass
+class ActorSetup:
+    """What an actor process is given (it must pickle: no recorder, no open files)."""
+
+    builder: Any
+    spec: Any
+    env_id: str
+    env_kwargs: dict
+    settings: Any
+    source: SharedVariables
+    slots: list[dict] | None  # on-policy: the shared-memory rollout slots
+    num_tables: int  # replay: the learner's tables
+    stop: Any  # a multiprocessing Event
+
+
+def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
+    """Run the agent's actor in an environment loop until told to stop."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     torch.set_num_threads(1)
+    builder, k, slots = setup.builder, setup.settings.envs_per_actor, setup.slots
+    channel = Channel(conn)
     try:
+        policy = builder.make_policy(builder.make_networks(setup.spec, "cpu"))
+        tables: list[RemoteTable] = []
+        if slots is None:
+            tables = [RemoteTable(i, channel) for i in range(setup.num_tables)]
+            adder = builder.make_adder(tables, k)
+        else:
+            first = channel.request(("slot", None, 0))
+            hand_over = lambda full: _hand_over(full, slots, channel, setup.source)
+            adder = RolloutWriter(slots[first], hand_over)
+        actor = builder.make_actor(seed, policy, setup.spec, adder, setup.source)
+        actor.update(wait=True)
         # Actors are daemon processes, which may not start processes of their own.
-        envs = builder.make_envs(builder.config.envs_per_actor, workers=0)
-        actor = builder.make_actor(net, envs, seed)
-        started[index] = 1
-        while (slot := conn.recv()) is not None:
-            versions[slot] = model_version[0]
-            core_state = actor.unroll(buffers[slot])
-            for dst, src in zip(core_buffers[slot], core_state, strict=True):
-                dst.copy_(src)
-            conn.send(slot)
-        envs.close()
-    except (KeyboardInterrupt, EOFError, BrokenPipeError):
+        envs = make_envs(setup.env_id, setup.env_kwargs, setup.settings, k, workers=0)
+        loop = EnvironmentLoop(envs, actor, channel, seed)
+        conn.send(("started",))
+        while not setup.stop.is_set():
+            loop.step()
+            for table in tables:
+                table.flush()
+            channel.report()
+    except (KeyboardInterrupt, EOFError, BrokenPipeError, ConnectionResetError):
         pass  # stopped, or the learner is gone
     except Exception:
         traceback.print_exc()
         raise
 
 
-class ActorPool:
-    """``num_actors`` actor processes filling ``num_buffers`` shared-memory rollout slots.
+def _hand_over(full, slots, channel: Channel, source) -> dict:
+    """Give a full slot to the learner; continue in the free one it answers with."""
+    index = next(i for i, s in enumerate(slots) if s is full)
+    channel.report(force=True)  # the steps in the slot are counted before it is learned on
+    return slots[channel.request(("slot", index, source.variables_version()))]
 
-    Slot indices travel over one private pipe per actor (the learner sends a free slot, the actor
-    answers with it when full), and the free and full lists live in this process. Shared
-    ``multiprocessing.Queue``s would be simpler, but an actor killed while it holds a queue's
-    internal lock deadlocks every other actor; a private pipe breaks alone.
 
-    The learner side calls :meth:`get_batch` (which joins full slots and frees them), bumps
-    :attr:`model_version` after refreshing :attr:`net`, and calls :meth:`check` regularly so dead
-    actors are restarted. Use it as a context manager: leaving it stops every process.
-    """
+class ActorLink:
+    """The learner's side of one actor: a thread serving its pipe."""
 
-    def __init__(self, builder, spec: EnvSpec, net: torch.nn.Module, seed: int):
-        config = builder.config
-        k, T = config.envs_per_actor, config.unroll_length
-        if config.batch_size % k:
-            raise ConfigError(
-                f"mono needs batch_size ({config.batch_size}) to be a multiple of envs_per_actor "
-                f"({k}); e.g. --set envs_per_actor={min(k, config.batch_size)} with a batch_size "
-                f"that it divides"
-            )
-        self.slots_per_batch = config.batch_size // k
-        num_buffers = config.num_buffers or max(2 * config.num_actors, 2 * self.slots_per_batch)
-        if num_buffers < self.slots_per_batch + config.num_actors:
-            raise ConfigError(
-                f"num_buffers={num_buffers} is too few: the learner needs {self.slots_per_batch} "
-                f"slots per batch and each of the {config.num_actors} actors one more; set "
-                f"num_buffers >= {self.slots_per_batch + config.num_actors} (or 0 for the default)"
-            )
-        self.builder, self.seed, self.net = builder, seed, net
-        net.share_memory()
-        self.fields = rollout_fields(spec, k, T)
-        self.buffers = [
-            allocate_rollout(self.fields, share_memory=True) for _ in range(num_buffers)
-        ]
-        self.core_buffers = [
-            tuple(s.share_memory_() for s in net.initial_state(k)) for _ in range(num_buffers)
-        ]
-        self.versions = torch.zeros(num_buffers, dtype=torch.int64).share_memory_()
-        self.model_version = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.started = torch.zeros(config.num_actors, dtype=torch.int8).share_memory_()
-        self.ctx = mp.get_context("spawn")  # fork would copy the learner's threads and locks
-
-        self.free: deque[int] = deque(range(num_buffers))
-        self.full: deque[int] = deque()
-        self.held: list[int | None] = [None] * config.num_actors  # slot each actor is filling
-        self.processes: list[Any] = [None] * config.num_actors
-        self.conns: list[Connection | None] = [None] * config.num_actors
-        self.restarts = 0
-        self._lock = threading.RLock()  # guards the lists, the pipes and restarts
-
-    def __enter__(self) -> ActorPool:
-        with self._lock:
-            for i in range(len(self.processes)):
-                self._start(i)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def _start(self, i: int) -> None:
-        # A restarted actor gets a new seed, so it does not replay its predecessor's episodes.
-        seed = self.seed + 1000 * i + 100_003 * self.restarts
-        self.started[i] = 0
-        parent, child = self.ctx.Pipe()
-        args = (i, self.builder, seed, self.net, self.buffers, self.core_buffers, self.versions)
-        p = self.ctx.Process(
-            target=actor_process, args=(*args, self.model_version, self.started, child), daemon=True
+    def __init__(self, pool: ActorPool, index: int, seed: int):
+        self.pool, self.index = pool, index
+        parent, child = pool.mp.Pipe()
+        self.conn = parent
+        self.started = False
+        self.held: int | None = None  # the slot the actor is filling
+        self.process = pool.mp.Process(
+            target=actor_process, args=(pool.setup, seed, child), daemon=True
         )
-        p.start()
+        self.process.start()
         child.close()  # only the actor holds its end, so its death reads as EOF here
-        self.processes[i], self.conns[i] = p, parent
-        self._feed(i)
+        self.thread = threading.Thread(target=self._serve, name=f"actor-link-{index}", daemon=True)
+        self.thread.start()
 
-    def _feed(self, i: int) -> None:
-        """Hand actor ``i`` a free slot, if there is one; otherwise it waits for the next."""
-        if self.held[i] is None and self.free:
-            slot = self.free.popleft()
-            self.held[i] = slot
-            self.conns[i].send(slot)
+    def _serve(self) -> None:
+        pool = self.pool
+        try:
+            while True:
+                message = self.conn.recv()
+                kind = message[0]
+                if kind == "stats":
+                    _, steps, returns, lengths = message
+                    pool.ctx.recorder.add_actor_steps(steps)
+                    if returns:
+                        pool.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths))
+                elif kind == "insert":
+                    _, table, items = message
+                    for item, priority in items:
+                        pool.insert(table, item, priority)
+                    self.conn.send("ok")
+                elif kind == "slot":
+                    _, index, version = message
+                    if index is not None:
+                        pool.full.put((index, version))
+                    self.held = pool.free_slot()
+                    self.conn.send(self.held)
+                elif kind == "started":
+                    self.started = True
+        except (EOFError, OSError, _Stopped):
+            pass  # the actor died (the pool restarts it) or the run is stopping
 
-    def _restart(self, i: int) -> None:
-        """Actor ``i`` died: recover its slot and start a new one."""
-        p = self.processes[i]
-        p.join(timeout=5.0)
-        if not self.started[i] and p.exitcode is not None and p.exitcode > 0:
-            # It raised before its first rollout (a bad env, an unguarded script): restarting
-            # would fail the same way. Killed by a signal instead, it is restarted below.
-            raise RuntimeError(
-                f"actor process {i} failed while starting (exit code {p.exitcode}); see its "
-                "traceback above. Scripts that call rlherd.train(runtime='mono') must guard "
-                "the call with `if __name__ == '__main__':` (actors are spawned processes)."
-            )
-        self.restarts += 1
-        if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.processes):
-            raise RuntimeError(
-                f"actor processes died {self.restarts} times (last exit code {p.exitcode}); "
-                "see the actor traceback above"
-            )
-        self.conns[i].close()
-        if self.held[i] is not None:
-            self.free.append(self.held[i])
-            self.held[i] = None
-        self._start(i)
 
-    def _receive(self, timeout: float) -> None:
-        """Collect finished slots (and deaths) from the actors' pipes for up to ``timeout`` s."""
-        with self._lock:
-            conns = {c: i for i, c in enumerate(self.conns)}
-        for conn in wait(list(conns), timeout):
-            i = conns[conn]
-            with self._lock:
-                if self.conns[i] is not conn:
-                    continue  # already restarted by check()
-                try:
-                    slot = conn.recv()
-                except (EOFError, OSError):
-                    self._restart(i)
-                    continue
-                self.full.append(slot)
-                self.held[i] = None
-                self._feed(i)
+class _Stopped(Exception):
+    pass
+
+
+class ActorPool:
+    """The actor processes, their links, and (on-policy) the shared-memory slots."""
+
+    def __init__(self, ctx: RunContext, source: SharedVariables, tables: list, slots, seed: int):
+        self.ctx, self.source, self.tables, self.slots, self.seed = ctx, source, tables, slots, seed
+        self.mp = mp.get_context("spawn")  # fork would copy the learner's threads and locks
+        self.stopping = threading.Event()
+        self.setup = ActorSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
+                                source, slots, len(tables), self.mp.Event())  # fmt: skip
+        self.free: queue.Queue[int] = queue.Queue()
+        self.full: queue.Queue[tuple[int, int]] = queue.Queue()
+        for i in range(len(slots or [])):
+            self.free.put(i)
+        self.restarts = 0
+        self.links = [ActorLink(self, i, self._seed(i)) for i in range(ctx.settings.num_actors)]
+
+    def _seed(self, i: int) -> int:
+        # A restarted actor gets a new seed, so it does not replay its predecessor's episodes.
+        return self.seed + 1000 * i + 100_003 * self.restarts
+
+    def insert(self, table: int, item: dict, priority: float) -> None:
+        while True:
+            if self.stopping.is_set():
+                raise _Stopped
+            with contextlib.suppress(TimeoutError):
+                self.tables[table].insert(item, priority, timeout=POLL_S)
+                return
+
+    def free_slot(self) -> int:
+        while True:
+            if self.stopping.is_set():
+                raise _Stopped
+            with contextlib.suppress(queue.Empty):
+                return self.free.get(timeout=POLL_S)
 
     def check(self) -> None:
-        """Restart any actor that died (also noticed when its pipe breaks)."""
-        with self._lock:
-            for i, p in enumerate(self.processes):
-                if not p.is_alive():
-                    self._restart(i)
-
-    def get_batch(self, stop: Callable[[], bool]):
-        """``(batch, core_state, policy_lag)`` from ``slots_per_batch`` full slots, or ``None``
-        once ``stop()`` is true. The slots are copied out and handed back at once."""
-        slots: list[int] = []
-        while len(slots) < self.slots_per_batch:
-            if stop():
-                with self._lock:
-                    self.full.extendleft(reversed(slots))
-                return None
-            with self._lock:
-                while self.full and len(slots) < self.slots_per_batch:
-                    slots.append(self.full.popleft())
-            if len(slots) < self.slots_per_batch:
-                self._receive(POLL_S)
-        batch = {k: torch.cat([self.buffers[s][k] for s in slots], dim=1) for k in self.fields}
-        core = tuple(
-            torch.cat([self.core_buffers[s][j] for s in slots], dim=1)
-            for j in range(len(self.core_buffers[0]))
-        )
-        lag = (self.model_version[0] - self.versions[slots]).float().mean().item()
-        with self._lock:
-            self.free.extend(slots)
-            for i in range(len(self.processes)):
-                self._feed(i)
-        return batch, core, lag
-
-    def queue_levels(self) -> dict[str, int]:
-        with self._lock:
-            return dict(free_slots=len(self.free), full_slots=len(self.full))
+        """Restart actors that died; stop the run if one could not even start."""
+        for i, link in enumerate(self.links):
+            if link.process.is_alive():
+                continue
+            link.process.join(timeout=5.0)
+            link.thread.join(timeout=5.0)
+            code = link.process.exitcode
+            if not link.started and code is not None and code > 0:
+                # It raised before acting (a bad env, an unguarded script): restarting would
+                # fail the same way. Killed by a signal instead, it is restarted below.
+                raise RuntimeError(
+                    f"actor process {i} failed while starting (exit code "
+                    f"{link.process.exitcode}); see its traceback above. Scripts that call "
+                    "rlherd.train(runtime='mono') must guard the call with "
+                    "`if __name__ == '__main__':` (actors are spawned processes)."
+                )
+            self.restarts += 1
+            if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.links):
+                raise RuntimeError(
+                    f"actor processes died {self.restarts} times (last exit code "
+                    f"{link.process.exitcode}); see the actor traceback above"
+                )
+            link.conn.close()
+            if link.held is not None:
+                self.free.put(link.held)
+            self.links[i] = ActorLink(self, i, self._seed(i))
 
     def close(self) -> None:
-        with self._lock:
-            for conn in self.conns:
-                if conn is not None:
-                    with contextlib.suppress(OSError):
-                        conn.send(None)
+        """Stop every actor: they leave their loop at the next step; one waiting for a slot or
+        an insert hears its pipe close once its link has given up."""
+        self.stopping.set()
+        self.setup.stop.set()
+        for link in self.links:
+            link.thread.join(timeout=2.0)
+            link.conn.close()
         deadline = time.monotonic() + 5.0
-        for p in self.processes:
-            if p is not None:
-                p.join(timeout=max(0.0, deadline - time.monotonic()))
-        for p in self.processes:
-            if p is not None and p.is_alive():
-                p.terminate()
-                p.join(timeout=2.0)
-            if p is not None and p.is_alive():
-                p.kill()
-                p.join()
-        for conn in self.conns:
-            if conn is not None:
-                conn.close()
+        for link in self.links:
+            link.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if link.process.is_alive():
+                link.process.terminate()
+                link.process.join(timeout=2.0)
+            if link.process.is_alive():
+                link.process.kill()
+                link.process.join()
 
 
-def run_mono(
-    builder,
-    spec: EnvSpec,
-    recorder: Recorder,
-    seed: int,
-    checkpoint: dict[str, Any] | None,
-    save: Callable[[dict[str, Any]], None],
-    stop: threading.Event,
-    evaluator=None,
-) -> None:
-    learner_net = builder.make_networks(spec)
-    learner = builder.make_learner(learner_net, recorder.total_steps)
-    if checkpoint is not None:
-        learner.load_state_dict(checkpoint["learner"])
-        set_rng_state(checkpoint["rng"])
-    actor_net = builder.make_networks(spec, device="cpu")
-    actor_net.load_state_dict(learner_net.state_dict())
+class SlotDataset:
+    """The learner's batches: ``per_batch`` full slots joined (a copy), then handed back."""
+
+    def __init__(self, pool_slots: list[dict], per_batch: int):
+        self.slots, self.per_batch = pool_slots, per_batch
+        self.pool: ActorPool | None = None
+        self.pending: list[tuple[int, int]] = []
+        self.policy_lag = 0.0
+
+    def __iter__(self) -> SlotDataset:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        while len(self.pending) < self.per_batch:
+            try:
+                self.pending.append(self.pool.full.get(timeout=POLL_S))
+            except queue.Empty:
+                raise TimeoutError("no full rollout slot yet") from None
+        taken, self.pending = self.pending, []
+        batch = join([{k: v.clone() for k, v in self.slots[i].items()} for i, _ in taken])
+        now = self.pool.source.variables_version()
+        self.policy_lag = float(np.mean([now - v for _, v in taken]))
+        for i, _ in taken:
+            self.pool.free.put(i)
+        return batch
+
+
+def run(ctx: RunContext) -> None:
+    builder, spec, settings = ctx.builder, ctx.spec, ctx.settings
+    networks = builder.make_networks(spec, settings.device)
+    source = SharedVariables(builder.make_networks(spec, "cpu"))
+    source.publish(networks.state_dict())
+    slots, tables = None, []
+    if builder.dataflow == "replay":
+        tables = builder.make_replay_tables(spec, insert_blocking=True)
+        dataset = builder.make_dataset(tables, settings.device)
+    else:
+        dataset, slots = rollout_slots(builder, spec, settings, source)
+    learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
+    if ctx.checkpoint is not None:
+        learner.load_state_dict(ctx.checkpoint["learner"])
+        load_tables(tables, ctx.checkpoint["tables"])
+        set_rng_state(ctx.checkpoint["rng"])
+        source.publish(networks.state_dict())
     # A resumed run's actors get fresh seeds, so they do not replay the first run's episodes.
-    pool = ActorPool(builder, spec, actor_net, seed + 7919 * learner.num_steps)
-
-    batch_lock, learn_lock = threading.Lock(), threading.Lock()
-    errors: list[BaseException] = []
-    stopping = lambda: stop.is_set() or bool(errors)
-
-    def learn_loop() -> None:
-        try:
-            while not stop.is_set() and not recorder.done():
-                with batch_lock:
-                    got = pool.get_batch(stopping)
-                if got is None:
-                    return
-                batch, core, lag = got
-                with learn_lock:
-                    if recorder.done():
-                        return
-                    metrics = learner.learn(batch, core)
-                    actor_net.load_state_dict(learner_net.state_dict())
-                    pool.model_version.add_(1)
-                    recorder.rollout(batch)
-                    metrics.update(policy_lag=lag, **pool.queue_levels())
-                    recorder.learner(metrics)
-        except BaseException as e:  # surfaced by the main thread
-            errors.append(e)
+    seed = ctx.seed + 7919 * int(ctx.recorder.counters["learner_steps"])
+    pool = ActorPool(ctx, source, tables, slots, seed)
+    if slots is not None:
+        dataset.pool = pool
 
     def state() -> dict[str, Any]:
-        return checkpoint_state(learner, recorder)
+        return checkpoint_state(learner, ctx.recorder, tables=table_states(tables, settings))
 
-    def parameters() -> dict[str, torch.Tensor]:
-        with learn_lock:
-            return {k: v.detach().clone() for k, v in learner_net.state_dict().items()}
+    try:
+        while not ctx.recorder.done() and not ctx.stop.is_set():
+            pool.check()
+            ctx.recorder.extra["actor_restarts"] = pool.restarts
+            try:
+                metrics = learner.step()
+            except TimeoutError:  # waiting for actors: look after them, then wait again
+                ctx.recorder.tick()
+                continue
+            source.publish(networks.state_dict())
+            if slots is not None:
+                metrics.update(policy_lag=dataset.policy_lag, free_slots=pool.free.qsize(),
+                               full_slots=pool.full.qsize())  # fmt: skip
+            ctx.recorder.learner(metrics)
+            if ctx.evaluator is not None:
+                ctx.evaluator.maybe_run(learner)
+            if ctx.recorder.tick():
+                ctx.save(state())
+        ctx.save(state())
+    finally:
+        pool.close()
+        if hasattr(dataset, "close"):
+            dataset.close()
 
-    threads = [
-        threading.Thread(target=learn_loop, name=f"learner-{i}", daemon=True)
-        for i in range(builder.config.num_learner_threads)
-    ]
-    with pool:
-        try:
-            for t in threads:
-                t.start()
-            while any(t.is_alive() for t in threads):
-                if errors:
-                    raise errors[0]
-                pool.check()
-                recorder.extra["actor_restarts"] = pool.restarts
-                if evaluator is not None:
-                    evaluator.maybe_run(parameters)
-                if recorder.tick():
-                    with learn_lock:
-                        save(state())
-                time.sleep(0.05)
-            if errors:
-                raise errors[0]
-            with learn_lock:
-                save(state())
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=10)
+
+def rollout_slots(builder, spec, settings, source) -> tuple[SlotDataset, list[dict]]:
+    """Shared-memory rollout slots of ``envs_per_actor`` environments, and their dataset."""
+    k = settings.envs_per_actor
+    if builder.batch_size % k:
+        raise ConfigError(
+            f"mono needs batch_size ({builder.batch_size}) to be a multiple of envs_per_actor "
+            f"({k}); e.g. --envs-per-actor {min(k, builder.batch_size)} with a batch_size that "
+            "it divides"
+        )
+    per_batch = builder.batch_size // k
+    num_buffers = settings.num_buffers or max(2 * settings.num_actors, 2 * per_batch)
+    if num_buffers < per_batch + settings.num_actors:
+        raise ConfigError(
+            f"num_buffers={num_buffers} is too few: the learner needs {per_batch} slots per "
+            f"batch and each of the {settings.num_actors} actors one more; set --num-buffers "
+            f">= {per_batch + settings.num_actors} (or 0 for the default)"
+        )
+    layout = rollout_layout(spec, builder.rollout_fields(spec))
+    state = builder.make_policy(source.module).initial_state(k)
+    slots = [allocate_rollout(layout, builder.unroll_length, k, state, share_memory=True)
+             for _ in range(num_buffers)]  # fmt: skip
+    return SlotDataset(slots, per_batch), slots

@@ -1,18 +1,20 @@
-"""The ``poly`` runtime: PolyBeast (Küttler et al. 2019, section 5.2).
+"""The ``poly`` runtime: PolyBeast (Küttler et al. 2019, section 5.2), for every agent.
 
 Environments live in gRPC servers (:mod:`rlherd.envs.server`), started here (``num_servers``
 local servers on Unix sockets, stopped at the end) or already running anywhere
 (``env_servers``). In the learner process, ``num_actors`` actor threads hold one stream each
-(``envs_per_actor`` environments) and run IMPALA's own :class:`ImpalaActor` on it: every
-environment output goes to a :class:`DynamicBatcher`, which runs the model once for all
-waiting actors on the learner's device; every ``unroll_length`` steps the rollout (with the
-recurrent state at its start) goes into a :class:`BatchingQueue`, whose bounded size limits the
-policy lag. The learner joins ``batch_size / envs_per_actor`` rollouts per step.
+(``envs_per_actor`` environments) and run the agent's own actor on it in an environment loop.
+The actor's policy is a :class:`BatchedPolicy`: every call goes to a :class:`DynamicBatcher`,
+which runs the agent's policy once for all waiting actors on the learner's device, with
+parameters it fetches from the learner (its variable source) whenever the learner stepped.
+What actors produce goes, by dataflow, into a :class:`BatchingQueue` of rollouts (bounded, so
+the policy lag is bounded; the learner joins ``batch_size / envs_per_actor`` per step) or
+through the agent's adder into the learner's replay tables (rate-limited: actor threads wait).
 
 Faults: a broken stream is retried with exponential backoff (``reconnects`` in the metrics) while
-the other actors go on; a local server that dies is restarted (``server_restarts``). If no rollout
-arrives for ``stall_timeout_s``, the run stops with the actors' last errors. A resumed run
-continues the learner exactly; streams start new episodes.
+the other actors go on; a local server that dies is restarted (``server_restarts``). If the
+learner gets nothing for ``stall_timeout_s``, the run stops with the actors' last errors. A
+resumed run continues the learner exactly; streams start new episodes.
 """
 
 from __future__ import annotations
@@ -26,18 +28,24 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlherd.agents.impala.acting import ImpalaActor, allocate_rollout, rollout_fields
-from rlherd.core import EnvSpec
+from rlherd.core import VariableClient
+from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
 from rlherd.run.config import ConfigError
-from rlherd.run.recorder import Recorder
-from rlherd.runtime import checkpoint_state, die_with_parent, set_rng_state
+from rlherd.run.loop import EnvironmentLoop
+from rlherd.runtime import (
+    RunContext,
+    checkpoint_state,
+    die_with_parent,
+    load_tables,
+    set_rng_state,
+    table_states,
+)
 from rlherd.runtime.batching import BatchingQueue, Closed, DynamicBatcher
 
 SERVER_START_TIMEOUT_S = 120.0
@@ -113,7 +121,7 @@ class LocalServers:
 
 
 class StreamEnvs:
-    """A server stream seen as the vector environment :class:`ImpalaActor` expects."""
+    """A server stream seen as a vector environment (next-step autoreset, as the server's)."""
 
     def __init__(self, stream):
         self.stream, self.num_envs = stream, stream.num_envs
@@ -129,192 +137,276 @@ class StreamEnvs:
         self.stream.close()
 
 
-class BatchedInference:
-    """Looks like the network to :class:`ImpalaActor`, but sends every call through the shared
-    :class:`DynamicBatcher`; remembers the model version that answered."""
+class BatchedPolicy:
+    """Looks like the agent's policy to its actor, but sends every call through the shared
+    :class:`DynamicBatcher` (recurrent state travels batch-first)."""
 
-    device = torch.device("cpu")
+    def __init__(self, batcher: DynamicBatcher, initial_state):
+        self.batcher, self.initial_state = batcher, initial_state
 
-    def __init__(self, batcher: DynamicBatcher, net: torch.nn.Module):
-        self.batcher, self.initial_state = batcher, net.initial_state
-        self.version = 0
-
-    def __call__(self, obs, first, state):
-        inputs = dict(obs=obs[0], first=first[0])
+    def __call__(self, obs, first, state, generator):
+        inputs = dict(obs=obs, first=first)
         for j, s in enumerate(state):  # [layers, K, H] -> batch first
             inputs[f"state{j}"] = s.transpose(0, 1)
         out = self.batcher.compute(inputs)
-        self.version = int(out["version"][0])
-        new_state = tuple(out[f"state{j}"].transpose(0, 1).cpu() for j in range(len(state)))
-        outputs = dict(policy_logits=out["policy_logits"][None], baseline=out["baseline"][None])
-        return outputs, new_state
+        new_state = tuple(out.pop(f"state{j}").transpose(0, 1).cpu() for j in range(len(state)))
+        return out, new_state
 
 
-def _inference_fn(net: torch.nn.Module, lock: threading.Lock, version: list[int]):
+def _inference(policy, lock: threading.Lock, seed: int):
+    """The batcher's function: the policy on every waiting actor's rows at once (under the lock
+    the learner's thread holds while it copies new parameters in)."""
+    generator = torch.Generator(getattr(policy, "device", "cpu")).manual_seed(seed)
+
     @torch.no_grad()
     def infer(inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        n = sum(k.startswith("state") for k in inputs)  # state0, state1, ... (LSTM h, c)
+        n = sum(k.startswith("state") for k in inputs)
         state = tuple(inputs[f"state{j}"].transpose(0, 1).contiguous() for j in range(n))
         with lock:
-            outputs, new_state = net(inputs["obs"][None], inputs["first"][None], state)
-            v = version[0]
-        result = dict(
-            policy_logits=outputs["policy_logits"][0].cpu(),
-            baseline=outputs["baseline"][0].cpu(),
-            version=torch.full((inputs["obs"].shape[0],), v, dtype=torch.int64),
-        )
+            outputs, new_state = policy(inputs["obs"], inputs["first"], state, generator)
+        result = {k: v.cpu() for k, v in outputs.items()}
         for j, s in enumerate(new_state):
-            result[f"state{j}"] = s.transpose(0, 1)
+            result[f"state{j}"] = s.transpose(0, 1).cpu()
         return result
 
     return infer
 
 
-def run_poly(
-    builder,
-    spec: EnvSpec,
-    recorder: Recorder,
-    seed: int,
-    checkpoint: dict[str, Any] | None,
-    save: Callable[[dict[str, Any]], None],
-    stop: threading.Event,
-    evaluator=None,
-) -> None:
-    config = builder.config
-    k, T = config.envs_per_actor, config.unroll_length
-    if config.batch_size % k:
-        raise ConfigError(
-            f"poly needs batch_size ({config.batch_size}) to be a multiple of envs_per_actor "
-            f"({k}), the environments of one stream"
-        )
-    rollouts_per_batch = config.batch_size // k
-    learner_net = builder.make_networks(spec)
-    learner = builder.make_learner(learner_net, recorder.total_steps)
-    if checkpoint is not None:
-        learner.load_state_dict(checkpoint["learner"])
-        set_rng_state(checkpoint["rng"])
-    actor_net = builder.make_networks(spec)  # on the learner's device, like PolyBeast's
-    actor_net.load_state_dict(learner_net.state_dict())
-    actor_net.eval()
-    model_lock, version = threading.Lock(), [learner.num_steps]
+class ThreadTable:
+    """A learner's table as actor threads write to it: inserts wait for the rate limiter but
+    give up (:class:`Closed`) once the run stops."""
 
-    if config.env_servers:
-        servers, addresses = None, [a.strip() for a in config.env_servers.split(",") if a.strip()]
-    else:
-        servers = LocalServers(builder.env_id, config.num_servers, k, builder.env_kwargs)
-        addresses = servers.addresses
-    batcher = DynamicBatcher(
-        _inference_fn(actor_net, model_lock, version),
-        min_batch_size=config.inference_min_batch,
-        max_batch_size=max(config.inference_min_batch, config.num_actors * k),
-        timeout_s=config.inference_timeout_ms / 1000,
-        device=config.device,
-    )
-    queue = BatchingQueue(rollouts_per_batch, max(config.num_buffers, 2 * rollouts_per_batch))
-    reconnects = [0] * config.num_actors
-    last_errors: dict[int, str] = {}
-    fatal: list[BaseException] = []
-    fields = rollout_fields(spec, k, T)
-    # A resumed run's streams get fresh seeds, so they do not replay the first run's episodes.
-    base_seed = seed + 7919 * learner.num_steps
+    def __init__(self, table, stop: threading.Event):
+        self.table, self.stop, self.signature = table, stop, table.signature
 
-    def actor_loop(i: int) -> None:
+    def insert(self, item: dict, priority: float = 1.0) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                self.table.insert(item, priority, timeout=1.0)
+                return
+        raise Closed("the run is stopping")
+
+
+class QueueDataset:
+    """The learner's batches of rollouts from the batching queue, with the policy lag."""
+
+    def __init__(self, queue: BatchingQueue):
+        self.queue = queue
+        self.source = None  # the learner, once it exists
+        self.policy_lag = 0.0
+
+    def __iter__(self) -> QueueDataset:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        got = self.queue.get(timeout=1.0)
+        if got is None:
+            raise TimeoutError("no batch of rollouts yet")
+        batch, versions = got
+        now = self.source.variables_version()
+        self.policy_lag = float(np.mean([now - v for v in versions]))
+        return batch
+
+
+class Actors:
+    """The actor threads: each connects a stream, runs the agent's actor in an environment loop
+    and reconnects with exponential backoff when the stream breaks."""
+
+    def __init__(self, ctx: RunContext, addresses, batcher, net, produce, seed: int):
+        self.ctx, self.addresses, self.produce, self.seed = ctx, addresses, produce, seed
+        self.policy_template = ctx.builder.make_policy(net)
+        self.batcher = batcher
+        self.reconnects = [0] * ctx.settings.num_actors
+        self.last_errors: dict[int, str] = {}
+        self.fatal: list[BaseException] = []
+        self.threads = [
+            threading.Thread(target=self._run, args=(i,), name=f"poly-actor-{i}", daemon=True)
+            for i in range(ctx.settings.num_actors)
+        ]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
         import grpc
 
         from rlherd.envs.server import EnvStream, ProtocolError
 
+        ctx, k = self.ctx, self.ctx.settings.envs_per_actor
         backoff, attempt = 0.1, 0
-        buf = allocate_rollout(fields)
-        while not stop.is_set():
+        while not ctx.stop.is_set():
             envs = None
             try:
-                stream_seed = base_seed + 1000 * i + attempt
-                stream = EnvStream(addresses[i % len(addresses)], seed=stream_seed)
-                envs = StreamEnvs(stream)
-                if stream.num_envs != k:
+                seed = self.seed + 1000 * i + attempt
+                envs = StreamEnvs(EnvStream(self.addresses[i % len(self.addresses)], seed=seed))
+                if envs.num_envs != k:
                     raise ConfigError(
-                        f"{stream.address} serves {stream.num_envs} environments per stream; "
-                        f"set envs_per_actor={stream.num_envs}"
+                        f"{envs.stream.address} serves {envs.num_envs} environments per stream; "
+                        f"set --envs-per-actor {envs.num_envs}"
                     )
-                inference = BatchedInference(batcher, actor_net)
-                actor = ImpalaActor(inference, envs, seed=stream_seed)
+                policy = BatchedPolicy(self.batcher, self.policy_template.initial_state)
+                actor = ctx.builder.make_actor(seed, policy, ctx.spec, self.produce(k), None)
+                loop = EnvironmentLoop(envs, actor, ctx.recorder, seed)
                 backoff = 0.1
-                while not stop.is_set():
-                    started = inference.version
-                    core = actor.unroll(buf)
-                    item = {name: t.clone() for name, t in buf.items()}
-                    queue.put(item, extra=(core, started))
+                while not ctx.stop.is_set():
+                    loop.step()
             except Closed:
                 return
             except (grpc.RpcError, ConnectionError, ProtocolError) as e:
-                if stop.is_set():
+                if ctx.stop.is_set():
                     return
-                reconnects[i] += 1
+                self.reconnects[i] += 1
                 details = e.details() if isinstance(e, grpc.RpcError) else str(e)
-                last_errors[i] = f"{type(e).__name__}: {details}"
+                self.last_errors[i] = f"{type(e).__name__}: {details}"
                 time.sleep(backoff)
                 backoff, attempt = min(2 * backoff, MAX_BACKOFF_S), attempt + 1
             except BaseException as e:  # a bug, not a fault of the network: stop the run
-                fatal.append(e)
-                stop.set()
+                self.fatal.append(e)
+                ctx.stop.set()
                 return
             finally:
                 if envs is not None:
                     envs.close()
 
-    threads = [
-        threading.Thread(target=actor_loop, args=(i,), name=f"poly-actor-{i}", daemon=True)
-        for i in range(config.num_actors)
-    ]
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(timeout=10)
 
-    def parameters() -> dict[str, torch.Tensor]:
-        return {n: v.detach().clone() for n, v in learner_net.state_dict().items()}
+
+def run(ctx: RunContext) -> None:
+    settings = ctx.settings
+    learner, dataset, tables, produce, queue = _learner(ctx)
+    if ctx.checkpoint is not None:
+        learner.load_state_dict(ctx.checkpoint["learner"])
+        load_tables(tables, ctx.checkpoint["tables"])
+        set_rng_state(ctx.checkpoint["rng"])
+    lock = threading.Lock()
+    acting_net, client, batcher = _batched_policy(ctx, learner, lock)
+    servers, addresses = _servers(ctx)
+    # A resumed run's streams get fresh seeds, so they do not replay the first run's episodes.
+    seed = ctx.seed + 7919 * int(ctx.recorder.counters["learner_steps"])
+    actors = Actors(ctx, addresses, batcher, acting_net, produce, seed)
+
+    def state() -> dict[str, Any]:
+        return checkpoint_state(learner, ctx.recorder, tables=table_states(tables, settings))
 
     try:
-        for t in threads:
-            t.start()
-        waited = 0.0
-        while not recorder.done() and not stop.is_set():
-            got = queue.get(timeout=1.0)
+        actors.start()
+        waited_since = time.monotonic()
+        while not ctx.recorder.done() and not ctx.stop.is_set():
             if servers is not None:
                 servers.check()
-                recorder.extra["server_restarts"] = servers.restarts
-            if got is None:
-                waited += 1.0
-                if waited >= config.stall_timeout_s:
+                ctx.recorder.extra["server_restarts"] = servers.restarts
+            try:
+                metrics = learner.step()
+            except TimeoutError:
+                if time.monotonic() - waited_since >= settings.stall_timeout_s:
                     raise RuntimeError(
-                        f"no rollout for {waited:.0f}s from the environment servers "
-                        f"{', '.join(addresses)}; last errors: {last_errors or 'none'}"
-                    )
+                        f"the learner got nothing for {settings.stall_timeout_s:.0f}s from the "
+                        f"environment servers {', '.join(addresses)}; last errors: "
+                        f"{actors.last_errors or 'none'}"
+                    ) from None
+                ctx.recorder.tick()
                 continue
-            waited = 0.0
-            batch, extras = got
-            cores = tuple(
-                torch.cat([core[j] for core, _ in extras], dim=1) for j in range(len(extras[0][0]))
-            )
-            metrics = learner.learn(batch, cores)
-            with model_lock:
-                actor_net.load_state_dict(learner_net.state_dict())
-                version[0] = learner.num_steps
-            recorder.rollout(batch)
-            lag = float(np.mean([learner.num_steps - 1 - v for _, v in extras]))
-            recorder.extra["reconnects"] = sum(reconnects)
-            metrics.update(
-                policy_lag=lag, reconnects=sum(reconnects), **batcher.stats(), **queue.stats()
-            )
-            recorder.learner(metrics)
-            if evaluator is not None:
-                evaluator.maybe_run(parameters)
-            if recorder.tick():
-                save(checkpoint_state(learner, recorder))
-        if fatal:
-            raise fatal[0]
-        save(checkpoint_state(learner, recorder))
+            waited_since = time.monotonic()
+            with lock:
+                client.update()
+            ctx.recorder.extra["reconnects"] = sum(actors.reconnects)
+            metrics.update(reconnects=sum(actors.reconnects), **batcher.stats())
+            if queue is not None:
+                metrics.update(policy_lag=dataset.policy_lag, **queue.stats())
+            ctx.recorder.learner(metrics)
+            if ctx.evaluator is not None:
+                ctx.evaluator.maybe_run(learner)
+            if ctx.recorder.tick():
+                ctx.save(state())
+        if actors.fatal:
+            raise actors.fatal[0]
+        ctx.save(state())
     finally:
-        stop.set()
-        queue.close()
+        ctx.stop.set()
+        if queue is not None:
+            queue.close()
         batcher.close()
         if servers is not None:
             servers.close()  # a thread waiting on its stream hears the end now
-        for t in threads:
-            t.join(timeout=10)
+        actors.join()
+
+
+def _learner(ctx: RunContext) -> tuple:
+    """The learner and its dataset, the replay tables (none on-policy), what makes each actor's
+    writer (an adder into the tables, or a rollout writer into the batching queue) and that
+    queue (None for replay agents)."""
+    builder, spec, settings = ctx.builder, ctx.spec, ctx.settings
+    networks = builder.make_networks(spec, settings.device)
+    if builder.dataflow == "replay":
+        tables = builder.make_replay_tables(spec, insert_blocking=True)
+        dataset = builder.make_dataset(tables, settings.device)
+        thread_tables = [ThreadTable(t, ctx.stop) for t in tables]
+        learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
+        return learner, dataset, tables, lambda n: builder.make_adder(thread_tables, n), None
+    queue, writers = _rollout_queue(builder, spec, settings, networks)
+    dataset = QueueDataset(queue)
+    learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, [])
+    dataset.source = learner
+    return learner, dataset, [], writers(learner), queue
+
+
+def _batched_policy(ctx: RunContext, learner, lock: threading.Lock) -> tuple:
+    """The batcher's networks (PolyBeast's actor model) on the learner's device, the actors'
+    variable source; the client that copies the learner's parameters into them after every
+    learner step; and the dynamic batcher running the agent's policy on them."""
+    builder, settings = ctx.builder, ctx.settings
+    acting_net = builder.make_networks(ctx.spec, settings.device)
+    acting_net.eval()
+    client = VariableClient(learner, acting_net)
+    client.update(wait=True)
+    batcher = DynamicBatcher(
+        _inference(builder.make_policy(acting_net), lock, ctx.seed),
+        min_batch_size=settings.inference_min_batch,
+        max_batch_size=max(settings.inference_min_batch,
+                           settings.num_actors * settings.envs_per_actor),
+        timeout_s=settings.inference_timeout_ms / 1000,
+        device=settings.device,
+    )  # fmt: skip
+    return acting_net, client, batcher
+
+
+def _servers(ctx: RunContext):
+    settings = ctx.settings
+    if settings.env_servers:
+        return None, [a.strip() for a in settings.env_servers.split(",") if a.strip()]
+    servers = LocalServers(ctx.env_id, settings.num_servers, settings.envs_per_actor,
+                           ctx.env_kwargs)  # fmt: skip
+    return servers, servers.addresses
+
+
+def _rollout_queue(builder, spec, settings, networks):
+    """The batching queue of rollouts, and a maker of each actor's writer into it."""
+    k = settings.envs_per_actor
+    if builder.batch_size % k:
+        raise ConfigError(
+            f"poly needs batch_size ({builder.batch_size}) to be a multiple of envs_per_actor "
+            f"({k}), the environments of one stream"
+        )
+    per_batch = builder.batch_size // k
+    queue = BatchingQueue(per_batch, max(settings.num_buffers, 2 * per_batch))
+    layout = rollout_layout(spec, builder.rollout_fields(spec))
+    state = builder.make_policy(networks).initial_state(k)
+
+    def writers(source):
+        def produce(n: int) -> RolloutWriter:
+            buffer = allocate_rollout(layout, builder.unroll_length, n, state)
+            version = [source.variables_version()]
+
+            def on_full(full):
+                queue.put({name: t.clone() for name, t in full.items()}, extra=version[0])
+                version[0] = source.variables_version()
+                return full
+
+            return RolloutWriter(buffer, on_full)
+
+        return produce
+
+    return queue, writers

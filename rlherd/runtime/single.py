@@ -1,116 +1,82 @@
 """The ``single`` runtime: everything in one process, deterministic for a seed.
 
-- On-policy agents (IMPALA): step ``batch_size`` environments for ``unroll_length`` steps, learn
-  on that rollout, repeat.
-- Agents that act step by step (DQN, PPO): an :class:`~rlherd.run.loop.EnvironmentLoop`
-  (TensorFlow Agents' ``simulate``) steps ``num_envs`` environments; after every step the learner
-  steps for as long as its dataset has a batch: while the replay table's rate limiter lets it
-  sample (inserts never block in one process, as in Acme's local layout), or once per full
-  rollout for PPO.
+An :class:`~rlherd.run.loop.EnvironmentLoop` (TensorFlow Agents' ``simulate``) steps
+``num_envs`` environments with the agent's actor; after every step the learner steps for as long
+as its dataset has a batch: while the replay tables' rate limiter lets it sample (inserts never
+block in one process, as in Acme's local layout), or whenever ``batch_size`` environments'
+rollouts are full (on-policy). The actor acts with its own copy of the networks, fetched from
+the learner (its variable source) whenever the learner has stepped.
 
-Checkpoints hold everything (learner, actor, adders, replay, environments when they pickle, RNGs),
-so ``--resume`` continues exactly; ale-py's native vector env does not pickle, so there the
-episodes restart.
+Checkpoints hold everything (learner, actor, adders or rollout buffers, replay, environments when
+they pickle, RNGs), so ``--resume`` continues exactly; ale-py's native vector env does not
+pickle, so there the episodes restart.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlherd.agents.impala.acting import allocate_rollout, rollout_fields
-from rlherd.core import EnvSpec
+from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
+from rlherd.run.config import ConfigError
 from rlherd.run.loop import ActorAlgorithm, EnvironmentLoop
-from rlherd.run.recorder import Recorder
-from rlherd.runtime import checkpoint_state, set_rng_state
+from rlherd.runtime import (
+    RunContext,
+    checkpoint_state,
+    load_tables,
+    set_rng_state,
+    table_states,
+)
 
 
-def run_single(
-    builder,
-    spec: EnvSpec,
-    recorder: Recorder,
-    seed: int,
-    checkpoint: dict[str, Any] | None,
-    save: Callable[[dict[str, Any]], None],
-    stop: threading.Event,
-    evaluator=None,
-) -> None:
-    run = _run_loop if builder.uses_loop else _run_rollouts
-    run(builder, spec, recorder, seed, checkpoint, save, stop, evaluator)
-
-
-def _run_rollouts(builder, spec, recorder, seed, checkpoint, save, stop, evaluator) -> None:
-    config = builder.config
-    B, T = config.batch_size, config.unroll_length
-    net = builder.make_networks(spec)
-    actor = builder.make_actor(net, builder.make_envs(B), seed)
-    rollout = allocate_rollout(rollout_fields(spec, B, T))
-
-    def dataset() -> Iterator:
-        while True:
-            core_state = actor.unroll(rollout)
-            recorder.rollout(rollout)
-            yield rollout, core_state
-
-    learner = builder.make_learner(net, recorder.total_steps, dataset())
-    if checkpoint is not None:
-        learner.load_state_dict(checkpoint["learner"])
-        actor.load_state_dict(checkpoint["actor"])
-        set_rng_state(checkpoint["rng"])
-
-    def state() -> dict[str, Any]:
-        return checkpoint_state(learner, recorder, actor=actor.state_dict())
-
-    try:
-        while not recorder.done() and not stop.is_set():
-            recorder.learner(learner.step())
-            if evaluator is not None:
-                evaluator.maybe_run(net.state_dict)
-            if recorder.tick():
-                save(state())
-        save(state())
-    finally:
-        actor.envs.close()
-
-
-def _run_loop(builder, spec, recorder, seed, checkpoint, save, stop, evaluator) -> None:
-    config = builder.config
-    net = builder.make_networks(spec)
-    tables = builder.make_replay_tables(spec, insert_blocking=False)
-    dataset = builder.make_dataset(tables)
-    adder = builder.make_adder(tables, config.num_envs)
-    actor = builder.make_actor(net, adder, seed)
-    learner = builder.make_learner(net, recorder.total_steps, dataset, tables)
-    algorithm = ActorAlgorithm(actor, learner, on_learn=recorder.learner)
-    loop = EnvironmentLoop(builder.make_envs(config.num_envs), algorithm, recorder, seed)
-    save_tables = getattr(config, "checkpoint_replay", True)
-    if checkpoint is not None:
-        learner.load_state_dict(checkpoint["learner"])
-        actor.load_state_dict(checkpoint["actor"])
-        if checkpoint["tables"] is not None:
-            for table, table_state in zip(tables, checkpoint["tables"], strict=True):
-                table.load_state_dict(table_state)
-        loop.load_state_dict(checkpoint["loop"])
-        set_rng_state(checkpoint["rng"])
+def run(ctx: RunContext) -> None:
+    builder, spec, settings = ctx.builder, ctx.spec, ctx.settings
+    device = settings.device
+    networks = builder.make_networks(spec, device)
+    policy = builder.make_policy(builder.make_networks(spec, device))  # the actor's copy
+    if builder.dataflow == "replay":
+        num_envs = settings.num_envs or 1
+        tables = builder.make_replay_tables(spec, insert_blocking=False)
+        dataset = builder.make_dataset(tables, device)
+        adder = builder.make_adder(tables, num_envs)
+        ready = dataset.ready
+    else:
+        num_envs = settings.num_envs or builder.batch_size
+        if builder.batch_size % num_envs:
+            raise ConfigError(
+                f"batch_size ({builder.batch_size}) must be a multiple of num_envs ({num_envs})"
+            )
+        tables = []
+        buffer = allocate_rollout(rollout_layout(spec, builder.rollout_fields(spec)),
+                                  builder.unroll_length, num_envs, policy.initial_state(num_envs))
+        dataset = adder = RolloutQueue(buffer, builder.batch_size // num_envs)  # fmt: skip
+        ready = dataset.ready
+    learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
+    actor = builder.make_actor(ctx.seed, policy, spec, adder, learner)
+    actor.update(wait=True)
+    algorithm = ActorAlgorithm(actor, learner, ready, on_learn=ctx.recorder.learner)
+    envs = ctx.make_envs(num_envs, settings.env_workers)
+    loop = EnvironmentLoop(envs, algorithm, ctx.recorder, ctx.seed)
+    if ctx.checkpoint is not None:
+        learner.load_state_dict(ctx.checkpoint["learner"])
+        actor.load_state_dict(ctx.checkpoint["actor"])
+        actor.update(wait=True)
+        load_tables(tables, ctx.checkpoint["tables"])
+        loop.load_state_dict(ctx.checkpoint["loop"])
+        set_rng_state(ctx.checkpoint["rng"])
 
     def state() -> dict[str, Any]:
-        return checkpoint_state(
-            learner,
-            recorder,
-            actor=actor.state_dict(),
-            loop=loop.state_dict(),
-            tables=[t.state_dict() for t in tables] if save_tables else None,
-        )
+        return checkpoint_state(learner, ctx.recorder, actor=actor.state_dict(),
+                                loop=loop.state_dict(), tables=table_states(tables, settings))
 
     try:
-        while not recorder.done() and not stop.is_set():
+        while not ctx.recorder.done() and not ctx.stop.is_set():
             loop.step()
-            if evaluator is not None:
-                evaluator.maybe_run(net.state_dict)
-            if recorder.tick():
-                save(state())
-        save(state())
+            if ctx.evaluator is not None:
+                ctx.evaluator.maybe_run(learner)
+            if ctx.recorder.tick():
+                ctx.save(state())
+        ctx.save(state())
     finally:
         loop.envs.close()
-        dataset.close()
+        if hasattr(dataset, "close"):
+            dataset.close()

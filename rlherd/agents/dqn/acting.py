@@ -1,4 +1,6 @@
-"""Epsilon-greedy acting in a batch of environments, writing n-step transitions to replay."""
+"""DQN acts with :class:`DQNPolicy` (the Q-network's greedy action) and explores in
+:class:`DQNActor` (epsilon-greedy on the actor's own random stream), writing n-step transitions
+through its adder."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlherd import types as F
+from rlherd.core import VariableClient
 from rlherd.replay import BatchAdder
 
 
@@ -28,32 +32,46 @@ def apex_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> lis
     return [base ** (1 + alpha * i / (num_actors - 1)) for i in range(num_actors)]
 
 
-class DQNActor:
-    """An :class:`~rlherd.core.Actor`: epsilon-greedy in the Q-network, one adder per env.
+class DQNPolicy:
+    """A :class:`~rlherd.core.Policy`: Q-values and the greedy action (nothing random here)."""
 
-    ``epsilon`` is a schedule of the actor's own step count (or a constant, as Ape-X's actors
-    use). In one process the network is the learner's own; ``update`` has nothing to fetch.
-    """
+    def __init__(self, net: torch.nn.Module):
+        self.net = net
+        self.device = next(net.parameters()).device
+
+    def initial_state(self, batch_size: int) -> tuple:
+        return ()
+
+    @torch.no_grad()
+    def __call__(self, obs, first, state, generator):
+        q = self.net(obs.to(self.device))
+        return {F.ACTION: q.argmax(-1), "q_values": q}, state
+
+
+class DQNActor:
+    """An :class:`~rlherd.core.Actor`: epsilon-greedy around the policy's greedy action, one
+    adder per environment (none: an evaluator). ``epsilon`` is a schedule of the actor's own
+    step count, or a constant."""
 
     def __init__(
         self,
-        net: torch.nn.Module,
+        policy,
         adder: BatchAdder | None,
         epsilon: Callable[[int], float] | float,
         seed: int,
+        client: VariableClient | None = None,
     ):
-        self.net, self.adder = net, adder
+        self.policy, self.adder, self.client = policy, adder, client
         self.epsilon = epsilon if callable(epsilon) else (lambda step, e=epsilon: e)
         self.rng = np.random.default_rng(seed)
-        self.device = next(net.parameters()).device
         self.steps = 0
 
-    @torch.no_grad()
     def select_action(self, obs: np.ndarray) -> np.ndarray:
-        q = self.net(torch.as_tensor(obs, device=self.device))
-        greedy = q.argmax(-1).cpu().numpy()
+        obs = torch.as_tensor(np.asarray(obs))
+        outputs, _ = self.policy(obs, torch.zeros(len(obs), dtype=torch.bool), (), None)
+        greedy = outputs[F.ACTION].cpu().numpy()
         explore = self.rng.random(len(greedy)) < self.epsilon(self.steps)
-        random = self.rng.integers(q.shape[-1], size=len(greedy))
+        random = self.rng.integers(outputs["q_values"].shape[-1], size=len(greedy))
         return np.where(explore, random, greedy)
 
     def observe_first(self, obs: np.ndarray, envs: np.ndarray) -> None:
@@ -66,7 +84,8 @@ class DQNActor:
             self.adder.add(action, reward, next_obs, terminated, truncated, skip, extras)
 
     def update(self, wait: bool = False) -> None:
-        """The network is shared with the learner in one process: nothing to fetch."""
+        if self.client is not None:
+            self.client.update(wait)
 
     def state_dict(self) -> dict[str, Any]:
         adder = self.adder.state_dict() if self.adder is not None else None

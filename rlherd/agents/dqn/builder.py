@@ -1,15 +1,14 @@
-"""How runtimes assemble DQN: networks, the replay table, dataset, adders, actor, learner."""
+"""How runtimes assemble DQN: networks, the replay table, dataset, adders, policy, actor,
+learner."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from rlherd.agents.base import AgentBuilder
-from rlherd.agents.dqn.acting import DQNActor, linear_epsilon
-from rlherd.agents.dqn.config import DEFAULT_TOTAL_STEPS, PRESETS, DQNConfig
+from rlherd.agents.dqn.acting import DQNActor, DQNPolicy, linear_epsilon
+from rlherd.agents.dqn.config import DEFAULT_TOTAL_STEPS, PRESETS, RUNTIME_DEFAULTS, DQNConfig
 from rlherd.agents.dqn.learning import DQNLearner
 from rlherd.agents.dqn.networks import QNetwork
-from rlherd.core import EnvSpec
+from rlherd.core import EnvSpec, VariableClient, VariableSource
 from rlherd.replay import (
     BatchAdder,
     Fifo,
@@ -21,17 +20,19 @@ from rlherd.replay import (
     Uniform,
 )
 
+SAMPLE_TIMEOUT_S = 1.0  # a learner waiting on the rate limiter wakes this often (runtimes retry)
+
 
 class DQNBuilder(AgentBuilder):
     name = "dqn"
     config_class = DQNConfig
     presets = PRESETS
     default_total_steps = DEFAULT_TOTAL_STEPS
-    runtimes = ("single",)
-    uses_loop = True
+    runtime_defaults = RUNTIME_DEFAULTS
+    dataflow = "replay"
 
-    def make_networks(self, spec: EnvSpec, device: str | None = None) -> QNetwork:
-        return QNetwork(spec, self.config).to(device or self.config.device)
+    def make_networks(self, spec: EnvSpec, device: str = "cpu") -> QNetwork:
+        return QNetwork(spec, self.config).to(device)
 
     def make_replay_tables(self, spec: EnvSpec, insert_blocking: bool = True) -> list[Table]:
         """One table of n-step transitions. In one process (``insert_blocking=False``) inserts
@@ -48,9 +49,8 @@ class DQNBuilder(AgentBuilder):
         signature = NStepTransitionAdder.signature(spec)
         return [Table("replay", signature, c.replay_size, sampler, Fifo(), 0, limiter)]
 
-    def make_dataset(self, tables: list[Table]) -> ReplayDataset:
-        c = self.config
-        return ReplayDataset(tables[0], c.batch_size, c.device, prefetch=c.prefetch)
+    def make_dataset(self, tables: list[Table], device: str = "cpu") -> ReplayDataset:
+        return ReplayDataset(tables[0], self.config.batch_size, device, timeout=SAMPLE_TIMEOUT_S)
 
     def make_adder(self, tables: list[Table], num_envs: int) -> BatchAdder:
         c = self.config
@@ -58,24 +58,30 @@ class DQNBuilder(AgentBuilder):
             [NStepTransitionAdder(tables[0], c.n_step, c.discount) for _ in range(num_envs)]
         )
 
-    def make_actor(self, net: QNetwork, adder: BatchAdder | None, seed: int, epsilon=None):
+    def make_policy(self, networks: QNetwork, evaluation: bool = False) -> DQNPolicy:
+        return DQNPolicy(networks)
+
+    def make_actor(
+        self,
+        seed: int,
+        policy: DQNPolicy,
+        spec: EnvSpec,
+        adder: BatchAdder | None,
+        variable_source: VariableSource | None,
+    ) -> DQNActor:
+        """Epsilon-greedy with the training schedule; an evaluator (no adder) acts greedily."""
         c = self.config
-        if epsilon is None:
+        epsilon = 0.0
+        if adder is not None:
             epsilon = linear_epsilon(c.epsilon_start, c.epsilon_end, c.epsilon_decay_steps)
-        return DQNActor(net, adder, epsilon, seed)
+        client = None
+        if variable_source is not None:
+            client = VariableClient(variable_source, policy.net, "policy", c.variable_update_period)
+        return DQNActor(policy, adder, epsilon, seed, client)
 
-    def make_learner(self, net: QNetwork, total_steps: int, dataset=None, tables=None):
-        return DQNLearner(net, self.config, total_steps, dataset, tables[0] if tables else None)
-
-    def make_policy(self, net: QNetwork, evaluation: bool = True):
-        """``policy(obs, first) -> action`` for one environment: greedy, or with the final
-        training epsilon when not evaluating."""
-        actor = DQNActor(net, None, 0.0 if evaluation else self.config.epsilon_end, seed=0)
-
-        def policy(obs, first: bool) -> int:
-            return int(actor.select_action(np.asarray(obs)[None])[0])
-
-        return policy
+    def make_learner(self, networks: QNetwork, dataset, total_steps: int, tables=None):
+        table = tables[0] if tables else None  # priorities are written back to it
+        return DQNLearner(networks, self.config, total_steps, dataset, table)
 
 
 __all__ = ["DQNBuilder"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 
 @dataclass
 class DQNConfig:
@@ -37,7 +35,6 @@ class DQNConfig:
     priority_exponent: float = 0.6
     importance_beta: float = 0.4  # annealed linearly to 1 over the run
     priority_eps: float = 1e-6
-    prefetch: int = 0  # 0 in one process: the learner samples when the rate limiter allows
 
     # Network.
     torso: str = "auto"  # auto | mlp | shallow | deep | minatar
@@ -45,22 +42,14 @@ class DQNConfig:
     dueling: bool = True
 
     # Acting.
-    num_envs: int = 4
     epsilon_start: float = 1.0
     epsilon_end: float = 0.01
-    epsilon_decay_steps: int = 250_000  # agent steps
-    native_vector_env: bool = True
-    env_workers: int = 0  # step environments in this many BatchEnv processes (0: in process)
-    device: str = "cpu"
-    torch_threads: int = 1  # intra-op threads of the process; see ImpalaConfig.torch_threads
-
-    # Runs.
-    checkpoint_replay: bool = True  # replay goes into checkpoints (exact resume; large on Atari)
-    checkpoint_interval_s: float = 600.0
-    log_interval_s: float = 5.0
+    epsilon_decay_steps: int = 250_000  # steps of each actor (its own environments' steps)
+    variable_update_period: int = 1  # actor steps between parameter fetches (Acme's DQN: 1)
 
     def __post_init__(self) -> None:
-        for name in ("n_step", "batch_size", "replay_size", "min_replay_size", "num_envs"):
+        for name in ("n_step", "batch_size", "replay_size", "min_replay_size",
+                     "variable_update_period"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.min_replay_size > self.replay_size:
@@ -72,8 +61,6 @@ class DQNConfig:
             raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device={self.device!r} but CUDA is not available; use device=cpu")
 
 
 PRESETS: dict[str, dict] = {
@@ -92,7 +79,6 @@ PRESETS: dict[str, dict] = {
         epsilon_decay_steps=20_000,
         epsilon_end=0.01,
         hidden_sizes=(128, 128),
-        num_envs=4,
     ),
     # The MinAtar paper's DQN (Young & Tian 2019): one 16x3x3 conv + 128 fc, RMSProp 2.5e-4,
     # batch 32, one update per step, replay 100k from 5k, target every 1000 updates,
@@ -111,7 +97,6 @@ PRESETS: dict[str, dict] = {
         samples_per_insert=32.0,
         epsilon_decay_steps=100_000,
         epsilon_end=0.1,
-        num_envs=1,
     ),
     "toy": dict(
         n_step=1,
@@ -124,7 +109,6 @@ PRESETS: dict[str, dict] = {
         samples_per_insert=8.0,
         epsilon_decay_steps=2_000,
         hidden_sizes=(32,),
-        num_envs=2,
     ),
 }
 
@@ -133,4 +117,12 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "classic": 100_000,
     "minatar": 5_000_000,
     "toy": 10_000,
+}
+
+# Settings each preset suggests to the runtimes that use them (what a user sets wins).
+RUNTIME_DEFAULTS: dict[str, dict] = {
+    "atari": dict(num_envs=4, envs_per_actor=4),
+    "classic": dict(num_envs=4, num_actors=2, envs_per_actor=2),
+    "minatar": dict(num_envs=1, envs_per_actor=1),  # the MinAtar paper steps one environment
+    "toy": dict(num_envs=2, num_actors=2, envs_per_actor=1),
 }

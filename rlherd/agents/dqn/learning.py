@@ -73,9 +73,6 @@ class DQNLearner:
         b0 = self.config.importance_beta
         return b0 + (1.0 - b0) * min(1.0, self.num_steps / self.expected_steps)
 
-    def ready(self) -> bool:
-        return self.dataset is not None and self.dataset.ready()
-
     def learn(self, sample: ReplaySample) -> dict[str, float]:
         info = sample.info
         weights = sample.weights
@@ -102,12 +99,13 @@ class DQNLearner:
         )
 
     def step(self) -> dict[str, float]:
-        if self.dataset is None:
-            raise RuntimeError("this learner has no dataset; call learn(sample) instead")
         return self.learn(next(self.dataset))
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
         return [self.net.state_dict() for _ in names]
+
+    def variables_version(self) -> int:
+        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(

@@ -16,8 +16,7 @@ from rlherd.losses.vtrace import (
     policy_gradient_loss,
     vtrace_from_logits,
 )
-
-Batch = tuple[dict[str, torch.Tensor], CoreState]
+from rlherd.replay.rollouts import core_state_of
 
 
 def impala_loss(
@@ -62,8 +61,8 @@ def impala_loss(
 
 
 class ImpalaLearner:
-    """One ``step()`` takes one batch from ``dataset`` and applies one optimiser update
-    (runtimes that assemble batches themselves, like ``mono``, call ``learn(batch)``).
+    """One ``step()`` takes one ``[T + 1, B]`` batch of rollouts from ``dataset`` (with the
+    recurrent state before row 0 as ``core_state.*``) and applies one optimiser update.
 
     The learning rate decays linearly with the agent steps consumed (``T * B`` per batch), as in
     TorchBeast; the schedule is a function of ``consumed_steps``, so it resumes exactly.
@@ -74,7 +73,7 @@ class ImpalaLearner:
         net: ImpalaNet,
         config: ImpalaConfig,
         total_steps: int,
-        dataset: Iterator[Batch] | None = None,
+        dataset: Iterator[dict[str, torch.Tensor]],
     ):
         self.net = net
         self.config = config
@@ -100,10 +99,10 @@ class ImpalaLearner:
             return self.config.learning_rate
         return self.config.learning_rate * max(0.0, 1.0 - self.consumed_steps / self.total_steps)
 
-    def learn(self, batch: dict[str, torch.Tensor], core_state: CoreState = ()) -> dict[str, float]:
+    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         device = next(self.net.parameters()).device
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        core_state = tuple(s.to(device) for s in core_state)
+        core_state = core_state_of(batch)
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -120,12 +119,13 @@ class ImpalaLearner:
         return dict(metrics, learning_rate=lr, grad_norm=grad_norm.item())
 
     def step(self) -> dict[str, float]:
-        if self.dataset is None:
-            raise RuntimeError("this learner has no dataset; call learn(batch) instead")
-        return self.learn(*next(self.dataset))
+        return self.learn(next(self.dataset))
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
         return [self.net.state_dict() for _ in names]
+
+    def variables_version(self) -> int:
+        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(

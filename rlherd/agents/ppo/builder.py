@@ -1,62 +1,75 @@
-"""How runtimes assemble PPO: the networks, the rollout queue (its adder and dataset), the actor
-and the learner."""
+"""How runtimes assemble PPO: networks, the policy, the actor, the rollout fields, the learner."""
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Iterator
 
-from rlherd.agents.base import AgentBuilder
-from rlherd.agents.ppo.acting import PPOActor, rollout_fields
-from rlherd.agents.ppo.config import DEFAULT_TOTAL_STEPS, PRESETS, PPOConfig, preset_for
+import torch
+
+from rlherd import types as F
+from rlherd.agents.base import RolloutAgentBuilder
+from rlherd.agents.ppo.acting import PPOActor
+from rlherd.agents.ppo.config import (
+    DEFAULT_TOTAL_STEPS,
+    PRESETS,
+    RUNTIME_DEFAULTS,
+    PPOConfig,
+    preset_for,
+)
 from rlherd.agents.ppo.learning import PPOLearner
-from rlherd.agents.ppo.networks import PPONet
-from rlherd.core import EnvSpec
-from rlherd.replay.rollouts import RolloutQueue
+from rlherd.agents.ppo.networks import PPONet, PPOPolicy
+from rlherd.core import EnvSpec, VariableClient, VariableSource
+from rlherd.networks.distributions import distribution_for
+from rlherd.replay.rollouts import RolloutWriter
 
 
-class PPOBuilder(AgentBuilder):
+class PPOBuilder(RolloutAgentBuilder):
     name = "ppo"
     config_class = PPOConfig
     presets = PRESETS
     default_total_steps = DEFAULT_TOTAL_STEPS
-    runtimes = ("single", "device")
-    uses_loop = True
+    runtime_defaults = RUNTIME_DEFAULTS
     preset_for = staticmethod(preset_for)
 
-    def make_networks(self, spec: EnvSpec, device: str | None = None) -> PPONet:
-        return PPONet(spec, self.config).to(device or self.config.device)
+    def make_networks(self, spec: EnvSpec, device: str = "cpu") -> PPONet:
+        return PPONet(spec, self.config).to(device)
 
-    def make_replay_tables(self, spec: EnvSpec, insert_blocking: bool = True) -> list[RolloutQueue]:
-        """One queue of ``[T + 1, B]`` rollouts, each consumed once (on-policy)."""
-        c = self.config
-        fields = rollout_fields(spec, PPONet(spec, c))
-        return [RolloutQueue(fields, c.unroll_length, c.num_envs)]
+    def rollout_fields(self, spec: EnvSpec) -> dict[str, tuple]:
+        """The sampled action, its log probability, the distribution's parameters, the value."""
+        _, num_params = distribution_for(spec)
+        action = {
+            "discrete": ((), torch.int64),
+            "multidiscrete": (spec.action_shape, torch.int64),
+            "continuous": (spec.action_shape, torch.float32),
+        }[spec.action_kind]
+        return {
+            F.ACTION: action,
+            F.BEHAVIOUR_LOG_PROB: ((), torch.float32),
+            F.POLICY_PARAMS: ((num_params,), torch.float32),
+            F.BASELINE: ((), torch.float32),
+        }
 
-    def make_dataset(self, tables: list[RolloutQueue]) -> RolloutQueue:
-        return tables[0]
+    def actor_only_features(self) -> list[str]:
+        """Reward scaling keeps running statistics in the actor (see :mod:`.acting`)."""
+        return ["reward_scaling"] if self.config.reward_scaling is not None else []
 
-    def make_adder(self, tables: list[RolloutQueue], num_envs: int) -> RolloutQueue:
-        if num_envs != tables[0].B:
-            raise ValueError(f"the rollout queue holds {tables[0].B} environments, not {num_envs}")
-        return tables[0]
+    def make_policy(self, networks: PPONet, evaluation: bool = False) -> PPOPolicy:
+        """Samples; evaluation takes the distribution's mode (greedy / mean action)."""
+        return PPOPolicy(networks, greedy=evaluation)
 
-    def make_actor(self, net: PPONet, adder: RolloutQueue | None, seed: int) -> PPOActor:
-        return PPOActor(net, self.config, adder, seed)
+    def make_actor(
+        self,
+        seed: int,
+        policy: PPOPolicy,
+        spec: EnvSpec,
+        adder: RolloutWriter | None,
+        variable_source: VariableSource | None,
+    ) -> PPOActor:
+        # The parameters and the observation statistics, whenever the learner changed them.
+        client = VariableClient(variable_source, policy.net) if variable_source else None
+        return PPOActor(policy, adder, seed, client, spec, self.config)
 
-    def make_learner(self, net: PPONet, total_steps: int, dataset=None, tables=None) -> PPOLearner:
-        return PPOLearner(net, self.config, total_steps, dataset)
-
-    def make_policy(self, net: PPONet, evaluation: bool = True):
-        """``policy(obs, first) -> action`` for one environment: the distribution's mode
-        (greedy / mean action) when evaluating, else a sample. Observations are normalised with
-        the trained statistics, which this policy never updates."""
-        actor = PPOActor(net, self.config, None, seed=0, greedy=evaluation)
-
-        def policy(obs, first: bool):
-            action = actor.select_action(np.asarray(obs)[None])[0]
-            return int(action) if actor.spec.action_kind == "discrete" else action
-
-        return policy
-
-
-__all__ = ["PPOBuilder"]
+    def make_learner(
+        self, networks: PPONet, dataset: Iterator, total_steps: int, tables=None
+    ) -> PPOLearner:
+        return PPOLearner(networks, self.config, total_steps, dataset)

@@ -7,23 +7,21 @@ cut-off, separate policy and value networks with their own Adam optimisers, full
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-import torch
+from dataclasses import dataclass
 
 from rlherd import envs as rl_envs
 
 
 @dataclass
 class PPOConfig:
-    """Each update collects ``num_envs * unroll_length`` steps, then runs ``epochs`` passes of
-    ``minibatches`` minibatches over the valid rows (autoreset rows are dropped)."""
+    """Each update learns on ``batch_size`` rollouts of ``unroll_length`` steps (CleanRL's
+    ``num_envs`` and ``num_steps``), running ``epochs`` passes of ``minibatches`` minibatches over
+    their valid rows (autoreset rows are dropped). The algorithm only: where and on how many
+    environments actors run are runtime settings (:mod:`rlherd.runtime.settings`)."""
 
     # Collection.
-    num_envs: int = 4
-    unroll_length: int = 128
-    env_workers: int = 0  # step environments in this many BatchEnv processes (0: in this one)
-    native_vector_env: bool = True  # Atari through ale-py's AtariVectorEnv
+    batch_size: int = 4  # rollouts per update (CleanRL's num_envs)
+    unroll_length: int = 128  # steps per rollout (CleanRL's num_steps)
 
     # Returns.
     discount: float = 0.99
@@ -69,20 +67,8 @@ class PPOConfig:
     reward_scaling: str | None = None  # "return" (divide by std of discounted returns) | "reward"
     reward_clip: float = 10.0
 
-    device: str = "cpu"
-    torch_threads: int = 1
-
-    # The device runtime: each policy (agent group) may override any field above, e.g.
-    # {"runner": {"learning_rate": 5e-3}, "tagger": {"learning_rate": 1e-3}}.
-    policy_overrides: dict = field(default_factory=dict)
-    compile: bool = False  # torch.compile the policies' forward passes (device runtime)
-
-    # Runs.
-    checkpoint_interval_s: float = 600.0
-    log_interval_s: float = 5.0
-
     def __post_init__(self) -> None:
-        for name in ("num_envs", "unroll_length", "epochs", "minibatches", "max_rows_per_pass"):
+        for name in ("batch_size", "unroll_length", "epochs", "minibatches", "max_rows_per_pass"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.objective not in ("clip", "kl", "a2c"):
@@ -100,14 +86,12 @@ class PPOConfig:
             )
         if not 0.0 <= self.discount <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError("discount and gae_lambda must be in [0, 1]")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device={self.device!r} but CUDA is not available; use device=cpu")
 
 
 # RL Zoo's tuned MuJoCo settings share this network and normalisation. SB3's value loss is the
 # plain mean squared error where rlherd's is half of it, so its vf_coef appears doubled below.
 _ZOO_MUJOCO = dict(
-    num_envs=1,
+    batch_size=1,
     unroll_length=512,
     hidden_sizes=(256, 256),
     activation="relu",
@@ -139,7 +123,7 @@ _WARPDRIVE_A2C = dict(
 PRESETS: dict[str, dict] = {
     # CleanRL's ppo_continuous_action.py defaults (its published 1M-step MuJoCo figures).
     "cleanrl": dict(
-        num_envs=1,
+        batch_size=1,
         unroll_length=2048,
         normalize_obs=True,
         reward_scaling="return",
@@ -147,7 +131,7 @@ PRESETS: dict[str, dict] = {
     ),
     # RL Zoo's CartPole-v1: 500 within 100k steps.
     "classic": dict(
-        num_envs=8,
+        batch_size=8,
         unroll_length=32,
         minibatches=1,
         epochs=20,
@@ -158,7 +142,7 @@ PRESETS: dict[str, dict] = {
     ),
     # RL Zoo's LunarLander-v3.
     "lunarlander": dict(
-        num_envs=16,
+        batch_size=16,
         unroll_length=1024,
         minibatches=256,
         epochs=4,
@@ -199,7 +183,7 @@ PRESETS: dict[str, dict] = {
     # networks, tanh mean, KL target 0.01, streaming normalisation of observations (clip 5) and
     # rewards (clip 10). The discount is TensorFlow Agents' default.
     "batchppo": dict(
-        num_envs=25,
+        batch_size=25,
         unroll_length=1000,
         objective="kl",
         epochs=25,
@@ -224,16 +208,10 @@ PRESETS: dict[str, dict] = {
     ),
     # WarpDrive's training configurations of the Tag games (device runtime); their environment
     # options are rlherd.envs.reference.tag.WARPDRIVE_TRAINING (pass with --env-kwargs).
-    "tag-gridworld": dict(_WARPDRIVE_A2C, num_envs=2000, unroll_length=100, hidden_sizes=(32, 32)),
-    "tag-continuous": dict(
-        _WARPDRIVE_A2C,
-        num_envs=100,
-        unroll_length=250,
-        hidden_sizes=(256, 256),
-        policy_overrides={"runner": {"learning_rate": 5e-3}, "tagger": {"learning_rate": 1e-3}},
-    ),
+    "tag-gridworld": dict(_WARPDRIVE_A2C, unroll_length=100, hidden_sizes=(32, 32)),
+    "tag-continuous": dict(_WARPDRIVE_A2C, unroll_length=250, hidden_sizes=(256, 256)),
     # rlherd's tiny test environments.
-    "toy": dict(num_envs=4, unroll_length=16, minibatches=2, epochs=4, learning_rate=3e-3),
+    "toy": dict(batch_size=4, unroll_length=16, minibatches=2, epochs=4, learning_rate=3e-3),
 }
 PRESETS["mujoco"] = PRESETS["cleanrl"]
 
@@ -265,4 +243,16 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "toy": 20_000,
     "tag-gridworld": 100_000_000,  # agent steps
     "tag-continuous": 100_000_000,
+}
+
+# Settings each preset suggests to the runtimes that use them (what a user sets wins): WarpDrive's
+# game counts and per-policy learning rates for the Tag games on the device runtime.
+RUNTIME_DEFAULTS: dict[str, dict] = {
+    "classic": dict(num_actors=2, envs_per_actor=4),
+    "toy": dict(num_actors=2, envs_per_actor=2),
+    "tag-gridworld": dict(num_envs=2000),
+    "tag-continuous": dict(
+        num_envs=100,
+        policy_overrides={"runner": {"learning_rate": 5e-3}, "tagger": {"learning_rate": 1e-3}},
+    ),
 }

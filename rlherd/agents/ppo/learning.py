@@ -1,6 +1,8 @@
 """The PPO learner: GAE on a rollout, then epochs of minibatch updates on its valid rows.
 
-One ``step()`` consumes one ``[T + 1, B]`` rollout from the queue. Autoreset rows (``reset[t]``)
+One ``step()`` consumes one ``[T + 1, B]`` batch of rollouts from its dataset. With
+``normalize_obs`` it first adds the batch's observations to the network's streaming statistics
+(learner state, as in Acme: actors receive them with the parameters). Autoreset rows (``reset[t]``)
 are not transitions; they are dropped before anything is computed, so advantage normalisation,
 the losses and the metrics see only real steps. Truncated episodes bootstrap from the value of
 their final observation (GAE handles it); terminated ones do not.
@@ -63,7 +65,7 @@ class PPOLearner:
         net: PPONet,
         config: PPOConfig,
         total_steps: int,
-        dataset: Iterator[dict[str, torch.Tensor]] | None = None,
+        dataset: Iterator[dict[str, torch.Tensor]],
     ):
         self.net, self.config, self.dataset, self.total_steps = net, config, dataset, total_steps
         self.consumed_steps = 0
@@ -87,12 +89,7 @@ class PPOLearner:
     def progress_remaining(self) -> float:
         return max(0.0, 1.0 - self.consumed_steps / self.total_steps)
 
-    def ready(self) -> bool:
-        return self.dataset is not None and self.dataset.ready()
-
     def step(self) -> dict[str, float]:
-        if self.dataset is None:
-            raise RuntimeError("this learner has no dataset; call learn(rollout) instead")
         return self.learn(next(self.dataset))
 
     def learn(self, rollout: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -100,6 +97,8 @@ class PPOLearner:
         device = next(self.net.parameters()).device
         T, B = rollout[F.REWARD].shape[0] - 1, rollout[F.REWARD].shape[1]
         rows = {k: v.to(device) for k, v in flatten_valid(rollout, c).items()}
+        if self.net.obs_norm is not None:
+            self.net.obs_norm.update(rows[F.OBS])
         frac = self.progress_remaining()
         lr_scale = frac if c.lr_anneal else 1.0
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
@@ -199,6 +198,9 @@ class PPOLearner:
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
         return [self.net.state_dict() for _ in names]
+
+    def variables_version(self) -> int:
+        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(

@@ -2,7 +2,8 @@
 
 ``make_device(env_id, num_envs, device, seed, **config)`` builds ``tag-gridworld``,
 ``tag-continuous`` or ``CartPole-v1``; :func:`check_consistency` holds a device environment to
-its numpy reference; :func:`sample_categorical` draws actions from logits on the device.
+its numpy reference; :func:`sample_categorical` (from :mod:`rlherd.networks.distributions`) draws
+actions from logits on the device.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from rlherd.envs.device.base import DeviceEnv
 from rlherd.envs.device.cartpole import CartPole
 from rlherd.envs.device.tag import TagContinuous, TagGridWorld
+from rlherd.networks.distributions import sample_categorical, sample_multi_categorical
 
 DEVICE_ENVS: dict[str, type[DeviceEnv]] = {
     "tag-gridworld": TagGridWorld,
@@ -38,26 +40,6 @@ def make_device(
         return DEVICE_ENVS[env_id](num_envs, device=device, seed=seed, **config)
     except TypeError as e:
         raise ValueError(f"bad option for {env_id}: {e}") from None
-
-
-# ---------------------------------------------------------------------------- sampling
-def sample_categorical(
-    logits: torch.Tensor, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """One action per row of ``logits [..., A]`` by inverting the CDF with one uniform number per
-    row (WarpDrive's sampler): a softmax, a cumulative sum and a count, all on the device."""
-    probs = torch.softmax(logits, -1)
-    cdf = probs.cumsum(-1)
-    u = torch.rand(logits.shape[:-1] + (1,), generator=generator, device=logits.device)
-    u = u * cdf[..., -1:]  # the last entry is 1 up to rounding; never index past the end
-    return (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
-
-
-def sample_multi_categorical(
-    logits: list[torch.Tensor], generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """Multi-discrete actions ``[..., len(logits)]``, one categorical per head."""
-    return torch.stack([sample_categorical(head, generator) for head in logits], -1)
 
 
 # ---------------------------------------------------------------------------- consistency

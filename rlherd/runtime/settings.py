@@ -1,0 +1,131 @@
+"""Run settings, apart from agent settings: where and how a runtime runs an agent.
+
+One dataclass per runtime, every field with its comment (its ``--flag`` help). A setting reaches
+a run from, in order of precedence: the user (``--num-actors 8``, or ``rlherd.train(...,
+num_actors=8)``), the agent's suggestion for its preset (``runtime_defaults``, e.g. IMPALA's
+``classic`` preset suggests 2 actors), and the defaults below. A setting the user gives that the
+chosen runtime does not use is an error, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlherd.run.config import ConfigError, apply_overrides
+
+
+@dataclass
+class Common:
+    device: str = "cpu"  # where the learner (and on `device`, everything) runs: cpu, cuda, cuda:1
+    torch_threads: int = 1  # intra-op threads; more than the free cores made training 10x slower
+    checkpoint_interval_s: float = 600.0  # seconds between checkpoints (one is also written last)
+    log_interval_s: float = 5.0  # seconds between summary.json / progress bar updates
+
+
+@dataclass
+class Single(Common):
+    num_envs: int | None = None  # environments stepped together (on-policy: the agent's batch_size)
+    env_workers: int = 0  # processes stepping them (BatchEnv); 0: in this process
+    native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
+    checkpoint_replay: bool = True  # replay tables go into checkpoints (exact resume; large)
+
+
+@dataclass
+class Mono(Common):
+    num_actors: int = 4  # actors: processes on mono, threads on poly (one server stream each)
+    envs_per_actor: int = 8  # environments each actor steps
+    num_buffers: int = 0  # on-policy: rollout slots (mono) / queued rollouts (poly); 0: auto
+    native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
+    checkpoint_replay: bool = True  # replay tables go into checkpoints
+
+
+@dataclass
+class Poly(Common):
+    num_actors: int = 4  # actor threads in the learner process, one server stream each
+    envs_per_actor: int = 8  # environments per stream
+    num_servers: int = 2  # local environment servers to start (Unix sockets)
+    env_servers: str = ""  # or: addresses of running servers, "host:port,unix:/path,..."
+    num_buffers: int = 0  # on-policy: rollouts the queue holds; 0: two batches' worth
+    inference_min_batch: int = 1  # rows the dynamic batcher waits for (up to the timeout)
+    inference_timeout_ms: float = 100.0  # longest wait for inference_min_batch rows
+    stall_timeout_s: float = 120.0  # stop if no rollout / no transition arrives for this long
+    checkpoint_replay: bool = True  # replay tables go into checkpoints
+
+
+@dataclass
+class Device(Common):
+    num_envs: int | None = None  # games stepped together on the device (default: batch_size)
+    policy_overrides: dict = field(default_factory=dict)  # agent fields per policy (agent group)
+    compile: bool = False  # torch.compile the policies' forward passes
+
+
+SETTINGS: dict[str, type] = {"single": Single, "mono": Mono, "poly": Poly, "device": Device}
+
+
+def names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def all_fields() -> dict[str, dataclasses.Field]:
+    """Every runtime setting by name (the CLI makes one flag of each)."""
+    out: dict[str, dataclasses.Field] = {}
+    for cls in SETTINGS.values():
+        out.update({f.name: f for f in dataclasses.fields(cls)})
+    return out
+
+
+def field_help() -> dict[str, str]:
+    """The comment after each field, as flag help."""
+    import inspect
+
+    helps: dict[str, str] = {}
+    for cls in (Common, *SETTINGS.values()):
+        for line in inspect.getsource(cls).splitlines():
+            name, sep, rest = line.strip().partition(":")
+            if sep and "#" in rest and name.isidentifier():
+                helps.setdefault(name, rest.split("#", 1)[1].strip())
+    return helps
+
+
+def resolve(runtime: str, suggested: dict[str, Any], given: dict[str, Any]) -> Any:
+    """The settings of ``runtime``: its defaults, then the agent's ``suggested`` values it uses,
+    then the user's ``given`` ones, each of which it must use."""
+    cls = SETTINGS[runtime]
+    used = names(cls)
+    unused = sorted(set(given) - used)
+    if unused:
+        known = all_fields()
+        lines = []
+        for key in unused:
+            if key in known:
+                users = [r for r, c in SETTINGS.items() if key in names(c)]
+                lines.append(f"{key} is a setting of the {', '.join(users)} runtime(s)")
+            else:
+                close = difflib.get_close_matches(key, sorted(used), n=3)
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                lines.append(f"{key} is not a runtime setting{hint}")
+        raise ConfigError(
+            f"the {runtime} runtime does not use: {'; '.join(lines)}. Its settings: "
+            f"{', '.join(sorted(used))}"
+        )
+    settings = apply_overrides(cls(), {k: v for k, v in suggested.items() if k in used})
+    settings = apply_overrides(settings, given)
+    _check(settings)
+    return settings
+
+
+def _check(settings: Any) -> None:
+    if getattr(settings, "num_buffers", 0) < 0 or getattr(settings, "env_workers", 0) < 0:
+        raise ConfigError("num_buffers and env_workers must be >= 0")
+    for name in ("num_actors", "envs_per_actor", "num_servers", "torch_threads", "num_envs"):
+        value = getattr(settings, name, 1)
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if settings.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={settings.device!r} but CUDA is not available; use cpu")

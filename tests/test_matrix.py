@@ -1,0 +1,133 @@
+"""One agent, every runtime: every registered agent on every runtime either learns a small task
+to its known score with a fixed seed, or fails at once with a ConfigError that says why and
+where the agent runs. The Builder is the only seam: runtimes import no agent, and every builder
+follows the protocol of its dataflow."""
+
+import ast
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rlherd
+from rlherd import core
+from rlherd.agents import BUILDERS
+from rlherd.run.config import ConfigError
+from rlherd.runtime import RUNTIMES, settings
+
+ROOT = Path(__file__).resolve().parents[1]
+CORRIDOR = "rlherd/Corridor-v0"  # optimal return 0.95; a random walk gets about 0.7
+
+# (env, total steps, score to reach) for every pair that must learn. The device runtime has no
+# Corridor, so its pairs learn CartPole to 195 (CartPole-v0's "solved" threshold; random: ~22).
+LEARNS = {
+    **{("dqn", r): (CORRIDOR, 10_000, 0.9) for r in ("single", "mono", "poly")},
+    **{(a, r): (CORRIDOR, 20_000, 0.9) for a in ("impala", "ppo") for r in ("single", "mono",
+                                                                          "poly")},
+    ("impala", "device"): ("CartPole-v1", 150_000, 195.0),
+    ("ppo", "device"): ("CartPole-v1", 30_000, 195.0),
+}
+REFUSED = {("dqn", "device"): "replay"}  # pair -> what the error must say
+
+
+def test_the_matrix_covers_every_agent_and_runtime():
+    """A new agent or runtime must be placed in this matrix (and the README's table)."""
+    assert set(LEARNS) | set(REFUSED) == {(a, r) for a in BUILDERS for r in RUNTIMES}
+    assert not set(LEARNS) & set(REFUSED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent, runtime", sorted(LEARNS))
+def test_agent_learns_on_runtime(agent, runtime, tmp_path):
+    env, steps, score = LEARNS[agent, runtime]
+    run = rlherd.train(agent, env, runtime=runtime, total_steps=steps, seed=0,
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["final_return_mean"] >= score, run.summary
+
+
+@pytest.mark.parametrize("agent, runtime", sorted(REFUSED))
+def test_agent_on_a_runtime_it_cannot_use_is_a_clear_error(agent, runtime, tmp_path):
+    with pytest.raises(ConfigError, match=REFUSED[agent, runtime]) as error:
+        rlherd.train(agent, "CartPole-v1", runtime=runtime, run_dir=tmp_path / "run",
+                     progress=False)  # fmt: skip
+    assert "runs on: single, mono, poly" in str(error.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_readme_table_matches_the_matrix():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("| agent | `single` | `mono` | `poly` | `device` |")
+    runtimes = ["single", "mono", "poly", "device"]
+    table = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        agent, *cells = [cell.strip() for cell in line.strip("|").split("|")]
+        for runtime, cell in zip(runtimes, cells, strict=True):
+            table[agent.strip("`"), runtime] = cell.startswith("yes")
+    assert set(table) == set(LEARNS) | set(REFUSED)
+    assert {pair for pair, works in table.items() if works} == set(LEARNS)
+
+
+# ------------------------------------------------------------------------------ the seam
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, wherever the import statement is (functions included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_runtime_imports_an_agent():
+    for path in (ROOT / "rlherd" / "runtime").glob("*.py"):
+        agents = {m for m in _imports(path) if m.startswith("rlherd.agents")}
+        assert not agents, f"{path.name} imports {agents}: runtimes reach agents via builders"
+    # Nor through anything they import.
+    modules = ", ".join(r.module for r in RUNTIMES.values())
+    code = f"import sys, {modules}; print([m for m in sys.modules if 'rlherd.agents' in m])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def _protocol_methods(protocol: type) -> dict[str, inspect.Signature]:
+    return {name: inspect.signature(member) for cls in protocol.__mro__
+            if cls.__module__ == core.__name__ for name, member in vars(cls).items()
+            if inspect.isfunction(member) and not name.startswith("_")}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_builders_follow_their_dataflows_protocol(name):
+    builder_class = BUILDERS[name]
+    builder = builder_class(builder_class.config_class())
+    protocol = {"replay": core.ReplayBuilder, "rollout": core.RolloutBuilder}[builder.dataflow]
+    assert isinstance(builder, protocol)
+    for method, expected in _protocol_methods(protocol).items():
+        got = inspect.signature(getattr(builder_class, method))
+        assert list(got.parameters) == list(expected.parameters), f"{name}.{method}{got}"
+    # What runtimes read besides the methods.
+    assert builder.name == name and builder.dataflow in ("replay", "rollout")
+    for preset, suggested in builder.runtime_defaults.items():
+        assert preset in builder.presets
+        unknown = set(suggested) - set(settings.all_fields())
+        assert not unknown, f"{name}'s {preset} suggests unknown runtime settings {unknown}"
+
+
+def test_every_runtime_has_settings_and_a_run():
+    assert set(RUNTIMES) == set(settings.SETTINGS)
+    for runtime in RUNTIMES.values():
+        assert callable(__import__(runtime.module, fromlist=["run"]).run)
+
+
+def test_a_setting_the_runtime_does_not_use_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="num_actors is a setting of the mono, poly"):
+        rlherd.train("ppo", "CartPole-v1", runtime="single", num_actors=4,
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="did you mean num_envs"):  # a typo of either kind
+        rlherd.train("ppo", "CartPole-v1", runtime="device", num_env=4,
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert not (tmp_path / "run").exists()
