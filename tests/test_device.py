@@ -197,6 +197,22 @@ def test_device_run_resumes_exactly_and_evaluates_with_an_animation(tmp_path):
     assert plot_runs([tmp_path / "a"], tmp_path / "curves.png").stat().st_size > 1000
 
 
+def test_device_ppo_keeps_its_observation_normalisation(tmp_path):
+    """PPO's observation statistics are learner state: on the device, which runs no actor, they
+    are updated from every batch and checkpointed like anywhere else."""
+    rlherd.train("ppo", "CartPole-v1", runtime="device", total_steps=2_048, seed=0,
+                 run_dir=tmp_path, progress=False, normalize_obs=True, num_envs=8)  # fmt: skip
+    net = RunDir(tmp_path).load_checkpoint()["learner"]["agent"]["net"]
+    assert net["obs_norm.count"].item() >= 1_024
+
+
+def test_recurrent_impala_on_the_device(tmp_path):
+    """The device carries each policy's recurrent state across steps and rollouts."""
+    run = rlherd.train("impala", "CartPole-v1", runtime="device", total_steps=4_000, seed=0,
+                       run_dir=tmp_path, progress=False, use_lstm=True, num_envs=8)  # fmt: skip
+    assert run.summary["learner_steps"] >= 40 and run.summary["episodes"] > 0
+
+
 def test_check_env_command():
     out = subprocess.run(
         [sys.executable, "-m", "rlherd.cli", "check-env", "tag-gridworld", "--num-envs", "4",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import rlherd
-from rlherd.agents.dqn.acting import apex_epsilons, linear_epsilon
+from rlherd.agents.dqn.acting import DQNActor, apex_epsilons, linear_epsilon
 from rlherd.run.evaluate import evaluate
 
 
@@ -25,6 +25,28 @@ def test_epsilon_schedules():
     e = apex_epsilons(8)
     assert e[0] == pytest.approx(0.4) and e[-1] == pytest.approx(0.4**8)
     assert e[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7)) and apex_epsilons(1) == [0.4]
+
+
+def test_epsilon_follows_the_runs_experience_not_one_actors_steps(tmp_path):
+    """With N actors, each sees 1/N of the steps: the schedule runs on the experience the learner
+    sends with the parameters, so exploration ends when the run (not each actor) has decayed."""
+    from rlherd.agents.dqn import DQNBuilder, DQNConfig
+
+    spec = rlherd.envs.spec_for("CartPole-v1")
+    builder = DQNBuilder(DQNConfig(hidden_sizes=(8,)))
+    policy = builder.make_policy(builder.make_networks(spec))
+    actor = DQNActor(policy, None, linear_epsilon(1.0, 0.0, 100), seed=0)
+    obs = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+    greedy = policy(torch.as_tensor(obs), None, (), None)[0]["action"].numpy()
+    assert (actor.select_action(obs) != greedy).any()  # epsilon 1: random actions
+    policy.net.experience.fill_(100)  # the run has decayed its schedule
+    assert (actor.select_action(obs) == greedy).all()
+    # The learner sets it from the replay table's inserts: every step but the autoreset ones
+    # (Corridor's episodes are a few steps long) and those the learner has not seen yet.
+    rlherd.train("dqn", "rlherd/Corridor-v0", total_steps=3_000, run_dir=tmp_path,
+                 progress=False)  # fmt: skip
+    experience = checkpoint(tmp_path)["learner"]["net"]["experience"].item()
+    assert 2_000 <= experience <= 3_000
 
 
 @pytest.mark.parametrize("env_id", ["rlherd/Bandit-v0", "rlherd/Corridor-v0"])

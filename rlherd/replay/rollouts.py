@@ -84,7 +84,8 @@ def allocate_rollout(
 
 
 def join(rollouts: list[Rollout]) -> Rollout:
-    """Rollouts of several actors as one batch (along the environment dimension)."""
+    """Rollouts of several actors as one batch (along the environment dimension): new tensors,
+    except that a single rollout is returned as it is."""
     if len(rollouts) == 1:
         return rollouts[0]
     return {k: torch.cat([r[k] for r in rollouts], dim=1) for k in rollouts[0]}

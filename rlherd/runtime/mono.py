@@ -324,7 +324,10 @@ class SlotDataset:
             except queue.Empty:
                 raise TimeoutError("no full rollout slot yet") from None
         taken, self.pending = self.pending, []
-        batch = join([{k: v.clone() for k, v in self.slots[i].items()} for i, _ in taken])
+        rollouts = [self.slots[i] for i, _ in taken]  # copied once, before they are freed
+        if len(rollouts) == 1:
+            rollouts = [{k: v.clone() for k, v in rollouts[0].items()}]
+        batch = join(rollouts)
         now = self.pool.source.variables_version()
         self.policy_lag = float(np.mean([now - v for _, v in taken]))
         for i, _ in taken:

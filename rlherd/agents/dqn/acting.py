@@ -33,7 +33,8 @@ def apex_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> lis
 
 
 class DQNPolicy:
-    """A :class:`~rlherd.core.Policy`: Q-values and the greedy action (nothing random here)."""
+    """A :class:`~rlherd.core.Policy`: Q-values, the greedy action (nothing random here) and the
+    run's experience, which the actor's epsilon schedule reads."""
 
     def __init__(self, net: torch.nn.Module):
         self.net = net
@@ -45,13 +46,15 @@ class DQNPolicy:
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
         q = self.net(obs.to(self.device))
-        return {F.ACTION: q.argmax(-1), "q_values": q}, state
+        experience = self.net.experience.expand(len(q))  # per row, so batchers can split it
+        return {F.ACTION: q.argmax(-1), "q_values": q, "experience": experience}, state
 
 
 class DQNActor:
     """An :class:`~rlherd.core.Actor`: epsilon-greedy around the policy's greedy action, one
-    adder per environment (none: an evaluator). ``epsilon`` is a schedule of the actor's own
-    step count, or a constant."""
+    adder per environment (none: an evaluator). ``epsilon`` is a constant or a schedule of the
+    run's experience: the environment steps of all actors, which the learner sends with the
+    parameters (``net.experience``), or this actor's own steps until it hears of more."""
 
     def __init__(
         self,
@@ -70,7 +73,8 @@ class DQNActor:
         obs = torch.as_tensor(np.asarray(obs))
         outputs, _ = self.policy(obs, torch.zeros(len(obs), dtype=torch.bool), (), None)
         greedy = outputs[F.ACTION].cpu().numpy()
-        explore = self.rng.random(len(greedy)) < self.epsilon(self.steps)
+        experience = max(self.steps, int(outputs["experience"][0]))
+        explore = self.rng.random(len(greedy)) < self.epsilon(experience)
         random = self.rng.integers(outputs["q_values"].shape[-1], size=len(greedy))
         return np.where(explore, random, greedy)
 

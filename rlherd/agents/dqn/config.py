@@ -44,7 +44,7 @@ class DQNConfig:
     # Acting.
     epsilon_start: float = 1.0
     epsilon_end: float = 0.01
-    epsilon_decay_steps: int = 250_000  # steps of each actor (its own environments' steps)
+    epsilon_decay_steps: int = 250_000  # transitions all actors have inserted (~their steps)
     variable_update_period: int = 1  # actor steps between parameter fetches (Acme's DQN: 1)
 
     def __post_init__(self) -> None:

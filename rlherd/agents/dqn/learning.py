@@ -86,6 +86,8 @@ class DQNLearner:
         )
         self.optimizer.step()
         self.num_steps += 1
+        if self.table is not None:
+            self.net.experience.fill_(self.table.insert_count)
         if self.num_steps % self.config.target_update_period == 0:
             self.target_net.load_state_dict(self.net.state_dict())
         if self.config.prioritized and self.table is not None:

@@ -20,6 +20,10 @@ class QNetwork(nn.Module):
         self.dueling = config.dueling
         self.advantage = nn.Linear(self.torso.out_dim, spec.num_actions)
         self.value = nn.Linear(self.torso.out_dim, 1) if config.dueling else None
+        # Environment steps of all actors so far (transitions inserted into replay), set by the
+        # learner: it travels to actors with the parameters and drives their epsilon schedule,
+        # so N actors explore as one would rather than decaying N times slower.
+        self.register_buffer("experience", torch.zeros((), dtype=torch.int64))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.torso(obs)
