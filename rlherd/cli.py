@@ -28,6 +28,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", help="run directory (default: runs/<agent>-<env>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
     train.add_argument(
+        "--overwrite", action="store_true", help="replace the run already in --run-dir"
+    )
+    train.add_argument(
         "--eval-every", type=int, default=0, metavar="N", help="evaluate every N agent steps"
     )
     train.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation")
@@ -135,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 eval_every=args.eval_every,
                 eval_episodes=args.eval_episodes,
                 progress=not args.no_progress,
+                overwrite=args.overwrite,
                 env_kwargs=_env_kwargs(args.env_kwargs),
                 **_agent_sets(args.set),
                 **_setting_flags(args),

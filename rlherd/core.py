@@ -293,6 +293,8 @@ class VariableClient:
     def update(self, wait: bool = False) -> None:
         """Count a call; fetch if ``update_period`` calls have passed (or now, if ``wait``)."""
         self._calls += 1
+        if wait:  # now, whatever the version says (e.g. after loading a checkpoint)
+            self._version = None
         if wait or self._calls >= self.update_period:
             self._calls = 0
             self._fetch()

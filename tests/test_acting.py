@@ -159,6 +159,27 @@ def test_variable_client_fetches_only_new_variables_every_update_period():
     assert source.fetches == 2 and torch.equal(actor_net.weight, learner_net.weight)
 
 
+def test_waiting_for_variables_fetches_even_at_the_same_version():
+    """After a checkpoint is loaded the version may be unchanged (a learner that never stepped)
+    while the parameters are not: update(wait=True) must fetch."""
+    learner_net, actor_net = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    source = CountingSource(learner_net)
+    client = VariableClient(source, actor_net)
+    client.update(wait=True)
+    with torch.no_grad():
+        learner_net.weight.add_(1.0)  # loaded from a checkpoint: same version (0)
+    client.update(wait=True)
+    assert torch.equal(actor_net.weight, learner_net.weight)
+
+
+def test_a_reused_buffer_starts_without_a_stale_reset():
+    fields = rollout_layout(envs.spec_for("CartPole-v1"), {})
+    buffer = allocate_rollout(fields, 4, 2)
+    buffer["reset"][0] = True  # left by the previous writer (a killed actor's slot)
+    RolloutWriter(buffer, on_full=lambda full: full)
+    assert not buffer["reset"][0].any()
+
+
 def test_variable_client_never_copies_a_modules_own_tensors_onto_themselves():
     net = torch.nn.Linear(2, 2)
     source = CountingSource(net)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import rlherd
-from rlherd.agents.dqn.acting import DQNActor, apex_epsilons, linear_epsilon
+from rlherd.agents.dqn.acting import DQNActor, linear_epsilon
 from rlherd.run.evaluate import evaluate
 
 
@@ -22,9 +22,6 @@ def checkpoint(run_dir):
 def test_epsilon_schedules():
     eps = linear_epsilon(1.0, 0.1, 100)
     assert [eps(0), eps(50), eps(100), eps(1000)] == [1.0, pytest.approx(0.55), 0.1, 0.1]
-    e = apex_epsilons(8)
-    assert e[0] == pytest.approx(0.4) and e[-1] == pytest.approx(0.4**8)
-    assert e[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7)) and apex_epsilons(1) == [0.4]
 
 
 def test_epsilon_follows_the_runs_experience_not_one_actors_steps(tmp_path):
@@ -41,6 +38,10 @@ def test_epsilon_follows_the_runs_experience_not_one_actors_steps(tmp_path):
     assert (actor.select_action(obs) != greedy).any()  # epsilon 1: random actions
     policy.net.experience.fill_(100)  # the run has decayed its schedule
     assert (actor.select_action(obs) == greedy).all()
+    # An evaluation that samples (rlherd eval --sample) explores with the final epsilon.
+    sampling = builder.make_actor(0, builder.make_policy(policy.net), spec, None, None)
+    greedy_actor = builder.make_actor(0, builder.make_policy(policy.net, True), spec, None, None)
+    assert sampling.epsilon(0) == builder.config.epsilon_end and greedy_actor.epsilon(0) == 0.0
     # The learner sets it from the replay table's inserts: every step but the autoreset ones
     # (Corridor's episodes are a few steps long) and those the learner has not seen yet.
     rlherd.train("dqn", "rlherd/Corridor-v0", total_steps=3_000, run_dir=tmp_path,

@@ -240,6 +240,10 @@ def test_config_errors_are_clear(tmp_path):
         rlherd.train("ppo", "CartPole-v1", runtime="device", reward_scaling="return",
                      run_dir=tmp_path / "run", progress=False)  # fmt: skip
     assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match="reward_scaling happens in its actor"):  # per policy too
+        rlherd.train("ppo", "tag-gridworld", runtime="device", run_dir=tmp_path / "run",
+                     policy_overrides={"runner": {"reward_scaling": "reward"}},
+                     total_steps=1_000, progress=False)  # fmt: skip
 
 
 def test_batchppo_learns_on_the_corridor_and_adapts_beta(tmp_path):

@@ -82,6 +82,8 @@ class RolloutActor:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
-        self.state, self.first = state["state"], state["first"]
+        device = getattr(self.policy, "device", "cpu")  # checkpoints load on the CPU
+        self.first = state["first"]
+        self.state = None if state["state"] is None else tuple(s.to(device) for s in state["state"])
         if self.writer is not None:
             self.writer.load_state_dict(state["writer"])

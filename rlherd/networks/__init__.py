@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from rlherd.core import EnvSpec
+from rlherd.run.config import ConfigError
 
 __all__ = [
     "MLPTorso",
@@ -145,7 +146,7 @@ TORSOS = ("auto", "mlp", "shallow", "deep", "minatar")
 def require_discrete(spec: EnvSpec, agent: str) -> None:
     """Agents with categorical policies or Q-values fail early, naming the space."""
     if spec.action_kind != "discrete":
-        raise ValueError(
+        raise ConfigError(
             f"{agent} acts in Discrete action spaces; {spec.env_id} has {spec.action_kind} "
             f"actions of shape {spec.action_shape}; use ppo, which acts in every space."
         )

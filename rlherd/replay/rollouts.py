@@ -110,6 +110,7 @@ class RolloutWriter:
         self.T, self.B = buffer[F.REWARD].shape[0] - 1, buffer[F.REWARD].shape[1]
         self.state_keys = [k for k in buffer if k.startswith(F.CORE_STATE + ".")]
         self.t = 0
+        buffer[F.RESET][0] = False  # a reused buffer (a restarted actor's slot) starts clean
 
     def add_row(self, core_state: tuple[torch.Tensor, ...] = (), **values: torch.Tensor) -> bool:
         """Write row ``t``; returns True when it completed a rollout."""

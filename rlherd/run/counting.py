@@ -98,5 +98,8 @@ class EpisodeTracker:
         return {k: getattr(self, k) for k in keys}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore, onto the device the tracker lives on (checkpoints load on the CPU)."""
         for k, v in state.items():
-            setattr(self, k, v)
+            current = getattr(self, k)
+            on_device = hasattr(v, "to") and hasattr(current, "to")
+            setattr(self, k, v.to(current.device) if on_device else v)

@@ -57,6 +57,7 @@ class Recorder:
         self.policy_returns: dict[str, deque[float]] = {}  # games of several policies
         self.last_metrics: dict[str, float] = {}
         self.extra: dict[str, float] = {}  # runtime figures for the summary (restarts, queues)
+        self._counts_before: dict[str, float] = {}  # extras of the sessions before a resume
         self._lock = threading.Lock()
         self._begin()
         self._progress = None
@@ -91,6 +92,11 @@ class Recorder:
     # from the runtimes ---------------------------------------------------------------------
     def add_actor_steps(self, n: int) -> None:
         self.actor_counter.increment(steps=n)
+
+    def set_run_count(self, name: str, value: int) -> None:
+        """Report a count a runtime keeps from zero in each session (restarts, reconnects): the
+        summary shows it added to what earlier sessions of a resumed run counted."""
+        self.extra[name] = self._counts_before.get(name, 0) + value
 
     def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
         with self._lock:
@@ -218,11 +224,14 @@ class Recorder:
         with self._lock:
             self.counter.set(wall_time_s=self._wall_time())
             return dict(counters=self.counter.state_dict(), returns=list(self.returns),
-                        policy_returns={k: list(v) for k, v in self.policy_returns.items()})
+                        policy_returns={k: list(v) for k, v in self.policy_returns.items()},
+                        extra=dict(self.extra))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.counter.load_state_dict(state["counters"])
         self.returns.extend(state["returns"])
         for name, values in state["policy_returns"].items():
             self.policy_returns[name] = deque(values, maxlen=RETURN_WINDOW)
+        self.extra.update(state["extra"])
+        self._counts_before = dict(state["extra"])
         self._begin()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import itertools
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +65,30 @@ def default_run_dir(agent: str, env: str) -> Path:
     return Path("runs") / f"{agent}-{env.replace('/', '_')}-{stamp}"
 
 
+def _new_run_dir(run_dir: str | Path | None, agent: str, env: str, overwrite: bool) -> RunDir:
+    """The directory of a new run: the one given (refused if it holds a run, unless
+    ``overwrite``), or a new one under ``runs/`` that no other run has taken, even one started
+    in the same second (``mkdir`` decides atomically)."""
+    if run_dir is None:
+        base = default_run_dir(agent, env)
+        for i in itertools.count(1):
+            path = base if i == 1 else base.with_name(f"{base.name}-{i}")
+            with contextlib.suppress(FileExistsError):
+                path.mkdir(parents=True)
+                return RunDir(path, create=True)
+    path = Path(run_dir)
+    if (path / "config.json").exists():
+        if not overwrite:
+            raise ConfigError(
+                f"{path} already holds a run; continue it with --resume {path}, or replace it "
+                "with --overwrite"
+            )
+        shutil.rmtree(path)
+    elif path.is_dir() and any(path.iterdir()):
+        raise ConfigError(f"{path} is not empty and holds no run; choose a new or empty --run-dir")
+    return RunDir(path, create=True)
+
+
 def _split(agent: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(agent fields, runtime settings)`` of ``rlherd.train``'s keyword overrides; a key that
     is neither fails here, with the closest names of both kinds."""
@@ -94,6 +121,7 @@ def train(
     eval_every: int = 0,
     eval_episodes: int = 10,
     progress: bool = True,
+    overwrite: bool = False,
     **overrides: Any,
 ) -> Run:
     """Train ``agent`` on ``env`` with ``runtime`` and return the :class:`Run`.
@@ -103,17 +131,20 @@ def train(
     directory's own config and settings are used and the run continues from its latest
     checkpoint; ``total_steps`` may be raised to extend it. ``eval_every > 0`` runs the greedy
     policy for ``eval_episodes`` episodes every ``eval_every`` agent steps
-    (metrics/evaluator.csv).
+    (metrics/evaluator.csv). A ``run_dir`` that already holds a run is refused unless
+    ``overwrite`` (which deletes that run first).
     """
     if resume is not None:
-        if overrides or preset or env_kwargs:
-            raise ConfigError("--resume continues a run with its own config; drop --set/--preset")
+        if overrides or preset or env_kwargs or overwrite:
+            raise ConfigError(
+                "--resume continues a run with its own config; drop --set/--preset/--overwrite"
+            )
         rundir = RunDir(resume)
         meta = rundir.read_config()
         agent, env, runtime = meta["agent"], meta["env"], meta["runtime"]
         config = apply_overrides(BUILDERS[agent].config_class(), meta["config"])
         settings = settings_mod.resolve(runtime, {}, meta["settings"])
-        meta["total_steps"] = total_steps or meta["total_steps"]
+        meta["total_steps"] = meta["total_steps"] if total_steps is None else total_steps
         checkpoint = rundir.load_checkpoint()
     else:
         agent_overrides, given = _split(agent, overrides)
@@ -122,7 +153,8 @@ def train(
         suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
         settings = settings_mod.resolve(runtime, suggested, given)
         meta = dict(agent=agent, env=env, runtime=runtime, seed=seed,
-                    total_steps=total_steps or BUILDERS[agent].default_total_steps[preset],
+                    total_steps=BUILDERS[agent].default_total_steps[preset]
+                    if total_steps is None else total_steps,
                     preset=preset, env_kwargs=env_kwargs or {}, eval_every=eval_every,
                     eval_episodes=eval_episodes, config=to_json(config),
                     settings=to_json(settings))  # fmt: skip
@@ -134,9 +166,16 @@ def train(
     builder = BUILDERS[agent](config)
     RUNTIMES[runtime].check(builder, settings)
     if resume is None:
-        rundir = RunDir(run_dir or default_run_dir(agent, env), create=True)
+        rundir = _new_run_dir(run_dir, agent, env, overwrite)
     rundir.write_config(meta)
-    return _run(meta, builder, settings, spec, rundir, checkpoint, progress)
+    try:
+        return _run(meta, builder, settings, spec, rundir, checkpoint, progress)
+    except ConfigError:
+        # Found by the runtime before anything was trained: leave no half-made run behind,
+        # which would refuse the corrected command's --run-dir.
+        if resume is None and rundir.latest_checkpoint() is None:
+            shutil.rmtree(rundir.path, ignore_errors=True)
+        raise
 
 
 def _spec(meta: dict[str, Any]):

@@ -147,11 +147,15 @@ def load_tables(tables: list, states: list | None) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    return dict(torch=torch.get_rng_state(), numpy=np.random.get_state(), python=random.getstate())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return dict(torch=torch.get_rng_state(), cuda=cuda, numpy=np.random.get_state(),
+                python=random.getstate())  # fmt: skip
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
 

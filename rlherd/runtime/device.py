@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlherd import types as F
 from rlherd.core import EnvSpec
 from rlherd.envs.device import DeviceEnv, make_device
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
@@ -104,8 +105,14 @@ def make_groups(
 
 
 def check(builder, settings: Any) -> None:
-    """The device acts with the builder's policy alone; refuse what only the actor does."""
-    features = builder.actor_only_features()
+    """The device acts with the builder's policy alone; refuse what only the actor does (for
+    the agent's config and each policy's overrides of it)."""
+    features = set(builder.actor_only_features())
+    for overrides in settings.policy_overrides.values():
+        group_builder = copy.copy(builder)
+        group_builder.config = apply_overrides(builder.config, overrides)
+        features |= set(group_builder.actor_only_features())
+    features = sorted(features)
     if features:
         raise ConfigError(
             f"{builder.name}'s {', '.join(features)} happens in its actor, which the device "
@@ -143,7 +150,7 @@ class DeviceLoop:
             outputs, g.state = g.policy(obs, first, state, self.generator)
             if record:
                 g.rollouts.add_row(core_state=state, obs=obs, **outputs)
-            action = outputs["action"]
+            action = outputs[F.ACTION]
             self.actions.index_copy_(1, g.ids, action.view(-1, len(g.ids), *action.shape[1:]))
         resetting = env.terminated | env.truncated
         _, reward, terminated, truncated = env.step(self.actions)
@@ -188,7 +195,7 @@ class DeviceLoop:
         self.first.copy_(state["first"])
         self.episodes.load_state_dict(state["episodes"])
         for g in self.groups:
-            g.state = state["groups"][g.name]["state"]
+            g.state = tuple(s.to(self.env.device) for s in state["groups"][g.name]["state"])
             g.rollouts.load_state_dict(state["groups"][g.name]["rollouts"])
 
 

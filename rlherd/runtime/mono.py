@@ -210,8 +210,9 @@ class ActorLink:
                 elif kind == "slot":
                     _, index, version = message
                     if index is not None:
+                        self.held = None  # the learner's now, never to be freed again here
                         pool.full.put((index, version))
-                    self.held = pool.free_slot()
+                    self.held = pool.free_slot(self.process)
                     self.conn.send(self.held)
                 elif kind == "started":
                     self.started = True
@@ -251,9 +252,11 @@ class ActorPool:
                 self.tables[table].insert(item, priority, timeout=POLL_S)
                 return
 
-    def free_slot(self) -> int:
+    def free_slot(self, actor) -> int:
+        """A free slot for ``actor``'s process; none once it died (its link gives up, so the
+        restart can join it and no slot is taken by a dead actor)."""
         while True:
-            if self.stopping.is_set():
+            if self.stopping.is_set() or not actor.is_alive():
                 raise _Stopped
             with contextlib.suppress(queue.Empty):
                 return self.free.get(timeout=POLL_S)
@@ -364,11 +367,12 @@ def run(ctx: RunContext) -> None:
     try:
         while not ctx.recorder.done() and not ctx.stop.is_set():
             pool.check()
-            ctx.recorder.extra["actor_restarts"] = pool.restarts
+            ctx.recorder.set_run_count("actor_restarts", pool.restarts)
             try:
                 metrics = learner.step()
             except TimeoutError:  # waiting for actors: look after them, then wait again
-                ctx.recorder.tick()
+                if ctx.recorder.tick():
+                    ctx.save(state())
                 continue
             source.publish(networks.state_dict())
             if slots is not None:

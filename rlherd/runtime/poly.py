@@ -297,7 +297,7 @@ def run(ctx: RunContext) -> None:
         while not ctx.recorder.done() and not ctx.stop.is_set():
             if servers is not None:
                 servers.check()
-                ctx.recorder.extra["server_restarts"] = servers.restarts
+                ctx.recorder.set_run_count("server_restarts", servers.restarts)
             try:
                 metrics = learner.step()
             except TimeoutError:
@@ -307,12 +307,13 @@ def run(ctx: RunContext) -> None:
                         f"environment servers {', '.join(addresses)}; last errors: "
                         f"{actors.last_errors or 'none'}"
                     ) from None
-                ctx.recorder.tick()
+                if ctx.recorder.tick():
+                    ctx.save(state())
                 continue
             waited_since = time.monotonic()
             with lock:
                 client.update()
-            ctx.recorder.extra["reconnects"] = sum(actors.reconnects)
+            ctx.recorder.set_run_count("reconnects", sum(actors.reconnects))
             metrics.update(reconnects=sum(actors.reconnects), **batcher.stats())
             if queue is not None:
                 metrics.update(policy_lag=dataset.policy_lag, **queue.stats())

@@ -24,20 +24,13 @@ def linear_epsilon(start: float, end: float, decay_steps: int) -> Callable[[int]
     return epsilon
 
 
-def apex_epsilons(num_actors: int, base: float = 0.4, alpha: float = 7.0) -> list[float]:
-    """Ape-X's fixed per-actor exploration (Horgan et al. 2018): actor ``i`` of ``N`` uses
-    ``base ** (1 + alpha * i / (N - 1))``; one actor uses ``base``."""
-    if num_actors == 1:
-        return [base]
-    return [base ** (1 + alpha * i / (num_actors - 1)) for i in range(num_actors)]
-
-
 class DQNPolicy:
     """A :class:`~rlherd.core.Policy`: Q-values, the greedy action (nothing random here) and the
-    run's experience, which the actor's epsilon schedule reads."""
+    run's experience, which the actor's epsilon schedule reads. ``greedy`` tells an actor
+    without an adder (an evaluation) whether to explore at all."""
 
-    def __init__(self, net: torch.nn.Module):
-        self.net = net
+    def __init__(self, net: torch.nn.Module, greedy: bool = True):
+        self.net, self.greedy = net, greedy
         self.device = next(net.parameters()).device
 
     def initial_state(self, batch_size: int) -> tuple:

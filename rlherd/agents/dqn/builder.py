@@ -59,7 +59,7 @@ class DQNBuilder(AgentBuilder):
         )
 
     def make_policy(self, networks: QNetwork, evaluation: bool = False) -> DQNPolicy:
-        return DQNPolicy(networks)
+        return DQNPolicy(networks, greedy=evaluation)
 
     def make_actor(
         self,
@@ -69,9 +69,10 @@ class DQNBuilder(AgentBuilder):
         adder: BatchAdder | None,
         variable_source: VariableSource | None,
     ) -> DQNActor:
-        """Epsilon-greedy with the training schedule; an evaluator (no adder) acts greedily."""
+        """Epsilon-greedy with the training schedule; an evaluator (no adder) acts greedily, or
+        with the final epsilon when its policy is not the greedy one (``rlherd eval --sample``)."""
         c = self.config
-        epsilon = 0.0
+        epsilon = 0.0 if getattr(policy, "greedy", True) else c.epsilon_end
         if adder is not None:
             epsilon = linear_epsilon(c.epsilon_start, c.epsilon_end, c.epsilon_decay_steps)
         client = None

@@ -1,0 +1,80 @@
+"""Nothing lost, nothing silent: runs that would overwrite, merge or misreport other runs."""
+
+import json
+
+import pytest
+
+import rlherd
+from rlherd.run.config import ConfigError
+from rlherd.run.recorder import Recorder
+from rlherd.run.rundir import RunDir
+from rlherd.run.train import _new_run_dir
+
+BANDIT = dict(total_steps=320, progress=False)
+
+
+def test_a_run_dir_holding_a_run_is_refused_and_left_alone(tmp_path):
+    rlherd.train("impala", "rlherd/Bandit-v0", run_dir=tmp_path, **BANDIT)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match=f"--resume {tmp_path}"):
+        rlherd.train("ppo", "rlherd/Bandit-v0", run_dir=tmp_path, **BANDIT)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    # Replacing it is explicit, and leaves nothing of the old run behind.
+    rlherd.train("ppo", "rlherd/Bandit-v0", run_dir=tmp_path, overwrite=True, **BANDIT)
+    assert json.loads((tmp_path / "config.json").read_text())["agent"] == "ppo"
+    assert len(list((tmp_path / "checkpoints").glob("*.pt"))) == 1
+
+
+def test_a_config_error_found_by_the_runtime_leaves_no_run_behind(tmp_path):
+    """(Caught only when the runtime builds its buffers: batch_size 8 over 3 environments.)"""
+    kw = dict(runtime="mono", envs_per_actor=3, run_dir=tmp_path / "run", progress=False)
+    with pytest.raises(ConfigError, match="multiple of envs_per_actor"):
+        rlherd.train("ppo", "CartPole-v1", **kw)
+    assert not (tmp_path / "run").exists()  # so the corrected command may use the directory
+
+
+def test_a_non_empty_directory_that_is_not_a_run_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="not empty and holds no run"):
+        rlherd.train("impala", "rlherd/Bandit-v0", run_dir=tmp_path, overwrite=True, **BANDIT)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("rlherd.run.train.time.strftime", lambda fmt: "20261122-120000")
+    paths = [_new_run_dir(None, "impala", "CartPole-v1", False).path for _ in range(3)]
+    assert len(set(paths)) == 3 and all((tmp_path / p / "metrics").is_dir() for p in paths)
+
+
+@pytest.mark.parametrize("steps", [0, -5])
+def test_zero_or_negative_budgets_are_errors(steps, tmp_path):
+    with pytest.raises(ConfigError, match="total_steps must be positive"):
+        rlherd.train("impala", "rlherd/Bandit-v0", run_dir=tmp_path / "a", total_steps=steps,
+                     progress=False)  # fmt: skip
+    rlherd.train("impala", "rlherd/Bandit-v0", run_dir=tmp_path / "b", **BANDIT)
+    with pytest.raises(ConfigError, match="total_steps must be positive"):
+        rlherd.train(resume=tmp_path / "b", total_steps=steps, progress=False)
+
+
+def test_resume_keeps_the_summarys_extras(tmp_path):
+    kw = dict(eval_every=320, eval_episodes=2, progress=False)
+    first = rlherd.train("impala", "rlherd/Bandit-v0", run_dir=tmp_path, total_steps=320, **kw)
+    assert "eval_return_mean" in first.summary
+    resumed = rlherd.train(resume=tmp_path, total_steps=400, progress=False)  # no new evaluation
+    assert resumed.summary["eval_return_mean"] == first.summary["eval_return_mean"]
+
+
+def test_counts_kept_per_session_add_up_across_resumes(tmp_path):
+    def recorder() -> Recorder:
+        return Recorder(RunDir(tmp_path, create=True), dict(agent="a", env="e", runtime="r"),
+                        100, progress=False)  # fmt: skip
+
+    first = recorder()
+    first.set_run_count("actor_restarts", 2)
+    state = first.state_dict()
+    second = recorder()
+    second.load_state_dict(state)
+    assert second.summary()["actor_restarts"] == 2  # before this session restarts any
+    second.set_run_count("actor_restarts", 1)
+    assert second.summary()["actor_restarts"] == 3
