@@ -130,4 +130,8 @@ def test_a_setting_the_runtime_does_not_use_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="did you mean num_envs"):  # a typo of either kind
         rlherd.train("ppo", "CartPole-v1", runtime="device", num_env=4,
                      run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    # A setting of the runtime that this agent's dataflow would ignore.
+    with pytest.raises(ConfigError, match="num_buffers only applies to rollout agents"):
+        rlherd.train("dqn", "CartPole-v1", runtime="mono", num_buffers=8,
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
     assert not (tmp_path / "run").exists()

@@ -104,10 +104,10 @@ def test_cli_errors_are_clear(argv, message, capsys, tmp_path):
 def test_cli_runtime_settings_are_flags(tmp_path, capsys):
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "rlherd/Bandit-v0", "--total-steps", "64", "--no-progress",
-            "--num-envs", "2", "--checkpoint-replay", "false", "--run-dir", str(run_dir)]
+            "--num-envs", "2", "--native-vector-env", "false", "--run-dir", str(run_dir)]
     assert main(argv) == 0
     settings = json.loads((run_dir / "config.json").read_text())["settings"]
-    assert settings["num_envs"] == 2 and settings["checkpoint_replay"] is False
+    assert settings["num_envs"] == 2 and settings["native_vector_env"] is False
 
 
 def test_cli_train_writes_the_run_directory(tmp_path, capsys):

@@ -151,7 +151,7 @@ def train(
         config, preset = resolve_config(agent, env, preset, agent_overrides)
         check_runtime(agent, runtime)
         suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
-        settings = settings_mod.resolve(runtime, suggested, given)
+        settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
         meta = dict(agent=agent, env=env, runtime=runtime, seed=seed,
                     total_steps=BUILDERS[agent].default_total_steps[preset]
                     if total_steps is None else total_steps,

@@ -64,6 +64,9 @@ class Device(Common):
 
 SETTINGS: dict[str, type] = {"single": Single, "mono": Mono, "poly": Poly, "device": Device}
 
+# Settings that only one dataflow's agents use (the other's would ignore them).
+DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay"}
+
 
 def names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
@@ -90,9 +93,18 @@ def field_help() -> dict[str, str]:
     return helps
 
 
-def resolve(runtime: str, suggested: dict[str, Any], given: dict[str, Any]) -> Any:
+def resolve(
+    runtime: str, suggested: dict[str, Any], given: dict[str, Any], dataflow: str | None = None
+) -> Any:
     """The settings of ``runtime``: its defaults, then the agent's ``suggested`` values it uses,
-    then the user's ``given`` ones, each of which it must use."""
+    then the user's ``given`` ones, each of which it must use (for an agent of ``dataflow``,
+    when given)."""
+    wrong = sorted(k for k in given if DATAFLOW_ONLY.get(k, dataflow) != dataflow)
+    if dataflow is not None and wrong:
+        raise ConfigError(
+            f"{', '.join(wrong)} only applies to {DATAFLOW_ONLY[wrong[0]]} agents; this agent "
+            f"is a {dataflow} agent, which would ignore it"
+        )
     cls = SETTINGS[runtime]
     used = names(cls)
     unused = sorted(set(given) - used)
