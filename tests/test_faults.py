@@ -78,3 +78,16 @@ def test_counts_kept_per_session_add_up_across_resumes(tmp_path):
     assert second.summary()["actor_restarts"] == 2  # before this session restarts any
     second.set_run_count("actor_restarts", 1)
     assert second.summary()["actor_restarts"] == 3
+
+
+@pytest.mark.parametrize("damage", [b"", b"PK\x03\x04 truncated"])
+def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(damage, tmp_path):
+    rundir = RunDir(tmp_path, create=True)
+    rundir.save_checkpoint({"step": 1}, 1)
+    newest = rundir.save_checkpoint({"step": 2}, 2)
+    newest.write_bytes(damage)
+    with pytest.warns(UserWarning, match=newest.name):
+        assert rundir.load_checkpoint() == {"step": 1}
+    (rundir.checkpoint_dir / "ckpt-000000000001.pt").write_bytes(damage)
+    with pytest.warns(UserWarning), pytest.raises(FileNotFoundError, match="no readable"):
+        rundir.load_checkpoint()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import pickle
 import warnings
 from pathlib import Path
 from typing import Any
@@ -171,14 +172,27 @@ class RunDir:
         return self.checkpoint_dir / pointer.read_text().strip()
 
     def load_checkpoint(self) -> dict[str, Any]:
-        path = self.latest_checkpoint()
-        if path is None or not path.exists():
+        """The newest readable checkpoint: the one ``latest`` names, or (with a warning naming
+        the bad file) an older one beside it if that one is truncated, empty or missing."""
+        latest = self.latest_checkpoint()
+        older = sorted(self.checkpoint_dir.glob("ckpt-*.pt"), reverse=True)
+        candidates = ([latest] if latest is not None else []) + [p for p in older if p != latest]
+        if not candidates:
             raise FileNotFoundError(
                 f"no checkpoint in {self.checkpoint_dir}; the run stopped before its first one"
             )
-        # Our own files, written by save_checkpoint: they hold numpy RNG states and pickled
-        # environments, so full unpickling is needed.
-        return torch.load(path, weights_only=False, map_location="cpu")
+        for path in candidates:
+            try:
+                # Our own files, written by save_checkpoint: they hold numpy RNG states and
+                # pickled environments, so full unpickling is needed.
+                return torch.load(path, weights_only=False, map_location="cpu")
+            except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+                warnings.warn(f"checkpoint {path} is unreadable ({e}); trying an older one",
+                              stacklevel=2)  # fmt: skip
+        raise FileNotFoundError(
+            f"no readable checkpoint in {self.checkpoint_dir} (tried "
+            f"{', '.join(p.name for p in candidates)}); the run cannot be resumed"
+        )
 
 
 def read_json(path: Path) -> dict[str, Any]:
