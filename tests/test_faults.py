@@ -3,9 +3,10 @@
 import json
 
 import pytest
+import torch
 
 import rlherd
-from rlherd.run.config import ConfigError
+from rlherd.run.config import ConfigError, TrainingDiverged
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
 from rlherd.run.train import _new_run_dir
@@ -91,3 +92,15 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(damage, tm
     (rundir.checkpoint_dir / "ckpt-000000000001.pt").write_bytes(damage)
     with pytest.warns(UserWarning), pytest.raises(FileNotFoundError, match="no readable"):
         rundir.load_checkpoint()
+
+
+@pytest.mark.parametrize("agent", ["impala", "dqn"])
+def test_a_diverging_run_stops_clearly_and_checkpoints_nothing_non_finite(agent, tmp_path):
+    """A huge learning rate: the run stops at the step that went non-finite, naming the cause,
+    and the checkpoints it wrote on the way (one per step here) are all finite."""
+    with pytest.raises(TrainingDiverged, match=r"learner step \d+: .*learning rate"):
+        rlherd.train(agent, "CartPole-v1", run_dir=tmp_path, progress=False, total_steps=30_000,
+                     learning_rate=1e12, checkpoint_interval_s=0.0)  # fmt: skip
+    state = RunDir(tmp_path).load_checkpoint()
+    tensors = [v for v in state["learner"]["net"].values() if v.is_floating_point()]
+    assert tensors and all(torch.isfinite(t).all() for t in tensors)

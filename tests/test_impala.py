@@ -86,7 +86,9 @@ def test_mono_resume_continues_counters_and_optimizer(tmp_path):
     steps = first.summary["learner_steps"]
     resumed = rlherd.train(resume=tmp_path, total_steps=32_000, progress=False)
     assert resumed.summary["actor_steps"] >= 32_000
-    assert resumed.summary["learner_steps"] >= 2 * steps - 1
+    # The second session learned about as much as the first (steps count as actors take them,
+    # so either may end a few batches behind its actors, more so on a loaded machine).
+    assert resumed.summary["learner_steps"] >= 2 * steps - 5
     state = params(tmp_path)
     adam_steps = {int(s["step"]) for s in state["learner"]["optimizer"]["state"].values()}
     assert adam_steps == {resumed.summary["learner_steps"]}

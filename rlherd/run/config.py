@@ -14,6 +14,16 @@ class ConfigError(ValueError):
     """A bad config value or override; the message says how to fix it."""
 
 
+class TrainingDiverged(ValueError):
+    """A learner step produced a non-finite loss, gradient or parameter: the run stops there,
+    and no checkpoint holds the non-finite values."""
+
+    HINT = (
+        "training diverged; a learning rate too high for the task is the usual cause (lower it "
+        "with --set learning_rate=...). The latest checkpoint, if any, is the last good one"
+    )
+
+
 def parse_set(items: list[str]) -> dict[str, str]:
     """``["lr=1e-3", "use_lstm=true"]`` -> ``{"lr": "1e-3", "use_lstm": "true"}``."""
     out = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
@@ -17,6 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from rlherd.run.config import TrainingDiverged
 from rlherd.run.counting import Counter
 from rlherd.run.rundir import RunDir
 
@@ -141,6 +143,7 @@ class Recorder:
             self.rundir.log("train", row, step=steps)
 
     def learner(self, metrics: dict[str, float]) -> None:
+        """Log a learner step's metrics; a non-finite one stops the run (after logging it)."""
         with self._lock:
             now = time.monotonic()
             if self._first_learn is None:
@@ -157,6 +160,12 @@ class Recorder:
                 **metrics,
             )
             self.rundir.log("learner", row, step=int(counts["actor_steps"]))
+        bad = [f"{k}={v}" for k, v in metrics.items()
+               if isinstance(v, int | float) and not math.isfinite(v)]  # fmt: skip
+        if bad:
+            raise TrainingDiverged(
+                f"learner step {row['learner_steps']}: {', '.join(bad)}; {TrainingDiverged.HINT}"
+            )
 
     # the main loop ---------------------------------------------------------------------------
     def done(self) -> bool:

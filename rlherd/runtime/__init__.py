@@ -30,6 +30,7 @@ import torch
 
 from rlherd import envs as rl_envs
 from rlherd.core import EnvSpec
+from rlherd.run.config import TrainingDiverged
 
 
 @dataclass(frozen=True)
@@ -127,10 +128,23 @@ def die_with_parent() -> None:
 
 
 def checkpoint_state(learner, recorder, **parts: Any) -> dict[str, Any]:
-    """What every runtime checkpoints (learner, counters, global RNGs) plus its own ``parts``."""
-    return dict(
-        learner=learner.state_dict(), recorder=recorder.state_dict(), rng=rng_state(), **parts
-    )
+    """What every runtime checkpoints (learner, counters, global RNGs) plus its own ``parts``;
+    a learner holding non-finite values is never checkpointed."""
+    state = learner.state_dict()
+    _check_finite(state, "learner")
+    return dict(learner=state, recorder=recorder.state_dict(), rng=rng_state(), **parts)
+
+
+def _check_finite(value: Any, where: str) -> None:
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point() and not torch.isfinite(value).all():
+            raise TrainingDiverged(f"{where} is not finite; {TrainingDiverged.HINT}")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{where}.{k}")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            _check_finite(v, f"{where}[{i}]")
 
 
 def table_states(tables: list, settings: Any) -> list | None:

@@ -13,6 +13,7 @@ import torch
 from rlherd.agents.dqn.config import DQNConfig
 from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
 from rlherd.replay import ReplaySample, Table
+from rlherd.run.config import TrainingDiverged
 
 
 def dqn_loss(
@@ -90,6 +91,10 @@ class DQNLearner:
             self.net.experience.fill_(self.table.insert_count)
         if self.num_steps % self.config.target_update_period == 0:
             self.target_net.load_state_dict(self.net.state_dict())
+        if not torch.isfinite(td).all():  # before the table takes them as priorities
+            raise TrainingDiverged(
+                f"learner step {self.num_steps}: TD errors are not finite; {TrainingDiverged.HINT}"
+            )
         if self.config.prioritized and self.table is not None:
             priorities = np.abs(td.cpu().numpy()).astype(np.float64) + self.config.priority_eps
             self.table.update_priorities(info.keys, priorities)
