@@ -83,6 +83,14 @@ class RunContext:
     stop: threading.Event  # set by SIGINT / SIGTERM: stop at the next safe point
     evaluator: Any = None  # rlherd.run.evaluate.Evaluator, or None
 
+    def tick(self, state: Callable[[], dict[str, Any]], source: Any = None) -> None:
+        """What every runtime does between learner steps: evaluate with ``source``'s parameters
+        when an evaluation is due, log, and checkpoint ``state()`` when a checkpoint is due."""
+        if source is not None and self.evaluator is not None:
+            self.evaluator.maybe_run(source)
+        if self.recorder.tick():
+            self.save(state())
+
     def make_envs(self, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
         return make_envs(self.env_id, self.env_kwargs, self.settings, num_envs, workers)
 

@@ -238,8 +238,7 @@ def run(ctx: RunContext) -> None:
             if metrics:
                 recorder.learner(metrics)
         loop.report(recorder)
-        if recorder.tick():
-            ctx.save(state())
+        ctx.tick(state)
     ctx.save(state())
 
 

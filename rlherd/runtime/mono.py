@@ -371,18 +371,14 @@ def run(ctx: RunContext) -> None:
             try:
                 metrics = learner.step()
             except TimeoutError:  # waiting for actors: look after them, then wait again
-                if ctx.recorder.tick():
-                    ctx.save(state())
+                ctx.tick(state)
                 continue
             source.publish(networks.state_dict())
             if slots is not None:
                 metrics.update(policy_lag=dataset.policy_lag, free_slots=pool.free.qsize(),
                                full_slots=pool.full.qsize())  # fmt: skip
             ctx.recorder.learner(metrics)
-            if ctx.evaluator is not None:
-                ctx.evaluator.maybe_run(learner)
-            if ctx.recorder.tick():
-                ctx.save(state())
+            ctx.tick(state, learner)
         ctx.save(state())
     finally:
         pool.close()

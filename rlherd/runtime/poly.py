@@ -307,8 +307,7 @@ def run(ctx: RunContext) -> None:
                         f"environment servers {', '.join(addresses)}; last errors: "
                         f"{actors.last_errors or 'none'}"
                     ) from None
-                if ctx.recorder.tick():
-                    ctx.save(state())
+                ctx.tick(state)
                 continue
             waited_since = time.monotonic()
             with lock:
@@ -318,10 +317,7 @@ def run(ctx: RunContext) -> None:
             if queue is not None:
                 metrics.update(policy_lag=dataset.policy_lag, **queue.stats())
             ctx.recorder.learner(metrics)
-            if ctx.evaluator is not None:
-                ctx.evaluator.maybe_run(learner)
-            if ctx.recorder.tick():
-                ctx.save(state())
+            ctx.tick(state, learner)
         if actors.fatal:
             raise actors.fatal[0]
         ctx.save(state())

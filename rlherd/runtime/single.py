@@ -71,10 +71,7 @@ def run(ctx: RunContext) -> None:
     try:
         while not ctx.recorder.done() and not ctx.stop.is_set():
             loop.step()
-            if ctx.evaluator is not None:
-                ctx.evaluator.maybe_run(learner)
-            if ctx.recorder.tick():
-                ctx.save(state())
+            ctx.tick(state, learner)
         ctx.save(state())
     finally:
         loop.envs.close()
