@@ -7,7 +7,7 @@ import json
 import sys
 
 from rlherd.agents import BUILDERS
-from rlherd.run.config import ConfigError, parse_set
+from rlherd.run.config import ConfigError, NodeDied, TrainingDiverged, parse_set
 from rlherd.runtime import RUNTIMES, settings
 
 
@@ -165,9 +165,14 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.run.plot import plot_runs
 
             print(plot_runs(args.run_dirs, args.output, args.window))
-    except (ConfigError, FileNotFoundError, ValueError, TypeError, ImportError) as e:
+    except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
+        # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
+        # Anything else is a bug, and keeps its traceback.
         print(f"rlherd: error: {e}", file=sys.stderr)
         return 2
+    except NodeDied as e:
+        print(f"rlherd: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
+from rlherd.run.config import UnsupportedEnv
+
 if TYPE_CHECKING:  # environment workers import this module without torch
     import torch
 
@@ -51,7 +53,7 @@ class EnvSpec:
         max_episode_steps: int | None = None,
     ) -> EnvSpec:
         if not isinstance(observation_space, gym.spaces.Box):
-            raise TypeError(
+            raise UnsupportedEnv(
                 f"{env_id}: observation space {observation_space!r} is not supported; rlherd "
                 "agents read Box observations. Flatten it first, e.g. with "
                 "gymnasium.wrappers.FlattenObservation."
@@ -64,7 +66,7 @@ class EnvSpec:
         )
         if isinstance(action_space, gym.spaces.Discrete):
             if int(action_space.start) != 0:
-                raise TypeError(
+                raise UnsupportedEnv(
                     f"{env_id}: action space {action_space!r} starts at {action_space.start}; "
                     "rlherd expects Discrete(n) actions numbered from 0."
                 )
@@ -81,7 +83,7 @@ class EnvSpec:
                 action_high=np.asarray(action_space.high),
                 **common,
             )
-        raise TypeError(
+        raise UnsupportedEnv(
             f"{env_id}: action space {action_space!r} is not supported; rlherd agents act in "
             "Discrete, MultiDiscrete or Box action spaces."
         )

@@ -104,3 +104,61 @@ def test_a_diverging_run_stops_clearly_and_checkpoints_nothing_non_finite(agent,
     state = RunDir(tmp_path).load_checkpoint()
     tensors = [v for v in state["learner"]["net"].values() if v.is_floating_point()]
     assert tensors and all(torch.isfinite(t).all() for t in tensors)
+
+
+def test_the_summary_is_written_with_each_checkpoint(tmp_path, monkeypatch):
+    """A crash must not leave summary.json behind the checkpoint a resume starts from: every
+    checkpoint is followed at once by a summary (here the log interval never comes)."""
+    events = []
+    save, write = RunDir.save_checkpoint, RunDir.write_summary
+    monkeypatch.setattr(RunDir, "save_checkpoint",
+                        lambda self, state, step: events.append("checkpoint") or save(self, state,
+                                                                                          step))
+    monkeypatch.setattr(RunDir, "write_summary",
+                        lambda self, summary: events.append("summary") or write(self, summary))
+    rlherd.train("dqn", "rlherd/Corridor-v0", total_steps=3_000, run_dir=tmp_path, progress=False,
+                 checkpoint_interval_s=0.2, log_interval_s=1e6)  # fmt: skip
+    assert events.count("checkpoint") >= 2
+    for i, event in enumerate(events):
+        if event == "checkpoint":
+            assert events[i + 1] == "summary", events
+
+
+def test_checkpoints_lose_at_most_a_minute_and_at_most_a_few_percent(tmp_path):
+    from rlherd.runtime.settings import Common
+
+    assert Common().checkpoint_interval_s <= 60
+    recorder = Recorder(RunDir(tmp_path, create=True), dict(agent="a", env="e", runtime="r"), 10,
+                        progress=False)  # fmt: skip
+    recorder.checkpointed(seconds=9.0)  # a large replay table took 9 s to write
+    assert recorder.checkpoint_interval_s >= 9.0 / 0.05
+
+
+def test_a_bug_keeps_its_traceback_and_a_user_error_is_one_line(monkeypatch, capsys, tmp_path):
+    """The CLI turns what a user can fix into one line; anything else is a bug to see whole."""
+    import rlherd.run.train as train_module
+    from rlherd.cli import main
+
+    def bug(*args, **kwargs):
+        raise ValueError("an unexpected bug")
+
+    monkeypatch.setattr(train_module, "_run", bug)
+    with pytest.raises(ValueError, match="an unexpected bug"):
+        main(["train", "dqn", "--env", "rlherd/Corridor-v0", "--no-progress", "--run-dir",
+              str(tmp_path / "run")])  # fmt: skip
+    assert main(["train", "dqn", "--env", "NoSuchEnv-v0"]) == 2
+    assert "unknown environment id 'NoSuchEnv-v0'" in capsys.readouterr().err
+
+
+def test_a_missing_extra_is_named(monkeypatch, capsys):
+    """HalfCheetah-v5 without MuJoCo installed: the extra to install, not Gymnasium's traceback."""
+    import gymnasium as gym
+
+    from rlherd.cli import main
+
+    def no_mujoco(env_id, **kwargs):
+        raise gym.error.DependencyNotInstalled("MuJoCo is not installed")
+
+    monkeypatch.setattr(gym, "make", no_mujoco)
+    assert main(["train", "ppo", "--env", "HalfCheetah-v5", "--no-progress"]) == 2
+    assert "pip install 'rlherd[mujoco]'" in capsys.readouterr().err

@@ -22,10 +22,10 @@ CORRIDOR = "rlherd/Corridor-v0"  # optimal return 0.95; a random walk gets about
 
 # (env, total steps, score to reach) for every pair that must learn. The device runtime has no
 # Corridor, so its pairs learn CartPole to 195 (CartPole-v0's "solved" threshold; random: ~22).
+HOSTS = ("single", "mono", "poly", "distributed")
 LEARNS = {
-    **{("dqn", r): (CORRIDOR, 10_000, 0.9) for r in ("single", "mono", "poly")},
-    **{(a, r): (CORRIDOR, 20_000, 0.9) for a in ("impala", "ppo") for r in ("single", "mono",
-                                                                          "poly")},
+    **{("dqn", r): (CORRIDOR, 10_000, 0.9) for r in HOSTS},
+    **{(a, r): (CORRIDOR, 20_000, 0.9) for a in ("impala", "ppo") for r in HOSTS},
     ("impala", "device"): ("CartPole-v1", 150_000, 195.0),
     ("ppo", "device"): ("CartPole-v1", 30_000, 195.0),
 }
@@ -39,7 +39,11 @@ def test_the_matrix_covers_every_agent_and_runtime():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("agent, runtime", sorted(LEARNS))
+@pytest.mark.parametrize(
+    "agent, runtime",
+    [pytest.param(a, r, marks=[pytest.mark.ray] if r == "distributed" else []) for a, r in
+     sorted(LEARNS)],
+)  # fmt: skip
 def test_agent_learns_on_runtime(agent, runtime, tmp_path):
     env, steps, score = LEARNS[agent, runtime]
     run = rlherd.train(agent, env, runtime=runtime, total_steps=steps, seed=0,
@@ -58,8 +62,8 @@ def test_agent_on_a_runtime_it_cannot_use_is_a_clear_error(agent, runtime, tmp_p
 
 def test_readme_table_matches_the_matrix():
     lines = (ROOT / "README.md").read_text().splitlines()
-    start = lines.index("| agent | `single` | `mono` | `poly` | `device` |")
-    runtimes = ["single", "mono", "poly", "device"]
+    start = lines.index("| agent | `single` | `mono` | `poly` | `distributed` | `device` |")
+    runtimes = ["single", "mono", "poly", "distributed", "device"]
     table = {}
     for line in lines[start + 2:]:
         if not line.startswith("|"):

@@ -24,6 +24,7 @@ import numpy as np
 from rlherd.core import EnvSpec
 from rlherd.envs import toy
 from rlherd.envs.atari import make_atari, make_atari_vector
+from rlherd.run.config import ConfigError, MissingExtra
 
 __all__ = ["EnvSpec", "family", "make", "make_vector", "save_envs", "spec_for", "spec_of"]
 
@@ -85,7 +86,7 @@ def _check_id(env_id: str) -> None:
         else " Known families: Gymnasium ids (CartPole-v1), ALE/<Game>-v5, MinAtar/<Game>-v1,"
         " rlherd/Bandit-v0, rlherd/Corridor-v0."
     )
-    raise ValueError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
+    raise ConfigError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
 
 
 class _ChannelsFirst(gym.ObservationWrapper):
@@ -113,11 +114,25 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
     _check_id(env_id)
     if env_id.startswith("ALE/"):
         return make_atari(env_id, render_mode=render_mode, **kwargs)
-    env = gym.make(env_id, render_mode=render_mode, **kwargs)
+    try:
+        env = gym.make(env_id, render_mode=render_mode, **kwargs)
+    except (gym.error.DependencyNotInstalled, ImportError) as e:
+        raise MissingExtra(f"{env_id} needs a package that is not installed ({e}); "
+                           f"{_install_hint(env_id)}") from e  # fmt: skip
     if env_id.startswith("MinAtar/"):
         env = _ChannelsFirst(env)
     spec_of(env, env_id)  # fail here, with the space named, rather than inside an agent
     return env
+
+
+def _install_hint(env_id: str) -> str:
+    """How to install what a Gymnasium id needs: rlherd's extra where it has one."""
+    entry = str(gym.spec(env_id).entry_point)
+    for family_name, extra in (("mujoco", "pip install 'rlherd[mujoco]'"),
+                               ("box2d", "pip install 'gymnasium[box2d]'")):  # fmt: skip
+        if f".{family_name}" in entry:
+            return f"install it with: {extra}"
+    return "install the package it names"
 
 
 def make_vector(
@@ -131,7 +146,7 @@ def make_vector(
     when ``workers=0``. Seed with ``reset(seed=s)``: environment ``i`` gets seed ``s + i``.
     """
     if num_envs < 1:
-        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
     _check_id(env_id)
     if native and env_id.startswith("ALE/"):
         return make_atari_vector(env_id, num_envs, **kwargs)
@@ -162,7 +177,7 @@ def spec_for(env_id: str, **kwargs: Any) -> EnvSpec:
     """The :class:`EnvSpec` of ``env_id``, from a probe environment built and closed here
     (which also fails fast, with a clear message, on a bad id or space)."""
     if env_id in MULTI_AGENT:
-        raise ValueError(
+        raise ConfigError(
             f"{env_id} is a multi-agent game: single-agent runtimes cannot step it; train it on "
             "the device runtime (--runtime device)"
         )

@@ -15,6 +15,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlherd.run.config import MissingExtra, UnsupportedEnv
+
 DEFAULTS: dict[str, Any] = dict(
     noop_max=30,
     frame_skip=4,
@@ -30,7 +32,7 @@ def _import_ale():
     try:
         import ale_py
     except ImportError as e:  # pragma: no cover - depends on the install
-        raise ImportError(
+        raise MissingExtra(
             "Atari environments need the 'atari' extra: pip install 'rlherd[atari]'"
         ) from e
     gym.register_envs(ale_py)
@@ -46,7 +48,7 @@ def game_name(env_id: str) -> str:
 def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
     unknown = set(kwargs) - set(DEFAULTS)
     if unknown:
-        raise TypeError(
+        raise UnsupportedEnv(
             f"unknown Atari options {sorted(unknown)}; known options: {sorted(DEFAULTS)}"
         )
     return {**DEFAULTS, **kwargs}

@@ -29,12 +29,14 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlherd.run.config import ConfigError, MissingExtra
+
 try:
     import grpc
 
     from rlherd.envs.proto import env_server_pb2 as pb
 except ImportError as e:  # depends on the install
-    raise ImportError("environment servers need gRPC: pip install 'rlherd[grpc]'") from e
+    raise MissingExtra("environment servers need gRPC: pip install 'rlherd[grpc]'") from e
 
 from rlherd import envs as rl_envs
 
@@ -314,10 +316,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.envs_per_stream < 1:
-        raise ValueError(f"--envs-per-stream must be >= 1, got {args.envs_per_stream}")
-    env_kwargs = json.loads(args.env_kwargs)
+        raise ConfigError(f"--envs-per-stream must be >= 1, got {args.envs_per_stream}")
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--env-kwargs must be a JSON object: {e}") from None
     if not isinstance(env_kwargs, dict):
-        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+        raise ConfigError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
     server, address = serve(
         args.env, args.address, args.envs_per_stream, args.max_streams, **env_kwargs
     )

@@ -156,13 +156,13 @@ def make_torso(spec: EnvSpec, kind: str = "auto", hidden: tuple[int, ...] = (64,
     """Pick a torso for ``spec``: ``auto`` is ``shallow`` for Atari-sized frames, ``minatar`` for
     small grids and ``mlp`` for vectors."""
     if kind not in TORSOS:
-        raise ValueError(f"unknown torso {kind!r}; choose one of {', '.join(TORSOS)}")
+        raise ConfigError(f"unknown torso {kind!r}; choose one of {', '.join(TORSOS)}")
     if kind == "auto":
         kind = "mlp" if not spec.is_image else ("shallow" if spec.obs_shape[1] >= 36 else "minatar")
     if kind == "mlp":
         return MLPTorso(spec.obs_shape, hidden)
     if not spec.is_image:
-        raise ValueError(f"torso {kind!r} needs [C, H, W] image observations, got {spec.obs_shape}")
+        raise ConfigError(f"torso {kind!r} needs image observations, not {spec.obs_shape}")
     return {"shallow": AtariShallowTorso, "deep": ImpalaResNetTorso, "minatar": MinAtarTorso}[kind](
         spec.obs_shape
     )

@@ -119,6 +119,13 @@ class Table:
         with self._cond:
             return self.limiter.can_insert(n)
 
+    def wait_until_can_sample(self, n: int, timeout: float | None = None) -> bool:
+        """Wait until ``n`` samples may proceed at once; False after ``timeout``. A sampler of a
+        table that removes what it samples (a queue) waits here first, so that a sample which
+        times out half-way never drops the items it already took."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.limiter.can_sample(n), timeout)
+
     def info(self) -> dict[str, Any]:
         with self._cond:
             return dict(

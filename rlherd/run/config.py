@@ -14,6 +14,14 @@ class ConfigError(ValueError):
     """A bad config value or override; the message says how to fix it."""
 
 
+class MissingExtra(ConfigError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it."""
+
+
+class UnsupportedEnv(ConfigError, TypeError):
+    """An environment rlherd cannot drive as given (its spaces, its options)."""
+
+
 class TrainingDiverged(ValueError):
     """A learner step produced a non-finite loss, gradient or parameter: the run stops there,
     and no checkpoint holds the non-finite values."""
@@ -22,6 +30,11 @@ class TrainingDiverged(ValueError):
         "training diverged; a learning rate too high for the task is the usual cause (lower it "
         "with --set learning_rate=...). The latest checkpoint, if any, is the last good one"
     )
+
+
+class NodeDied(RuntimeError):
+    """A node of a distributed program that the run cannot go on without (learner, replay,
+    counter) is gone; the message names it and how to continue."""
 
 
 def parse_set(items: list[str]) -> dict[str, str]:
@@ -88,7 +101,10 @@ def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
         elif isinstance(value, list):
             value = tuple(value)
         values[key] = value
-    return dataclasses.replace(config, **values)
+    try:
+        return dataclasses.replace(config, **values)
+    except ValueError as e:  # the config's own checks (__post_init__)
+        raise ConfigError(f"{type(config).__name__}: {e}") from None
 
 
 def to_json(config: Any) -> dict[str, Any]:

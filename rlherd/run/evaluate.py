@@ -9,15 +9,16 @@ import numpy as np
 import torch
 
 from rlherd import envs as rl_envs
-from rlherd.agents import BUILDERS
 from rlherd.core import VariableClient
-from rlherd.run.config import apply_overrides
+from rlherd.run.config import ConfigError, apply_overrides
 from rlherd.run.rundir import RunDir, atomic_write_json, read_json
 from rlherd.run.video import write_video
 
 
 def load_run(run_dir: str | Path):
     """A finished or running run: its metadata, its agent's builder and its latest checkpoint."""
+    from rlherd.agents import BUILDERS  # here: the evaluator's module is a runtime's, too
+
     rundir = RunDir(run_dir)
     meta = rundir.read_config()
     builder_class = BUILDERS[meta["agent"]]
@@ -50,43 +51,64 @@ def _eval_actor(builder, spec, net, greedy: bool, seed: int):
     return builder.make_actor(seed, builder.make_policy(net, evaluation=greedy), spec, None, None)
 
 
-class Evaluator:
-    """Runs the evaluation policy (greedy) for ``episodes`` episodes every ``every_steps`` actor
-    steps, on its own environment and its own copy of the network, and logs
-    ``metrics/evaluator.csv`` and ``eval_return_mean``. It has no adder: it never writes to
-    replay, and it never changes the training actors' RNG streams."""
+class EvalEpisodes:
+    """The greedy policy's episodes on its own environment and its own copy of the network: what
+    an evaluator plays, in the learner's process or on a node of its own (``distributed``)."""
 
-    def __init__(self, builder, spec, env_id, env_kwargs, recorder, every_steps, episodes, seed):
-        self.recorder, self.every_steps, self.episodes = recorder, every_steps, episodes
-        self.seed = seed + 10_000_000
+    def __init__(self, builder, spec, env_id, env_kwargs, episodes, seed):
+        self.builder, self.spec, self.episodes, self.seed = builder, spec, episodes, seed
         with torch.random.fork_rng():  # building a network must not shift training's RNG
             self.net = builder.make_networks(spec, device="cpu")
         self.net.eval()
-        self.builder, self.spec = builder, spec
         self.env = rl_envs.make(env_id, **env_kwargs)
-        steps = int(recorder.counters["actor_steps"])
-        self.next_at = (steps // every_steps + 1) * every_steps
 
-    def maybe_run(self, source) -> None:
-        """Evaluate if due, with the parameters of ``source`` (a VariableSource: the learner)."""
-        steps = int(self.recorder.counters["actor_steps"])
-        if steps < self.next_at:
-            return
-        self.next_at = (steps // self.every_steps + 1) * self.every_steps
+    def __call__(self, source) -> dict[str, float]:
+        """Play with the parameters of ``source`` (a VariableSource); the evaluator.csv columns."""
         VariableClient(source, self.net).update(wait=True)
         actor = _eval_actor(self.builder, self.spec, self.net, True, self.seed)
         returns, lengths, _ = run_episodes(self.env, actor, self.episodes, self.seed)
-        row = dict(
-            actor_steps=steps,
+        return dict(
             eval_return_mean=float(np.mean(returns)),
             eval_return_std=float(np.std(returns)),
             eval_episode_length_mean=float(np.mean(lengths)),
         )
-        self.recorder.rundir.log("evaluator", row, step=steps)
-        self.recorder.extra["eval_return_mean"] = row["eval_return_mean"]
 
     def close(self) -> None:
         self.env.close()
+
+
+class Evaluator:
+    """Runs the evaluation policy (greedy) for ``episodes`` episodes every ``every_steps`` actor
+    steps (:class:`EvalEpisodes`), and logs ``metrics/evaluator.csv`` and ``eval_return_mean``.
+    It has no adder: it never writes to replay, and it never changes the training actors' RNG
+    streams."""
+
+    def __init__(self, builder, spec, env_id, env_kwargs, recorder, every_steps, episodes, seed):
+        self.recorder, self.every_steps = recorder, every_steps
+        self.play = EvalEpisodes(builder, spec, env_id, env_kwargs, episodes, seed + 10_000_000)
+        steps = int(recorder.counters["actor_steps"])
+        self.next_at = (steps // every_steps + 1) * every_steps
+
+    def due(self) -> int | None:
+        """The actor steps now, if an evaluation is due (the next is then scheduled)."""
+        steps = int(self.recorder.counters["actor_steps"])
+        if steps < self.next_at:
+            return None
+        self.next_at = (steps // self.every_steps + 1) * self.every_steps
+        return steps
+
+    def log(self, steps: int, row: dict[str, float]) -> None:
+        self.recorder.rundir.log("evaluator", dict(actor_steps=steps, **row), step=steps)
+        self.recorder.extra["eval_return_mean"] = row["eval_return_mean"]
+
+    def maybe_run(self, source) -> None:
+        """Evaluate if due, with the parameters of ``source`` (a VariableSource: the learner)."""
+        steps = self.due()
+        if steps is not None:
+            self.log(steps, self.play(source))
+
+    def close(self) -> None:
+        self.play.close()
 
 
 def evaluate(
@@ -100,7 +122,7 @@ def evaluate(
     recorded to ``video`` (.gif or .mp4) if given. The result is added to summary.json as
     ``eval_return_mean``."""
     if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
     meta, builder, checkpoint = load_run(run_dir)
     if meta["runtime"] == "device":  # the device runtime plays its own (multi-agent) games
         from rlherd.runtime.device import evaluate_device

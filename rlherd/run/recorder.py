@@ -23,6 +23,7 @@ from rlherd.run.counting import Counter
 from rlherd.run.rundir import RunDir
 
 RETURN_WINDOW = 20  # final_return_mean: mean return over the last 20 training episodes
+CHECKPOINT_SHARE = 0.05  # checkpoints may take at most this share of a run's time
 
 
 class Recorder:
@@ -40,7 +41,7 @@ class Recorder:
         total_steps: int,
         progress: bool = True,
         log_interval_s: float = 5.0,
-        checkpoint_interval_s: float = 600.0,
+        checkpoint_interval_s: float = 60.0,
     ):
         self.rundir = rundir
         self.meta = meta
@@ -181,6 +182,14 @@ class Recorder:
             self._last_ckpt = now
             return True
         return False
+
+    def checkpointed(self, seconds: float) -> None:
+        """A checkpoint was just written, in ``seconds``: rewrite the summary with it (so
+        summary.json never lags the checkpoint a crash would resume from), and space the next
+        ones so that writing them takes at most ``CHECKPOINT_SHARE`` of the run (large replay
+        tables)."""
+        self.checkpoint_interval_s = max(self.checkpoint_interval_s, seconds / CHECKPOINT_SHARE)
+        self.write_summary()
 
     def sps(self) -> float:
         elapsed = time.monotonic() - self._t0

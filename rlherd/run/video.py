@@ -6,12 +6,14 @@ from pathlib import Path
 
 import numpy as np
 
+from rlherd.run.config import MissingExtra
+
 
 def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
     try:
         import imageio.v3 as iio
     except ImportError as e:
-        raise ImportError("videos need imageio: pip install 'rlherd[video]'") from e
+        raise MissingExtra("videos need imageio: pip install 'rlherd[video]'") from e
     if path.suffix.lower() == ".gif":
         iio.imwrite(path, np.stack(frames), duration=1000 / fps, loop=0)
     else:

@@ -9,6 +9,8 @@ through ``ctx.builder``; no runtime module imports an agent.
   rollout slots (on-policy) or inserting into the learner's replay tables (replay).
 - ``poly``: PolyBeast; environment servers over gRPC, actor threads, dynamic batching of
   inference on the learner's device.
+- ``distributed``: Acme's distributed programs on Ray; replay, learner, actors, evaluator and
+  counter are Ray actors, on an embedded local Ray or an existing cluster.
 - ``device``: WarpDrive; environments, sampling, rollouts and learning on one torch device.
 """
 
@@ -54,6 +56,7 @@ RUNTIMES: dict[str, Runtime] = {
     "single": Runtime("rlherd.runtime.single", ("replay", "rollout")),
     "mono": Runtime("rlherd.runtime.mono", ("replay", "rollout")),
     "poly": Runtime("rlherd.runtime.poly", ("replay", "rollout")),
+    "distributed": Runtime("rlherd.runtime.distributed", ("replay", "rollout")),
     "device": Runtime(
         "rlherd.runtime.device",
         ("rollout",),
@@ -136,9 +139,10 @@ def die_with_parent() -> None:
 
 
 def checkpoint_state(learner, recorder, **parts: Any) -> dict[str, Any]:
-    """What every runtime checkpoints (learner, counters, global RNGs) plus its own ``parts``;
-    a learner holding non-finite values is never checkpointed."""
-    state = learner.state_dict()
+    """What every runtime checkpoints (the learner's state, counters, global RNGs) plus its own
+    ``parts``; a learner (or a learner's state dict) holding non-finite values is never
+    checkpointed."""
+    state = learner if isinstance(learner, dict) else learner.state_dict()
     _check_finite(state, "learner")
     return dict(learner=state, recorder=recorder.state_dict(), rng=rng_state(), **parts)
 

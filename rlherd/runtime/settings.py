@@ -21,7 +21,7 @@ from rlherd.run.config import ConfigError, apply_overrides
 class Common:
     device: str = "cpu"  # where the learner (and on `device`, everything) runs: cpu, cuda, cuda:1
     torch_threads: int = 1  # intra-op threads; more than the free cores made training 10x slower
-    checkpoint_interval_s: float = 600.0  # seconds between checkpoints (one is also written last)
+    checkpoint_interval_s: float = 60.0  # between checkpoints (more if one takes >5% of it)
     log_interval_s: float = 5.0  # seconds between summary.json / progress bar updates
 
 
@@ -62,10 +62,23 @@ class Device(Common):
     compile: bool = False  # torch.compile the policies' forward passes
 
 
-SETTINGS: dict[str, type] = {"single": Single, "mono": Mono, "poly": Poly, "device": Device}
+@dataclass
+class Distributed(Common):
+    num_actors: int = 4  # actor nodes (Ray actors), each stepping envs_per_actor environments
+    envs_per_actor: int = 8  # environments each actor node steps
+    num_buffers: int = 0  # on-policy: rollouts the queue table holds (bounds lag); 0: 2 batches
+    insert_chunk: int = 64  # replay: items an actor node sends to the replay node in one call
+    actor_cpus: float = 1.0  # CPUs per actor node (an embedded Ray fits them to this machine)
+    ray_address: str = ""  # Ray cluster to join ("auto", "HOST:6379"); "": $RAY_ADDRESS or local
+    native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
+    checkpoint_replay: bool = True  # the replay node's tables go into checkpoints
+
+
+SETTINGS: dict[str, type] = {"single": Single, "mono": Mono, "poly": Poly, "device": Device,
+                             "distributed": Distributed}  # fmt: skip
 
 # Settings that only one dataflow's agents use (the other's would ignore them).
-DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay"}
+DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay", "insert_chunk": "replay"}
 
 
 def names(cls: type) -> set[str]:
@@ -132,11 +145,15 @@ def resolve(
 def _check(settings: Any) -> None:
     if getattr(settings, "num_buffers", 0) < 0 or getattr(settings, "env_workers", 0) < 0:
         raise ConfigError("num_buffers and env_workers must be >= 0")
-    for name in ("num_actors", "envs_per_actor", "num_servers", "torch_threads", "num_envs"):
+    for name in ("num_actors", "envs_per_actor", "num_servers", "torch_threads", "num_envs",
+                 "insert_chunk"):  # fmt: skip
         value = getattr(settings, name, 1)
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
-    if settings.device.startswith("cuda"):
+    if getattr(settings, "actor_cpus", 1.0) <= 0:
+        raise ConfigError(f"actor_cpus must be > 0, got {settings.actor_cpus}")
+    # On a cluster the learner node may have the GPU that this machine lacks.
+    if settings.device.startswith("cuda") and not getattr(settings, "ray_address", ""):
         import torch
 
         if not torch.cuda.is_available():

@@ -18,6 +18,7 @@ from rlherd.envs.device.base import DeviceEnv
 from rlherd.envs.device.cartpole import CartPole
 from rlherd.envs.device.tag import TagContinuous, TagGridWorld
 from rlherd.networks.distributions import sample_categorical, sample_multi_categorical
+from rlherd.run.config import ConfigError
 
 DEVICE_ENVS: dict[str, type[DeviceEnv]] = {
     "tag-gridworld": TagGridWorld,
@@ -32,14 +33,14 @@ def make_device(
     if env_id not in DEVICE_ENVS:
         close = difflib.get_close_matches(env_id, list(DEVICE_ENVS), n=3, cutoff=0.5)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(
+        raise ConfigError(
             f"{env_id!r} has no device version; device environments: "
             f"{', '.join(DEVICE_ENVS)}.{hint}"
         )
     try:
         return DEVICE_ENVS[env_id](num_envs, device=device, seed=seed, **config)
     except TypeError as e:
-        raise ValueError(f"bad option for {env_id}: {e}") from None
+        raise ConfigError(f"bad option for {env_id}: {e}") from None
 
 
 # ---------------------------------------------------------------------------- consistency

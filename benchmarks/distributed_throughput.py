@@ -1,0 +1,181 @@
+"""The distributed runtime against mono on the same machine, and its replay node against an
+in-process table, in the same run.
+
+1. Replay: items inserted per second (CartPole n-step transitions, in an actor's chunks) and
+   items sampled per second (batches of 64) into / from an in-process :class:`Table`, then
+   through a replay node on a local Ray (:class:`InsertClient` / :class:`TableClient`, the
+   clients the actors and the learner use).
+2. Where a DQN learner step's time goes: learner steps per second on batches from an in-process
+   table, and on a learner node sampling from a replay node (no actors; the table is full and
+   its limiter never blocks).
+3. Agent steps per second of whole runs (`rlherd train`, in subprocesses, one at a time):
+   IMPALA on CartPole-v1 and on ALE/Pong-v5 with ``distributed`` and with ``mono``, the same
+   actors and environments per actor. Ray's start (about 10 s here) is not in steps/s: the rate
+   is taken over the run's second half from ``metrics/train.csv``.
+
+Prints one JSON line per figure. Usage:
+    python benchmarks/distributed_throughput.py [--seconds 5] [--cartpole-steps 200000]
+        [--pong-steps 100000] [--skip-runs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import ray
+import torch
+
+from rlherd import envs as rl_envs
+from rlherd.agents import BUILDERS
+from rlherd.replay import MinSize, NStepTransitionAdder, Table, Uniform
+from rlherd.runtime.program import InsertClient, LearnerNode, NodeSetup, ReplayNode, TableClient
+from rlherd.runtime.settings import Distributed
+
+MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+               python=platform.python_version(), torch=torch.__version__,
+               ray=ray.__version__)  # fmt: skip
+CHUNK, BATCH, CAPACITY = 64, 64, 100_000
+
+
+def emit(**row) -> None:
+    print(json.dumps(dict(bench="distributed_throughput", **row, machine=MACHINE)), flush=True)
+
+
+def cartpole_tables() -> list[Table]:
+    signature = NStepTransitionAdder.signature(rl_envs.spec_for("CartPole-v1"))
+    return [Table("replay", signature, CAPACITY, Uniform(), rate_limiter=MinSize(1))]
+
+
+def items(n: int) -> dict[str, np.ndarray]:
+    signature = cartpole_tables()[0].signature
+    rng = np.random.default_rng(0)
+    return {k: rng.random((n, *shape)).astype(dt) for k, (shape, dt) in signature.items()}
+
+
+def rate(fn, seconds: float) -> float:
+    """Calls of ``fn`` per second (it returns how many items each call moved)."""
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        done += fn()
+    return done / (time.perf_counter() - start)
+
+
+def replay(seconds: float) -> None:
+    data = items(CHUNK)
+    rows = [{k: v[i] for k, v in data.items()} for i in range(CHUNK)]
+    (table,) = cartpole_tables()
+
+    def insert_local() -> int:
+        for row in rows:
+            table.insert(row)
+        return CHUNK
+
+    emit(figure="inserts_per_s", where="in-process table", value=round(rate(insert_local, seconds)))
+    emit(figure="samples_per_s", where="in-process table",
+         value=round(rate(lambda: len(table.sample(BATCH).keys), seconds)))  # fmt: skip
+    node = ray.remote(ReplayNode).options(max_concurrency=4).remote(cartpole_tables)
+    ray.get(node.ready.remote())
+    client = InsertClient(node, 0, None, CHUNK, threading.Event())
+
+    def insert_remote() -> int:
+        for row in rows:
+            client.insert(row)
+        return CHUNK
+
+    emit(figure="inserts_per_s", where="replay node", value=round(rate(insert_remote, seconds)))
+    sampler = TableClient(node, 0, "replay")
+    emit(figure="samples_per_s", where="replay node",
+         value=round(rate(lambda: len(sampler.sample(BATCH).keys), seconds)))  # fmt: skip
+    ray.kill(node)
+
+
+def learner(seconds: float) -> None:
+    builder = BUILDERS["dqn"](BUILDERS["dqn"].config_class(batch_size=BATCH, prioritized=False))
+    spec = rl_envs.spec_for("CartPole-v1")
+    (table,) = cartpole_tables()
+    data = items(10_000)
+    for i in range(10_000):
+        table.insert({k: v[i] for k, v in data.items()})
+    dataset = builder.make_dataset([table])
+    local = builder.make_learner(builder.make_networks(spec), dataset, 10**6, [table])
+    emit(figure="dqn_learner_steps_per_s", where="in-process table",
+         value=round(rate(lambda: local.step() and 1, seconds), 1))  # fmt: skip
+
+    def filled() -> list[Table]:
+        tables = cartpole_tables()
+        for i in range(10_000):
+            tables[0].insert({k: v[i] for k, v in data.items()})
+        return tables
+
+    node = ray.remote(ReplayNode).options(max_concurrency=4).remote(filled)
+    setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed())
+    remote = ray.remote(LearnerNode).options(max_concurrency=4).remote(setup, node, 10**6, 0)
+    ray.get(remote.ready.remote())
+    start = time.perf_counter()
+    steps = 0
+    while time.perf_counter() - start < seconds:
+        steps += len(ray.get(remote.train.remote(0.5)))
+    emit(figure="dqn_learner_steps_per_s", where="learner node + replay node",
+         value=round(steps / (time.perf_counter() - start), 1))  # fmt: skip
+    ray.kill(remote)
+    ray.kill(node)
+
+
+def second_half_sps(run_dir: Path) -> float:
+    rows = list(csv.DictReader(open(run_dir / "metrics" / "train.csv")))
+    half = [r for r in rows if float(r["actor_steps"]) >= float(rows[-1]["actor_steps"]) / 2]
+    steps = float(half[-1]["actor_steps"]) - float(half[0]["actor_steps"])
+    wall = float(half[-1]["wall_time_s"]) - float(half[0]["wall_time_s"])
+    return steps / wall if wall > 0 else float("nan")
+
+
+def training(env_id: str, runtime: str, total_steps: int, *flags: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        cmd = [sys.executable, "-m", "rlherd.cli", "train", "impala", "--env", env_id,
+               "--runtime", runtime, "--total-steps", str(total_steps), "--run-dir",
+               str(run_dir), "--no-progress", *flags]  # fmt: skip
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        emit(figure="impala_agent_steps_per_s", env=env_id, runtime=runtime, steps=total_steps,
+             flags=" ".join(flags), steady_sps=round(second_half_sps(run_dir), 1),
+             run_sps=summary["sps"], wall_s=round(time.perf_counter() - start, 1),
+             final_return_mean=summary["final_return_mean"])  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--cartpole-steps", type=int, default=200_000)
+    parser.add_argument("--pong-steps", type=int, default=100_000)
+    parser.add_argument("--skip-runs", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR")
+    try:
+        replay(args.seconds)
+        learner(args.seconds)
+    finally:
+        ray.shutdown()
+    if args.skip_runs:
+        return
+    for env_id, steps in (("CartPole-v1", args.cartpole_steps), ("ALE/Pong-v5", args.pong_steps)):
+        layout = ("--num-actors", "2", "--envs-per-actor", "8")
+        for runtime in ("mono", "distributed"):
+            training(env_id, runtime, steps, *layout)
+
+
+if __name__ == "__main__":
+    main()

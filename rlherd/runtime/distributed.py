@@ -1,0 +1,382 @@
+"""The ``distributed`` runtime: Acme's distributed agents (Hoffman et al. 2020, sections
+2.4-2.5) as a program of Ray actors, from one laptop to a cluster, for every agent.
+
+The program is built from the agent's builder alone (the nodes are in
+:mod:`rlherd.runtime.program`): a **replay** node holds the agent's tables (on-policy agents: a
+queue table of whole rollouts, FIFO, each sampled once, inserts blocking while it holds
+``num_buffers``, so policy lag is bounded); a **learner** node; ``num_actors`` **actor** nodes that
+act with parameters pulled from the learner and write to replay in chunks; an **evaluator**
+node (with ``--eval-every``) and a **counter**. This process, the driver, steps the learner in
+half-second slices and in between does what every runtime does: counts, logs, checkpoints
+(learner and replay together, so ``--resume`` restores both) and looks after the nodes.
+
+Where it runs: with no address, an embedded Ray on this machine (no dashboard, quiet logs, actor
+CPU requests scaled to fit); with ``--ray-address`` or ``RAY_ADDRESS``, an existing cluster
+(``ray start --head`` on one machine, ``ray start --address HEAD:6379`` on the others). The
+learner asks for a GPU when ``--device cuda``; actors ask for ``actor_cpus`` each.
+
+Faults (Launchpad's users' complaints): an actor node that dies is restarted, with a new seed,
+and counted (``actor_restarts`` in summary.json); one whose code raises stops the run with its
+traceback. A dead learner or replay node stops the whole program with a message naming it; on
+every exit, Ctrl-C included, every node is stopped and an embedded Ray shut down, and the driver
+waits until the nodes' processes are gone. ``nodes.json`` in the run directory says where each
+node runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from rlherd.run.config import ConfigError, NodeDied
+from rlherd.run.rundir import atomic_write_json
+from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
+
+try:
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+except ImportError as e:  # the runtime table imports this module only when it is chosen
+    raise ConfigError(
+        "the distributed runtime needs Ray: pip install 'rlherd[ray]'"
+    ) from e
+
+from rlherd.replay.table import Table
+from rlherd.runtime.program import (
+    ActorNode,
+    CounterNode,
+    EvaluatorNode,
+    LearnerNode,
+    NodeSetup,
+    ReplayNode,
+    rollout_signature,
+)
+
+TRAIN_SLICE_S = 0.5  # the driver steps the learner this long, then looks after the rest
+READY_TIMEOUT_S = 180.0  # nodes not placed and started by then: the cluster cannot hold them
+MAX_RESTARTS_PER_ACTOR = 20  # beyond this the fault is not transient: report it and stop
+STOP_TIMEOUT_S = 10.0  # how long nodes get to leave, and their processes to be gone
+
+
+def run(ctx: RunContext) -> None:
+    ray_kind = connect(ctx.settings)
+    program = Program(ctx, cpu_requests(ctx.settings, ray_kind == "embedded"))
+    try:
+        program.launch()
+        program.run()
+    finally:
+        pids = program.close()
+        if ray_kind != "callers":
+            ray.shutdown()  # stops an embedded Ray; leaves a cluster, which goes on
+        wait_gone(pids)
+
+
+def connect(settings: Any) -> str:
+    """Join the cluster at ``ray_address`` (or ``RAY_ADDRESS``): "cluster"; or start Ray on this
+    machine: "embedded"; or use the Ray the calling script started: "callers"."""
+    if ray.is_initialized():
+        return "callers"
+    address = settings.ray_address or os.environ.get("RAY_ADDRESS", "")
+    quiet = dict(logging_level="ERROR", log_to_driver=True)
+    # ray.init makes SIGTERM exit at once; the run's own handler stops it with a checkpoint.
+    sigterm = signal.getsignal(signal.SIGTERM)
+    if address:
+        ray.init(address=address, **quiet)
+    else:
+        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **quiet)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, sigterm)
+    return "cluster" if address else "embedded"
+
+
+def cpu_requests(settings: Any, embedded: bool) -> tuple[float, float]:
+    """CPUs the learner node and each actor node ask for. On a cluster: one, and
+    ``actor_cpus``. On an embedded Ray every node must fit this machine, so the learner keeps
+    (up to) a whole CPU and the actors share the rest."""
+    if not embedded:
+        return 1.0, settings.actor_cpus
+    cpus = float(os.cpu_count() or 1)
+    learner = min(1.0, cpus / 2)
+    return learner, min(settings.actor_cpus, (cpus - learner) / settings.num_actors)
+
+
+def check(builder: Any, settings: Any) -> None:
+    """Refuse, before anything starts, a layout the nodes could not run."""
+    if builder.dataflow == "rollout":
+        queue_capacity(builder, settings)
+
+
+def queue_capacity(builder: Any, settings: Any) -> tuple[int, int]:
+    """(rollouts per learner batch, rollouts the queue table holds)."""
+    k = settings.envs_per_actor
+    if builder.batch_size % k:
+        raise ConfigError(
+            f"distributed needs batch_size ({builder.batch_size}) to be a multiple of "
+            f"envs_per_actor ({k}); e.g. --envs-per-actor {min(k, builder.batch_size)} with a "
+            "batch_size that it divides"
+        )
+    per_batch = builder.batch_size // k
+    capacity = settings.num_buffers or 2 * per_batch
+    if capacity < per_batch:
+        raise ConfigError(
+            f"num_buffers={capacity} is too few: a learner batch takes {per_batch} rollouts of "
+            f"{k} environments; set --num-buffers >= {per_batch} (or 0 for the default)"
+        )
+    return per_batch, capacity
+
+
+def _queue_table(signature: dict, capacity: int) -> list[Table]:
+    return [Table.queue("rollouts", signature, capacity)]
+
+
+class Program:
+    """The nodes of one run, launched on Ray and supervised from the driver."""
+
+    def __init__(self, ctx: RunContext, cpus: tuple[float, float]):
+        self.ctx = ctx
+        self.learner_cpus, self.actor_cpus = cpus
+        self.setup = NodeSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings)
+        self.nodes: dict[str, Any] = {}  # name -> handle, every node ever started
+        self.where: dict[str, dict] = {}  # name -> pid, ip
+        self.actors: list[Any] = []
+        self.runs: list[Any] = []  # each actor node's run() call
+        self.restarts = 0
+        self.evaluation: tuple[int, Any] | None = None  # (actor steps, the call) in flight
+        self.last_info: tuple[float, list[dict]] | None = None
+        self.last_actor_steps: dict[int, int] = {}
+
+    # launching ---------------------------------------------------------------------------------
+    def launch(self) -> None:
+        ctx, builder, settings = self.ctx, self.ctx.builder, self.ctx.settings
+        per_batch = 0
+        if builder.dataflow == "replay":
+            make_tables = functools.partial(builder.make_replay_tables, ctx.spec, True)
+        else:
+            per_batch, capacity = queue_capacity(builder, settings)
+            signature = rollout_signature(builder, ctx.spec, settings.envs_per_actor)
+            make_tables = functools.partial(_queue_table, signature, capacity)
+        threads = settings.num_actors + 8  # every actor may wait on a limiter at once
+        self.counter = self._start("counter", CounterNode, {})
+        self.replay = self._start("replay", ReplayNode, dict(max_concurrency=threads), make_tables)
+        gpus = 1 if settings.device.startswith("cuda") else 0
+        self.learner = self._start(
+            "learner", LearnerNode,
+            dict(max_concurrency=threads, num_cpus=self.learner_cpus, num_gpus=gpus),
+            self.setup, self.replay, ctx.recorder.total_steps, per_batch,
+        )  # fmt: skip
+        self.evaluator = None
+        if ctx.evaluator is not None:
+            play = ctx.evaluator.play
+            self.evaluator = self._start("evaluator", EvaluatorNode, {}, self.setup,
+                                         play.episodes, play.seed, self.learner)  # fmt: skip
+        self._await_ready(list(self.nodes))
+        if ctx.checkpoint is not None:
+            self._get(self.learner.load_state_dict.remote(ctx.checkpoint["learner"]))
+            if ctx.checkpoint.get("tables"):
+                self._get(self.replay.load_state_dicts.remote(ctx.checkpoint["tables"]))
+            set_rng_state(ctx.checkpoint["rng"])
+        # A resumed run's actors get fresh seeds, so they do not replay the first run's episodes.
+        self.seed = ctx.seed + 7919 * int(ctx.recorder.counters["learner_steps"])
+        for i in range(settings.num_actors):
+            self.actors.append(None)
+            self.runs.append(None)
+            self._start_actor(i)
+        self._await_ready([f"actor-{i}" for i in range(settings.num_actors)])
+
+    def _start(self, name: str, cls: type, options: dict, *args: Any) -> Any:
+        options = dict(dict(num_cpus=0, max_restarts=0), **options)
+        handle = ray.remote(cls).options(**options).remote(*args)
+        self.nodes[name] = handle
+        return handle
+
+    def _start_actor(self, i: int) -> None:
+        seed = self.seed + 1000 * i + 100_003 * self.restarts
+        name = f"actor-{i}"
+        options = dict(num_cpus=self.actor_cpus, max_concurrency=2)
+        self.actors[i] = self._start(name, ActorNode, options, i, seed, self.setup, self.replay,
+                                     self.learner, self.counter)  # fmt: skip
+        self.runs[i] = self.actors[i].run.remote()
+
+    def _await_ready(self, names: list[str]) -> None:
+        """Wait until these nodes run (their constructors raise here); a cluster that cannot
+        place them in ``READY_TIMEOUT_S`` is an error naming what they asked for."""
+        calls = {self.nodes[n].ready.remote(): n for n in names}
+        done, pending = ray.wait(list(calls), num_returns=len(calls), timeout=READY_TIMEOUT_S)
+        if pending:
+            late = ", ".join(calls[r] for r in pending)
+            raise ConfigError(
+                f"Ray did not start these nodes within {READY_TIMEOUT_S:.0f}s: {late}. The "
+                f"cluster has {ray.cluster_resources()}; actor nodes ask for "
+                f"{self.actor_cpus:.3g} CPU each and the learner for {self.learner_cpus:.3g} "
+                "(and a GPU with --device cuda). Lower --num-actors or --actor-cpus, or add "
+                "machines."
+            )
+        for ref in done:
+            self.where[calls[ref]] = self._get(ref)
+        atomic_write_json(self.ctx.recorder.rundir.path / "nodes.json", self.where)
+
+    # the driver's loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        ctx, recorder = self.ctx, self.ctx.recorder
+        self._log_nodes(force=True)
+        while not recorder.done() and not ctx.stop.is_set():
+            metrics = self._get(self.learner.train.remote(TRAIN_SLICE_S))
+            self._take_counts()
+            for row in metrics:
+                recorder.learner(row)
+            self._look_after_actors()
+            self._evaluate()
+            self._log_nodes()
+            ctx.tick(self.state)
+        self._evaluate(final=True)
+        self._log_nodes(force=True)
+        ctx.save(self.state())
+
+    def state(self) -> dict[str, Any]:
+        """The learner's and (if ``checkpoint_replay``) the replay node's state, taken between
+        two learner slices."""
+        tables = None
+        if self.ctx.builder.dataflow == "replay" and self.ctx.settings.checkpoint_replay:
+            tables = self._get(self.replay.state_dicts.remote())
+        learner = self._get(self.learner.state_dict.remote())
+        return checkpoint_state(learner, self.ctx.recorder, tables=tables)
+
+    def _take_counts(self) -> None:
+        steps, returns, lengths, per_actor = self._get(self.counter.take.remote())
+        self.ctx.recorder.add_actor_steps(steps)
+        if returns:
+            self.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths))
+        self.per_actor = per_actor
+
+    def _look_after_actors(self) -> None:
+        """Restart actor nodes whose process died; an actor whose code raised stops the run."""
+        finished, _ = ray.wait(list(self.runs), num_returns=len(self.runs), timeout=0)
+        for ref in finished:
+            i = self.runs.index(ref)
+            try:
+                ray.get(ref)
+                raise RuntimeError(f"actor node {i} stopped without being told to")
+            except RayActorError:
+                pass  # its process is gone (killed, out of memory, its machine left): restart
+            except RayTaskError as e:
+                self._raise_if_a_core_node_died()  # the actor failed for want of it
+                raise RuntimeError(f"actor node {i} failed; its traceback:\n{e}") from None
+            self.restarts += 1
+            if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.runs):
+                raise RuntimeError(f"actor nodes died {self.restarts} times; see the log above")
+            with contextlib.suppress(Exception):
+                ray.kill(self.actors[i], no_restart=True)
+            self._start_actor(i)
+            self._await_ready([f"actor-{i}"])
+        self.ctx.recorder.set_run_count("actor_restarts", self.restarts)
+
+    def _evaluate(self, final: bool = False) -> None:
+        """Start an evaluation on the evaluator node when one is due (one at a time, while
+        training goes on); log it once it is back (at the end: wait for it)."""
+        evaluator = self.ctx.evaluator
+        if self.evaluator is None:
+            return
+        if self.evaluation is not None:
+            steps, call = self.evaluation
+            if final or ray.wait([call], timeout=0)[0]:
+                evaluator.log(steps, self._get(call))
+                self.evaluation = None
+        if self.evaluation is None and not final:
+            steps = evaluator.due()
+            if steps is not None:
+                self.evaluation = (steps, self.evaluator.evaluate.remote())
+
+    def _log_nodes(self, force: bool = False) -> None:
+        """``metrics/replay.csv`` (per table: size, inserts and samples per second) and
+        ``metrics/actors.csv`` (per actor node: steps per second), every ``log_interval_s``."""
+        now = time.monotonic()
+        if not force and now - self.last_info[0] < self.ctx.settings.log_interval_s:
+            return
+        info = self._get(self.replay.info.remote())
+        steps = int(self.ctx.recorder.counters["actor_steps"])
+        rundir = self.ctx.recorder.rundir
+        before = self.last_info
+        for j, table in enumerate(info):
+            row = dict(actor_steps=steps, **table)
+            if before is not None:
+                dt = now - before[0]
+                row["inserts_per_s"] = round((table["inserts"] - before[1][j]["inserts"]) / dt, 1)
+                row["samples_per_s"] = round((table["samples"] - before[1][j]["samples"]) / dt, 1)
+            rundir.log("replay", row, step=steps)
+        per_actor = getattr(self, "per_actor", {})
+        if before is not None:
+            for i, total in sorted(per_actor.items()):
+                rate = (total - self.last_actor_steps.get(i, 0)) / (now - before[0])
+                rundir.log("actors", dict(actor_steps=steps, actor=i, steps=total,
+                                          steps_per_s=round(rate, 1)), step=steps)  # fmt: skip
+        self.last_info, self.last_actor_steps = (now, info), dict(per_actor)
+
+    # faults and the end --------------------------------------------------------------------------
+    def _get(self, ref: Any) -> Any:
+        """``ray.get``, with a failure of a node the program needs said plainly."""
+        try:
+            return ray.get(ref)
+        except (RayActorError, RayTaskError) as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, ValueError):  # a ConfigError, TrainingDiverged, ...
+                raise cause from None  # said as every runtime says it
+            self._raise_if_a_core_node_died()
+            raise
+
+    def _raise_if_a_core_node_died(self) -> None:
+        """Raise :class:`NodeDied` if the learner, replay or counter node is gone."""
+        for name in ("learner", "replay", "counter"):
+            if name not in self.nodes:
+                continue
+            try:
+                ray.get(self.nodes[name].ready.remote(), timeout=STOP_TIMEOUT_S)
+            except (RayActorError, GetTimeoutError):
+                raise NodeDied(
+                    f"the {name} node died, so the program was stopped (every node is stopped "
+                    f"before this returns). Continue from the last checkpoint with "
+                    f"`rlherd train --resume {self.ctx.recorder.rundir.path}`."
+                ) from None
+
+    def close(self) -> list[int]:
+        """Stop every node: actors leave their loop (their writes give up at once), then every
+        node is killed. Returns the process ids of the nodes on this machine."""
+        here = ray.util.get_node_ip_address()
+        for actor in self.actors:
+            with contextlib.suppress(Exception):
+                actor.stop.remote()
+        runs = [r for r in self.runs if r is not None]
+        if runs:
+            ray.wait(runs, num_returns=len(runs), timeout=STOP_TIMEOUT_S / 2)
+        for handle in self.nodes.values():
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+        return [w["pid"] for w in self.where.values() if w["ip"] == here]
+
+
+def wait_gone(pids: list[int]) -> None:
+    """Wait (up to ``STOP_TIMEOUT_S``) until these processes have exited."""
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if alive(pid)]
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True

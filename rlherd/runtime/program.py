@@ -1,0 +1,477 @@
+"""The nodes of a distributed program (Acme, section 2.4) and the clients that reach them.
+
+A program is a replay node, a learner node, ``num_actors`` actor nodes, an evaluator node and a
+counter, each a Ray actor placed anywhere in a cluster (:mod:`rlherd.runtime.distributed`
+launches and supervises them). Nodes meet the agent only through its builder, as every runtime
+does; what this module adds are the remote stand-ins for the pieces that live elsewhere:
+
+- :class:`InsertClient`: an actor's adder writes into it as into a table; items go to the replay
+  node in chunks of ``insert_chunk``, and each chunk waits for the tables' rate limiters there.
+- :class:`TableClient`: the learner's dataset samples through it (and DQN writes priorities back).
+- :class:`RemoteVariables`: the actors' and evaluator's ``VariableSource``, the learner node.
+- :class:`QueueDataset`: on-policy batches from the replay node's queue table, which holds whole
+  rollouts (FIFO, each sampled once, inserts block while it is full: policy lag is bounded).
+
+Arrays cross the network as numpy inside Ray's calls; Ray moves anything large through its
+object store, and what comes out of it is read-only, so clients copy what they will write.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
+from rlherd.replay.table import RateLimiterTimeout, SampleBatch, Table
+from rlherd.run.evaluate import EvalEpisodes
+from rlherd.run.loop import EnvironmentLoop
+from rlherd.runtime import make_envs
+
+POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its stop flag again
+STATS_PERIOD_S = 0.2  # actor nodes report steps and episodes at most this often
+VERSION_POLL_S = 0.01  # actor nodes ask the learner for its version at most this often
+VERSION = "version"  # the field of a queued rollout that holds the parameters' version
+
+
+class Stopped(Exception):
+    """The node was told to stop while it waited."""
+
+
+@dataclass
+class NodeSetup:
+    """What every node of an agent's program is built from (it must pickle)."""
+
+    builder: Any
+    spec: Any
+    env_id: str
+    env_kwargs: dict
+    settings: Any  # rlherd.runtime.settings.Distributed
+
+
+def whoami() -> dict[str, Any]:
+    """Where a node runs: written to the run's ``nodes.json``, used to stop stragglers."""
+    return dict(pid=os.getpid(), ip=ray.util.get_node_ip_address())
+
+
+# ------------------------------------------------------------------------------------ replay
+class ReplayNode:
+    """Reverb's role: the agent's tables (or the on-policy queue table) on their own node. Its
+    calls run on threads, so a sample blocked by a rate limiter never stalls inserts."""
+
+    def __init__(self, make_tables: Callable[[], list[Table]]):
+        torch.set_num_threads(1)
+        self.tables = make_tables()
+
+    def ready(self) -> dict[str, Any]:
+        return whoami()
+
+    def signatures(self) -> list[dict]:
+        return [t.signature for t in self.tables]
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.tables]
+
+    def insert(self, index: int, columns: dict[str, np.ndarray], priorities: np.ndarray,
+               timeout: float) -> int:  # fmt: skip
+        """Insert the rows of ``columns`` in order, each as the rate limiter allows; returns how
+        many went in before ``timeout`` (the caller sends the rest again)."""
+        table, deadline = self.tables[index], time.monotonic() + timeout
+        for i, priority in enumerate(priorities.tolist()):
+            try:
+                left = max(0.0, deadline - time.monotonic())
+                table.insert({k: v[i] for k, v in columns.items()}, priority, timeout=left)
+            except RateLimiterTimeout:
+                return i
+        return len(priorities)
+
+    def sample(self, index: int, n: int, timeout: float) -> tuple[SampleBatch, int] | None:
+        """``n`` items and the table's insert count, or None after ``timeout``."""
+        table = self.tables[index]
+        if table.max_times_sampled and not table.wait_until_can_sample(n, timeout):
+            return None  # a queue: never take part of a batch and lose it to the timeout
+        try:
+            return table.sample(n, timeout), table.insert_count
+        except RateLimiterTimeout:
+            return None
+
+    def can_sample(self, index: int, n: int) -> bool:
+        return self.tables[index].can_sample(n)
+
+    def update_priorities(self, index: int, keys: np.ndarray, priorities: np.ndarray) -> None:
+        self.tables[index].update_priorities(keys, priorities)
+
+    def info(self) -> list[dict[str, Any]]:
+        """Per table: its size and how many inserts and samples it has served."""
+        return [dict(table=t.name, size=t.size, inserts=t.limiter.inserts,
+                     samples=t.limiter.samples) for t in self.tables]  # fmt: skip
+
+    def state_dicts(self) -> list[dict[str, np.ndarray]]:
+        return [t.state_dict() for t in self.tables]
+
+    def load_state_dicts(self, states: list[dict[str, np.ndarray]]) -> None:
+        for table, state in zip(self.tables, states, strict=True):
+            table.load_state_dict(state)
+
+
+class TableClient:
+    """A table on the replay node, as a learner's dataset and learner use one: ``sample``,
+    ``can_sample``, ``update_priorities`` (not waited for), ``insert_count`` (as of the last
+    sample: DQN's exploration schedule runs on it).
+
+    Each sample asks for the next one before it returns (as Reverb's dataset prefetches), so the
+    round trip to the replay node overlaps the learner's update instead of adding to it."""
+
+    def __init__(self, replay: Any, index: int, name: str):
+        self.replay, self.index, self.name = replay, index, name
+        self.insert_count = 0
+        self._ahead: dict[tuple, Any] = {}  # (batch_size, timeout) -> the call in flight
+
+    def can_sample(self, n: int = 1) -> bool:
+        return ray.get(self.replay.can_sample.remote(self.index, n))
+
+    def sample(self, batch_size: int, timeout: float | None = None) -> SampleBatch:
+        args = (self.index, batch_size, timeout)
+        call = self._ahead.pop(args[1:], None) or self.replay.sample.remote(*args)
+        answer = ray.get(call)
+        self._ahead[args[1:]] = self.replay.sample.remote(*args)
+        if answer is None:
+            raise RateLimiterTimeout(f"no batch from table {self.name!r} within {timeout}s")
+        batch, self.insert_count = answer
+        batch.data = {k: np.array(v) for k, v in batch.data.items()}  # writable copies
+        return batch
+
+    def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
+        self.replay.update_priorities.remote(self.index, keys, priorities)
+
+
+class InsertClient:
+    """A table on the replay node, as an actor's adder writes into one. Items are kept until
+    ``chunk`` of them are here, then sent in one call as columns; the call returns when the
+    replay node took them all (its rate limiters hold across the network), or raises
+    :class:`Stopped` once ``stopping`` is set."""
+
+    def __init__(self, replay: Any, index: int, signature: dict | None, chunk: int,
+                 stopping: threading.Event):  # fmt: skip
+        self.replay, self.index, self.signature = replay, index, signature
+        self.chunk, self.stopping = chunk, stopping
+        self.items: list[dict[str, np.ndarray]] = []
+        self.priorities: list[float] = []
+
+    def insert(self, item: dict, priority: float = 1.0, timeout: float | None = None) -> None:
+        self.items.append(item)
+        self.priorities.append(priority)
+        if len(self.items) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.items:
+            return
+        columns = {k: np.stack([np.asarray(item[k]) for item in self.items]) for k in self.items[0]}
+        priorities = np.asarray(self.priorities, dtype=np.float64)
+        self.items, self.priorities = [], []
+        sent = 0
+        while sent < len(priorities):
+            if self.stopping.is_set():
+                raise Stopped
+            rest = {k: v[sent:] for k, v in columns.items()}
+            sent += ray.get(self.replay.insert.remote(self.index, rest, priorities[sent:], POLL_S))
+
+
+# ----------------------------------------------------------------------------------- learner
+class LearnerNode:
+    """The agent's learner on its own node (on a GPU when ``device`` says so), stepped in slices
+    by the driver (:meth:`train`) and serving its parameters to every other node.
+
+    Parameters are read under a lock that the learner holds while it steps, except while it
+    waits for data, so a read never sees half an update and never waits for a rate limiter.
+    Each version is copied once, however many actors ask for it."""
+
+    def __init__(self, setup: NodeSetup, replay: Any, total_steps: int, per_batch: int):
+        torch.set_num_threads(setup.settings.torch_threads)
+        builder, device = setup.builder, setup.settings.device
+        networks = builder.make_networks(setup.spec, device)
+        self.lock = threading.Lock()
+        self.version = 0
+        self._cache: tuple[int, dict[str, dict]] = (-1, {})
+        tables: list[TableClient] = []
+        if builder.dataflow == "replay":
+            names = ray.get(replay.names.remote())
+            tables = [TableClient(replay, i, name) for i, name in enumerate(names)]
+            dataset = builder.make_dataset(tables, device)
+        else:
+            queue = TableClient(replay, 0, "rollouts")
+            dataset = QueueDataset(queue, per_batch, device, lambda: self.version)
+        self.dataset = dataset
+        unlocked = _UnlockedWhileWaiting(dataset, self.lock)
+        self.learner = builder.make_learner(networks, unlocked, total_steps, tables)
+
+    def ready(self) -> dict[str, Any]:
+        return whoami()
+
+    def train(self, seconds: float) -> list[dict[str, float]]:
+        """Learner steps for about ``seconds`` (fewer if a batch is not ready); their metrics."""
+        out: list[dict[str, float]] = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            try:
+                with self.lock:
+                    metrics = self.learner.step()
+                    self.version += 1
+            except TimeoutError:
+                break  # the actors are behind: let the driver look after them
+            lag = getattr(self.dataset, "policy_lag", None)
+            out.append(metrics if lag is None else dict(metrics, policy_lag=lag))
+        return out
+
+    def variables_version(self) -> int:
+        return self.version
+
+    def get_variables(self, names: list[str]) -> tuple[int, list[dict[str, np.ndarray]]]:
+        """The version and, per name, a copy of the learner's state for it, as numpy arrays
+        (which Ray moves without pickling their contents)."""
+        with self.lock:
+            if self._cache[0] != self.version:
+                self._cache = (self.version, {})
+            cached = self._cache[1]
+            for name in names:
+                if name not in cached:
+                    (state,) = self.learner.get_variables([name])
+                    cached[name] = {k: v.detach().cpu().numpy().copy() for k, v in state.items()}
+            return self.version, [cached[name] for name in names]
+
+    def state_dict(self) -> dict[str, Any]:
+        with self.lock:
+            return self.learner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self.lock:
+            self.learner.load_state_dict(state)
+            self.version += 1
+
+
+class _UnlockedWhileWaiting:
+    """The learner's dataset, read with ``lock`` released (see :class:`LearnerNode`)."""
+
+    def __init__(self, dataset: Iterator, lock: threading.Lock):
+        object.__setattr__(self, "dataset", dataset)
+        object.__setattr__(self, "lock", lock)
+
+    def __iter__(self) -> _UnlockedWhileWaiting:
+        return self
+
+    def __next__(self) -> Any:
+        self.lock.release()
+        try:
+            return next(self.dataset)
+        finally:
+            self.lock.acquire()
+
+    def __getattr__(self, name: str) -> Any:  # ready(), close(), policy_lag, ...
+        return getattr(self.dataset, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:  # DQN sets importance_beta
+        setattr(self.dataset, name, value)
+
+
+class RemoteVariables:
+    """A :class:`~rlherd.core.VariableSource` on another node (the learner), asked without
+    waiting, as Acme's variable client does in distributed agents: a version poll answers with
+    the reply to the previous poll (polls go out at most every ``VERSION_POLL_S``), and a fetch
+    returns the newest parameters already here while the next fetch is under way. Only the
+    first of each waits. So an actor never stops acting for a round trip, and acts at most one
+    fetch behind (``fetched``: the version it acts with)."""
+
+    def __init__(self, learner: Any):
+        self.learner = learner
+        self.fetched = 0
+        self._version: int | None = None
+        self._polling: Any = None
+        self._next_poll = 0.0
+        self._states: list[dict[str, torch.Tensor]] | None = None
+        self._fetching: Any = None
+
+    def variables_version(self) -> int:
+        now = time.monotonic()
+        if self._polling is None and now >= self._next_poll:
+            self._polling = self.learner.variables_version.remote()
+            self._next_poll = now + VERSION_POLL_S
+        if self._polling is not None and (
+            self._version is None or ray.wait([self._polling], timeout=0)[0]
+        ):
+            self._version, self._polling = ray.get(self._polling), None
+        return self._version
+
+    def get_variables(self, names: list[str]) -> list[dict[str, torch.Tensor]]:
+        if self._fetching is None:
+            self._fetching = self.learner.get_variables.remote(names)
+        if self._states is None or ray.wait([self._fetching], timeout=0)[0]:
+            self.fetched, states = ray.get(self._fetching)
+            self._fetching = self.learner.get_variables.remote(names)
+            with warnings.catch_warnings():  # read-only arrays: only ever copied from
+                warnings.simplefilter("ignore", UserWarning)
+                self._states = [{k: torch.from_numpy(v) for k, v in state.items()}
+                                for state in states]  # fmt: skip
+        return self._states
+
+
+class QueueDataset:
+    """On-policy batches: ``per_batch`` rollouts from the queue table, joined along the
+    environment dimension as one learner batch. ``policy_lag`` is how many learner updates
+    the parameters that acted them are behind (mean over the batch)."""
+
+    def __init__(self, table: TableClient, per_batch: int, device: str, version: Callable):
+        self.table, self.per_batch, self.device, self.version = table, per_batch, device, version
+        self.policy_lag = 0.0
+
+    def __iter__(self) -> QueueDataset:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        data = self.table.sample(self.per_batch, timeout=POLL_S).data
+        self.policy_lag = float(np.mean(self.version() - data.pop(VERSION)))
+        return {k: _join(torch.from_numpy(v)).to(self.device) for k, v in data.items()}
+
+
+def _join(x: torch.Tensor) -> torch.Tensor:
+    """``[N, A, B, ...]`` (N rollouts of B environments) -> ``[A, N * B, ...]``: every rollout
+    field, recurrent state included, has the environment in dimension 1 (see ``join``)."""
+    return x.transpose(0, 1).reshape(x.shape[1], -1, *x.shape[3:])
+
+
+def rollout_signature(builder: Any, spec: Any, envs: int) -> dict[str, tuple]:
+    """The queue table's item: one actor node's rollout (every field, ``[T + 1, envs, ...]``,
+    and the recurrent state) and the version of the parameters it was acted with."""
+    state = builder.make_policy(builder.make_networks(spec, "cpu")).initial_state(envs)
+    layout = rollout_layout(spec, builder.rollout_fields(spec))
+    buffer = allocate_rollout(layout, builder.unroll_length, envs, state)
+    signature = {k: (tuple(v.shape), v.numpy().dtype) for k, v in buffer.items()}
+    return dict(signature, **{VERSION: ((), np.int64)})
+
+
+# ------------------------------------------------------------------------------------ actors
+class Reporter:
+    """An actor node's counts (the environment loop's recorder), sent to the counter at most
+    every ``STATS_PERIOD_S`` without waiting."""
+
+    def __init__(self, counter: Any, index: int):
+        self.counter, self.index = counter, index
+        self.steps, self.returns, self.lengths = 0, [], []
+        self.last = time.monotonic()
+
+    def add_actor_steps(self, n: int) -> None:
+        self.steps += n
+
+    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        self.returns += returns.tolist()
+        self.lengths += lengths.tolist()
+
+    def report(self, force: bool = False) -> None:
+        if self.steps and (force or time.monotonic() - self.last >= STATS_PERIOD_S):
+            self.counter.report.remote(self.index, self.steps, self.returns, self.lengths)
+            self.steps, self.returns, self.lengths = 0, [], []
+            self.last = time.monotonic()
+
+
+class ActorNode:
+    """The agent's actor in an environment loop over ``envs_per_actor`` environments, acting
+    with parameters from the learner node and writing to the replay node, until :meth:`stop`."""
+
+    def __init__(self, index: int, seed: int, setup: NodeSetup, replay: Any, learner: Any,
+                 counter: Any):  # fmt: skip
+        torch.set_num_threads(1)
+        self.index, self.seed, self.setup = index, seed, setup
+        self.replay, self.learner, self.counter = replay, learner, counter
+        self.stopping = threading.Event()
+
+    def ready(self) -> dict[str, Any]:
+        return whoami()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        setup, builder = self.setup, self.setup.builder
+        k = setup.settings.envs_per_actor
+        reporter = Reporter(self.counter, self.index)
+        source = RemoteVariables(self.learner)
+        policy = builder.make_policy(builder.make_networks(setup.spec, "cpu"))
+        tables: list[InsertClient] = []
+        if builder.dataflow == "replay":
+            signatures = ray.get(self.replay.signatures.remote())
+            chunk = setup.settings.insert_chunk
+            tables = [InsertClient(self.replay, i, signature, chunk, self.stopping)
+                      for i, signature in enumerate(signatures)]  # fmt: skip
+            adder = builder.make_adder(tables, k)
+        else:
+            queue = InsertClient(self.replay, 0, None, 1, self.stopping)
+
+            def hand_over(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+                reporter.report(force=True)  # its steps are counted before it is learned on
+                queue.insert({**{k: v.numpy() for k, v in full.items()}, VERSION: source.fetched})
+                return full  # sent (a copy): refill it
+
+            layout = rollout_layout(setup.spec, builder.rollout_fields(setup.spec))
+            buffer = allocate_rollout(layout, builder.unroll_length, k, policy.initial_state(k))
+            adder = RolloutWriter(buffer, hand_over)
+        actor = builder.make_actor(self.seed, policy, setup.spec, adder, source)
+        actor.update(wait=True)
+        envs = make_envs(setup.env_id, setup.env_kwargs, setup.settings, k)
+        try:
+            loop = EnvironmentLoop(envs, actor, reporter, self.seed)
+            while not self.stopping.is_set():
+                loop.step()
+                reporter.report()
+        except Stopped:
+            pass
+        finally:
+            envs.close()
+
+
+# -------------------------------------------------------------------------- evaluator, counter
+class EvaluatorNode:
+    """The greedy policy's episodes, with the learner node's latest parameters; it has no adder,
+    so it never writes to replay."""
+
+    def __init__(self, setup: NodeSetup, episodes: int, seed: int, learner: Any):
+        torch.set_num_threads(1)
+        self.play = EvalEpisodes(setup.builder, setup.spec, setup.env_id, setup.env_kwargs,
+                                 episodes, seed)  # fmt: skip
+        self.source = RemoteVariables(learner)
+
+    def ready(self) -> dict[str, Any]:
+        return whoami()
+
+    def evaluate(self) -> dict[str, float]:
+        return self.play(self.source)
+
+
+class CounterNode:
+    """Acme's counter: actor nodes add their steps and finished episodes; the driver takes what
+    arrived since it last asked (its recorder keeps the run's totals)."""
+
+    def __init__(self) -> None:
+        self.steps, self.returns, self.lengths = 0, [], []
+        self.per_actor: dict[int, int] = {}  # steps of each actor node since the run began
+
+    def ready(self) -> dict[str, Any]:
+        return whoami()
+
+    def report(self, actor: int, steps: int, returns: list, lengths: list) -> None:
+        self.steps += steps
+        self.returns += returns
+        self.lengths += lengths
+        self.per_actor[actor] = self.per_actor.get(actor, 0) + steps
+
+    def take(self) -> tuple[int, list, list, dict[int, int]]:
+        out = (self.steps, self.returns, self.lengths, dict(self.per_actor))
+        self.steps, self.returns, self.lengths = 0, [], []
+        return out

@@ -1,0 +1,188 @@
+"""The distributed runtime: the program's pieces, and whole programs on a local Ray under faults.
+
+Learning on it is in tests/test_matrix.py (every agent learns Corridor there, as on every
+runtime). Tests that start Ray are marked ``ray``."""
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rlherd
+from rlherd.replay import Table
+from rlherd.replay.rollouts import join
+from rlherd.run.config import ConfigError, NodeDied
+from rlherd.run.rundir import RunDir
+
+CORRIDOR = "rlherd/Corridor-v0"
+
+
+def test_queued_rollouts_join_as_the_in_process_join_does():
+    """The learner's batch from N queued rollouts must be the same as joining them: every field
+    (recurrent state included) has its environments in dimension 1."""
+    from rlherd.runtime.program import _join
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"obs": (5, 3, 4), "reward": (5, 3), "core_state.0": (2, 3, 7)}
+    rollouts = [{k: torch.randn(shape, generator=gen) for k, shape in shapes.items()}
+                for _ in range(4)]  # fmt: skip
+    stacked = {k: torch.stack([r[k] for r in rollouts]) for k in rollouts[0]}
+    expected = join(rollouts)
+    for k, v in stacked.items():
+        torch.testing.assert_close(_join(v), expected[k], rtol=0, atol=0)
+
+
+def test_a_queue_waits_for_a_whole_batch():
+    signature = {"x": ((), np.float32)}
+    table = Table.queue("q", signature, 4)
+    table.insert({"x": 1.0})
+    assert not table.wait_until_can_sample(2, timeout=0.05)
+    assert table.size == 1  # nothing was taken by the wait that timed out
+    table.insert({"x": 2.0})
+    assert table.wait_until_can_sample(2, timeout=0.05)
+
+
+def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_path):
+    with pytest.raises(ConfigError, match="multiple of envs_per_actor"):
+        rlherd.train("impala", CORRIDOR, runtime="distributed", envs_per_actor=3,
+                     run_dir=tmp_path / "a", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="replay agents"):
+        rlherd.train("impala", CORRIDOR, runtime="distributed", insert_chunk=8,
+                     run_dir=tmp_path / "b", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="actor_cpus must be > 0"):
+        rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_cpus=0,
+                     run_dir=tmp_path / "c", progress=False)  # fmt: skip
+    assert not any(tmp_path.iterdir())
+
+
+# ------------------------------------------------------------------------- programs on Ray
+def _alive(pid: int) -> bool:
+    from rlherd.runtime.distributed import alive
+
+    return alive(pid)
+
+
+def _nodes(run_dir: Path, timeout: float = 120.0) -> dict:
+    """nodes.json once every node (actors included) has started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            nodes = json.loads((run_dir / "nodes.json").read_text())
+            if "actor-0" in nodes:
+                return nodes
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the program's nodes did not start")
+
+
+def _kill_when_running(run_dir: Path, node: str, killed: dict) -> threading.Thread:
+    """SIGKILL ``node``'s process once the run has trained a little."""
+
+    def kill() -> None:
+        nodes = _nodes(run_dir)
+        deadline = time.monotonic() + 60
+        learner_csv = run_dir / "metrics" / "learner.csv"
+        while time.monotonic() < deadline:
+            if learner_csv.exists() and len(learner_csv.read_text().splitlines()) > 20:
+                break
+            time.sleep(0.1)
+        killed.update(nodes)
+        os.kill(nodes[node]["pid"], signal.SIGKILL)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.ray
+def test_a_killed_actor_node_is_restarted_and_counted(tmp_path):
+    run_dir, killed = tmp_path / "run", {}
+    thread = _kill_when_running(run_dir, "actor-0", killed)
+    run = rlherd.train("dqn", CORRIDOR, runtime="distributed", total_steps=6_000, seed=0,
+                       run_dir=run_dir, progress=False)  # fmt: skip
+    thread.join(timeout=5)
+    assert killed, "the actor was never killed"
+    assert run.summary["actor_restarts"] >= 1, run.summary
+    assert run.summary["actor_steps"] >= 6_000
+    after = json.loads((run_dir / "nodes.json").read_text())
+    assert after["actor-0"]["pid"] != killed["actor-0"]["pid"]
+    assert not [n for n, w in after.items() if _alive(w["pid"])], "nodes left running"
+
+
+@pytest.mark.ray
+def test_a_killed_learner_ends_the_run_with_nothing_left_running(tmp_path):
+    run_dir, killed = tmp_path / "run", {}
+    thread = _kill_when_running(run_dir, "learner", killed)
+    with pytest.raises(NodeDied, match="the learner node died.*--resume"):
+        rlherd.train("dqn", CORRIDOR, runtime="distributed", total_steps=10**7, seed=0,
+                     run_dir=run_dir, progress=False)  # fmt: skip
+    thread.join(timeout=5)
+    left = [name for name, where in killed.items() if _alive(where["pid"])]
+    assert not left, f"nodes still running after the run ended: {left}"
+    import ray
+
+    assert not ray.is_initialized()
+
+
+@pytest.mark.ray
+def test_resume_restores_counters_and_replay(tmp_path):
+    run_dir = tmp_path / "run"
+    first = rlherd.train("dqn", CORRIDOR, runtime="distributed", total_steps=3_000, seed=0,
+                         run_dir=run_dir, progress=False)  # fmt: skip
+    rows = (run_dir / "metrics" / "replay.csv").read_text().splitlines()
+    size_before = int(rows[-1].split(",")[2])
+    assert size_before > 0
+    second = rlherd.train(resume=run_dir, total_steps=5_000, progress=False)
+    rows_after = (run_dir / "metrics" / "replay.csv").read_text().splitlines()
+    header = rows_after[0].split(",")
+    first_of_resumed = dict(zip(header, rows_after[len(rows)].split(","), strict=False))
+    # The resumed replay node starts with the checkpointed table, not an empty one.
+    assert int(first_of_resumed["size"]) >= size_before
+    assert int(first_of_resumed["actor_steps"]) >= first.summary["actor_steps"]
+    assert second.summary["learner_steps"] > first.summary["learner_steps"]
+    assert second.summary["actor_steps"] >= 5_000
+    assert second.summary["episodes"] > first.summary["episodes"]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_stopping_a_run_stops_every_node_and_writes_a_final_checkpoint(tmp_path, stop):
+    """Ctrl-C (SIGINT to the terminal's process group: the driver and every process it started
+    on this machine) or SIGTERM to the driver alone (what a job scheduler sends) ends the run
+    with a checkpoint, and nothing left running."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlherd.cli", "train", "dqn", "--env", CORRIDOR, "--runtime",
+           "distributed", "--total-steps", "10000000", "--run-dir", str(run_dir),
+           "--no-progress"]  # fmt: skip
+    process = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)
+    try:
+        nodes = _nodes(run_dir)
+        learner_csv = run_dir / "metrics" / "learner.csv"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+            learner_csv.exists() and len(learner_csv.read_text().splitlines()) > 20
+        ):
+            time.sleep(0.1)
+        if stop == "ctrl-c":
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    checkpoint = RunDir(run_dir).load_checkpoint()
+    assert checkpoint["recorder"]["counters"]["learner_steps"] > 20
+    left = [name for name, where in nodes.items() if _alive(where["pid"])]
+    assert not left, f"nodes still running after Ctrl-C: {left}"
