@@ -95,7 +95,9 @@ class VariableSource(Protocol):
 
     ``get_variables(names)`` returns one state dict per name. A source may also define
     ``variables_version() -> int`` (it grows whenever the variables change), which lets a
-    :class:`VariableClient` skip fetching what it already has.
+    :class:`VariableClient` skip fetching what it already has; a source that answers
+    asynchronously (with variables older than the version it reported) says which version it
+    returned as ``fetched_version``, so the client asks again.
     """
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]: ...
@@ -290,13 +292,14 @@ class VariableClient:
         self.update_period = update_period
         self._calls = 0
         self._version: int | None = None
+        self._loaded: int | None = None  # an asynchronous source's version last loaded
         self._version_fn = getattr(source, "variables_version", None)
 
     def update(self, wait: bool = False) -> None:
         """Count a call; fetch if ``update_period`` calls have passed (or now, if ``wait``)."""
         self._calls += 1
         if wait:  # now, whatever the version says (e.g. after loading a checkpoint)
-            self._version = None
+            self._version = self._loaded = None
         if wait or self._calls >= self.update_period:
             self._calls = 0
             self._fetch()
@@ -308,6 +311,12 @@ class VariableClient:
                 return
             self._version = version
         (variables,) = self.source.get_variables([self.name])
+        fetched = getattr(self.source, "fetched_version", None)
+        if fetched is not None:  # an asynchronous source: maybe what was loaded last time
+            self._version = fetched
+            if fetched == self._loaded:
+                return
+            self._loaded = fetched
         own = self.module.state_dict()
         changed = {
             k: v for k, v in variables.items() if k not in own or v.data_ptr() != own[k].data_ptr()

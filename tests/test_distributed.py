@@ -38,6 +38,35 @@ def test_queued_rollouts_join_as_the_in_process_join_does():
         torch.testing.assert_close(_join(v), expected[k], rtol=0, atol=0)
 
 
+def test_a_variable_client_catches_up_with_an_asynchronous_source():
+    """A source that answers with older variables than the version it reports (the learner
+    node's prefetching client) must be asked again until the newest is loaded, and then not
+    reloaded while nothing changes."""
+    from rlherd.core import VariableClient
+
+    class Prefetching:
+        def __init__(self):
+            self.version, self.fetched_version, self.fetches = 2, 0, 0
+
+        def variables_version(self):
+            return self.version
+
+        def get_variables(self, names):
+            self.fetches += 1
+            self.fetched_version = min(self.fetched_version + 1, self.version)  # one behind
+            return [{"weight": torch.full((1, 1), float(self.fetched_version))}]
+
+    source, net = Prefetching(), torch.nn.Linear(1, 1, bias=False)
+    client = VariableClient(source, net)
+    client.update()
+    assert net.weight.item() == 1.0  # what had arrived
+    client.update()
+    assert net.weight.item() == 2.0  # asked again: the newest
+    fetches = source.fetches
+    client.update()
+    assert source.fetches == fetches  # nothing new: nothing fetched
+
+
 def test_a_queue_waits_for_a_whole_batch():
     signature = {"x": ((), np.float32)}
     table = Table.queue("q", signature, 4)
@@ -99,6 +128,16 @@ def _kill_when_running(run_dir: Path, node: str, killed: dict) -> threading.Thre
     thread = threading.Thread(target=kill, daemon=True)
     thread.start()
     return thread
+
+
+@pytest.mark.ray
+def test_a_node_that_cannot_be_built_says_why_and_leaves_no_run(tmp_path):
+    """A config error inside a node's constructor (DQN's learner asked for an image torso on
+    CartPole) is the ConfigError itself, not "the learner node died"."""
+    with pytest.raises(ConfigError, match="needs image observations"):
+        rlherd.train("dqn", "CartPole-v1", runtime="distributed", torso="deep",
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.ray

@@ -130,8 +130,21 @@ def test_checkpoints_lose_at_most_a_minute_and_at_most_a_few_percent(tmp_path):
     assert Common().checkpoint_interval_s <= 60
     recorder = Recorder(RunDir(tmp_path, create=True), dict(agent="a", env="e", runtime="r"), 10,
                         progress=False)  # fmt: skip
-    recorder.checkpointed(seconds=9.0)  # a large replay table took 9 s to write
+    recorder.checkpointed(seconds=9.0)  # a large replay table took 9 s to gather and write
     assert recorder.checkpoint_interval_s >= 9.0 / 0.05
+    recorder.checkpointed(seconds=0.1)  # one slow write does not space them out for good
+    assert recorder.checkpoint_interval_s == 60
+
+
+def test_bad_environment_options_are_one_clear_error(capsys):
+    from rlherd.cli import main
+
+    with pytest.raises(ConfigError, match="does not take the options"):
+        rlherd.make("CartPole-v1", foo=1)
+    with pytest.raises(ConfigError, match="Corridor length must be >= 2"):
+        rlherd.make("rlherd/Corridor-v0", length=1)
+    assert main(["train", "dqn", "--env", "CartPole-v1", "--env-kwargs", '{"foo": 1}']) == 2
+    assert "does not take the options" in capsys.readouterr().err
 
 
 def test_a_bug_keeps_its_traceback_and_a_user_error_is_one_line(monkeypatch, capsys, tmp_path):

@@ -124,6 +124,10 @@ def _action(array=None, **fields):
         ([_reset(), _action(np.zeros(2, np.float32))], "INVALID_ARGUMENT", "are integers"),
         ([_reset(), _reset()], "INVALID_ARGUMENT", "expected an Action"),
         ([_reset(), _action(np.zeros((2, 1000), np.int64))], "RESOURCE_EXHAUSTED", ""),
+        ([_reset(), _action(dtype="int64", shape=[0, 2**62], data=b"")], "INVALID_ARGUMENT",
+         "invalid shape"),
+        ([pb.ClientMessage(reset=pb.Reset(has_seed=True, seed=-1))], "INVALID_ARGUMENT",
+         "seed must be >= 0"),
     ],
 )  # fmt: skip
 def test_malformed_messages_end_that_stream_and_the_server_goes_on(server, messages, code, message):
@@ -359,3 +363,104 @@ def test_poly_impala_learns_cartpole(tmp_path):
     )  # fmt: skip
     assert run.summary["final_return_mean"] >= 450
     assert _server_pids() == []
+
+
+def _start_server(*flags: str) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "rlherd.envs.server", "CartPole-v1", "--address",
+           "127.0.0.1:0", "--envs-per-stream", "2", *flags]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("serving"), line
+    return proc, line.split(" on ")[1].strip()
+
+
+def _silent_stream(address: str):
+    """A stream whose client never sends: the reply iterator and its channel."""
+    channel = grpc.insecure_channel(address)
+    call = channel.stream_stream(METHOD, request_serializer=pb.ClientMessage.SerializeToString,
+                                 response_deserializer=pb.ServerMessage.FromString)  # fmt: skip
+    return call(iter(queue_mod.Queue().get, None), timeout=20), channel  # a bound, if unheard
+
+
+def test_silent_streams_are_cancelled_and_free_their_slots():
+    proc, address = _start_server("--max-streams", "4", "--first-message-timeout", "1")
+    try:
+        silent = [_silent_stream(address) for _ in range(4)]  # every slot
+        codes = []
+        for stream, channel in silent:
+            with pytest.raises(grpc.RpcError) as error:
+                next(stream)
+            codes.append(error.value.code())
+            channel.close()
+        assert set(codes) == {grpc.StatusCode.CANCELLED}, codes
+        stream = EnvStream(address, seed=1)  # a slot is free again
+        assert stream.step(np.array([0, 1]))["observation"].shape == (2, 4)
+        stream.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+def test_server_fuzz_keeps_serving_and_stops_on_sigterm_in_bounded_time():
+    """Random bytes, wrong dtypes / shapes / sizes, huge shapes, oversized messages and silent
+    streams, many at once; a well-behaved client is served throughout, and SIGTERM stops the
+    server within its bound."""
+    proc, address = _start_server("--max-streams", "32", "--first-message-timeout", "2")
+    rng = np.random.default_rng(0)
+    bad_typed = [
+        _action(dtype="complex", shape=[2], data=b""),
+        _action(dtype="int64", shape=[2], data=b"123"),
+        _action(dtype="int64", shape=[0, 2**62], data=b""),
+        _action(dtype="float32", shape=[2], data=b"\0" * 8),
+        _action(np.zeros((2, 3), np.int64)),
+        _action(np.zeros((2, 10**6), np.uint8)),  # far above any action: refused unread
+    ]
+
+    def fuzz(i: int) -> None:
+        if i % 3 == 0:  # raw random bytes, which are not a ClientMessage
+            channel = grpc.insecure_channel(address)
+            call = channel.stream_stream(METHOD)
+            requests: queue_mod.Queue = queue_mod.Queue()
+            for _ in range(3):
+                requests.put(rng.bytes(int(rng.integers(1, 5000))))
+            requests.put(None)
+            with pytest.raises(grpc.RpcError):
+                list(call(iter(requests.get, None), timeout=10))
+            channel.close()
+        elif i % 3 == 1:
+            _raw_stream(address, [_reset(), bad_typed[i % len(bad_typed)]])
+        else:
+            stream, channel = _silent_stream(address)
+            with pytest.raises(grpc.RpcError):
+                next(stream)
+            channel.close()
+
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            fuzz(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=guarded, args=(i,)) for i in range(48)]
+        for t in threads:
+            t.start()
+        good = EnvStream(address, seed=2)
+        for _ in range(200):
+            assert good.step(np.array([0, 1]))["observation"].shape == (2, 4)
+        for t in threads:
+            t.join(timeout=30)
+        assert not errors, errors
+        for _ in range(50):
+            good.step(np.array([1, 0]))
+        good.close()
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        assert time.monotonic() - start < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -119,6 +119,10 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
     except (gym.error.DependencyNotInstalled, ImportError) as e:
         raise MissingExtra(f"{env_id} needs a package that is not installed ({e}); "
                            f"{_install_hint(env_id)}") from e  # fmt: skip
+    except (TypeError, ValueError) as e:
+        if not kwargs:
+            raise  # not the user's options: a bug in the environment
+        raise ConfigError(f"{env_id} does not take the options {kwargs}: {e}") from e
     if env_id.startswith("MinAtar/"):
         env = _ChannelsFirst(env)
     spec_of(env, env_id)  # fail here, with the space named, rather than inside an agent

@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -43,6 +45,9 @@ from rlherd import envs as rl_envs
 METHOD = "/rlherd.env.EnvServer/Stream"
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # far above any frame batch; gRPC rejects larger ones
+FIRST_MESSAGE_S = 10.0  # a stream whose client sends no Reset for this long is cancelled
+IDLE_S = 300.0  # a stream whose client sends nothing for this long is cancelled
+STOP_S = 5.0  # the longest `serve-env` takes to stop on SIGTERM / SIGINT
 DTYPES = frozenset(
     ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
      "float16", "float32", "float64")
@@ -69,9 +74,11 @@ def from_array(msg: pb.Array, what: str = "array") -> np.ndarray:
             f"{what}: unknown dtype {msg.dtype!r}; expected one of {sorted(DTYPES)}"
         )
     shape = tuple(msg.shape)
-    if any(d < 0 for d in shape) or len(shape) > 32:
-        raise ProtocolError(f"{what}: invalid shape {shape}")
     dtype = np.dtype(msg.dtype).newbyteorder("<")
+    # An empty array of a huge shape ([0, 2**62]) holds no bytes, but no array can have it.
+    room = math.prod(max(d, 1) for d in shape) * dtype.itemsize
+    if any(d < 0 for d in shape) or len(shape) > 32 or room > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"{what}: invalid shape {shape}")
     expected = math.prod(shape) * dtype.itemsize
     if len(msg.data) != expected:
         raise ProtocolError(
@@ -128,10 +135,50 @@ def check_action(action: np.ndarray, space: gym.Space, num_envs: int) -> np.ndar
 
 
 # ------------------------------------------------------------------------------ server
+class StreamMonitor:
+    """Cancels streams whose client went silent: no first message within ``first_s``, or no
+    message within ``idle_s`` after the last one, so silent clients cannot hold every slot. One
+    thread checks every stream's deadline twice a second; a message only moves a number."""
+
+    def __init__(self, first_s: float, idle_s: float):
+        self.first_s, self.idle_s = first_s, idle_s
+        self.deadlines: dict[int, tuple[float, Any]] = {}  # id(context) -> (deadline, context)
+        self.lock = threading.Lock()
+        threading.Thread(target=self._watch, daemon=True, name="stream-monitor").start()
+
+    def opened(self, context) -> None:
+        with self.lock:
+            self.deadlines[id(context)] = (time.monotonic() + self.first_s, context)
+
+    def heard(self, context) -> None:
+        with self.lock:
+            self.deadlines[id(context)] = (time.monotonic() + self.idle_s, context)
+
+    def closed(self, context) -> None:
+        with self.lock:
+            self.deadlines.pop(id(context), None)
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.5)
+            now = time.monotonic()
+            with self.lock:
+                late = [c for deadline, c in self.deadlines.values() if deadline < now]
+            for context in late:
+                context.cancel()  # the blocked read of its next message ends
+
+
 class EnvServicer:
     """Serves streams of ``envs_per_stream`` environments of ``env_id`` each."""
 
-    def __init__(self, env_id: str, envs_per_stream: int = 1, **env_kwargs: Any):
+    def __init__(
+        self,
+        env_id: str,
+        envs_per_stream: int = 1,
+        first_message_s: float = FIRST_MESSAGE_S,
+        idle_s: float = IDLE_S,
+        **env_kwargs: Any,
+    ):
         if env_id in rl_envs.MULTI_AGENT:
             raise ValueError(
                 f"{env_id} is a multi-agent game; environment servers serve single-agent "
@@ -145,13 +192,37 @@ class EnvServicer:
         finally:
             probe.close()
         self.env_id, self.num_envs, self.env_kwargs = env_id, envs_per_stream, env_kwargs
+        self.monitor = StreamMonitor(first_message_s, idle_s)
+
+    def max_request_bytes(self) -> int:
+        """The largest message a well-behaved client sends (an action for every environment of
+        a stream, 8 bytes a number, and room for the envelope): gRPC refuses larger ones before
+        reading them, so memory per stream stays this small whatever a client sends."""
+        space = self.action_space
+        numbers = 1 if space.kind == "discrete" else math.prod(space.low.shape)
+        return 4096 + 8 * self.num_envs * numbers
 
     def stream(self, requests: Iterator[pb.ClientMessage], context) -> Iterator[pb.ServerMessage]:
+        self.monitor.opened(context)
+        try:
+            yield from self._serve(self._heard(requests, context), context)
+        finally:
+            self.monitor.closed(context)
+
+    def _heard(self, requests: Iterator[pb.ClientMessage], context) -> Iterator[pb.ClientMessage]:
+        for message in requests:
+            self.monitor.heard(context)
+            yield message
+
+    def _serve(self, requests: Iterator[pb.ClientMessage], context) -> Iterator[pb.ServerMessage]:
         first = next(requests, None)
         if first is None:
             return
         if first.WhichOneof("kind") != "reset":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be a Reset")
+        if first.reset.has_seed and first.reset.seed < 0:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"reset: seed must be >= 0, got {first.reset.seed}")  # fmt: skip
         n = self.num_envs
         envs = rl_envs.make_vector(self.env_id, n, **self.env_kwargs)
         try:
@@ -200,13 +271,19 @@ def serve(
     address: str = DEFAULT_ADDRESS,
     envs_per_stream: int = 1,
     max_streams: int = 64,
-    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    max_message_bytes: int | None = None,
+    first_message_s: float = FIRST_MESSAGE_S,
+    idle_s: float = IDLE_S,
     **env_kwargs: Any,
 ) -> tuple[grpc.Server, str]:
     """Start a server in background threads; returns it and the address it is bound to (a port
-    of 0 picks a free one). Messages above ``max_message_bytes`` are refused by gRPC
-    (``RESOURCE_EXHAUSTED``) before they are read."""
-    servicer = EnvServicer(env_id, envs_per_stream, **env_kwargs)
+    of 0 picks a free one). Messages above ``max_message_bytes`` (default: the largest action
+    message of a stream) are refused by gRPC (``RESOURCE_EXHAUSTED``) before they are read;
+    streams silent for ``first_message_s`` before their first message, or ``idle_s`` after
+    one, are cancelled."""
+    servicer = EnvServicer(env_id, envs_per_stream, first_message_s, idle_s, **env_kwargs)
+    if max_message_bytes is None:
+        max_message_bytes = servicer.max_request_bytes()
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_streams),
         options=[
@@ -308,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--envs-per-stream", type=int, default=1, metavar="K")
     parser.add_argument("--max-streams", type=int, default=64)
+    parser.add_argument("--first-message-timeout", type=float, default=FIRST_MESSAGE_S,
+                        metavar="S", help="cancel a stream with no Reset after S seconds")
+    parser.add_argument("--idle-timeout", type=float, default=IDLE_S, metavar="S",
+                        help="cancel a stream whose client sent nothing for S seconds")  # fmt: skip
     parser.add_argument(
         "--env-kwargs", default="{}", metavar="JSON", help="keyword arguments of rlherd.make"
     )
@@ -323,16 +404,21 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--env-kwargs must be a JSON object: {e}") from None
     if not isinstance(env_kwargs, dict):
         raise ConfigError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
-    server, address = serve(
-        args.env, args.address, args.envs_per_stream, args.max_streams, **env_kwargs
-    )
+    server, address = serve(args.env, args.address, args.envs_per_stream, args.max_streams,
+                            first_message_s=args.first_message_timeout,
+                            idle_s=args.idle_timeout, **env_kwargs)  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     print(f"serving {args.env} on {address}", flush=True)
     while not stop.wait(0.5):
         pass
-    server.stop(grace=1.0).wait()
+    if not server.stop(grace=1.0).wait(timeout=STOP_S):
+        # Handler threads stuck in an environment or a client's stream would keep the process
+        # alive at exit (the executor joins its threads): stopping must be bounded.
+        print(f"serve-env: streams still open after {STOP_S:.0f}s; exiting", flush=True)
+        sys.stdout.flush()
+        os._exit(0)
     return 0
 
 

@@ -47,6 +47,7 @@ class Recorder:
         self.meta = meta
         self.total_steps = total_steps
         self.log_interval_s = log_interval_s
+        self.checkpoint_every_s = checkpoint_interval_s  # as set; the interval may be longer
         self.checkpoint_interval_s = checkpoint_interval_s
         # The run's counts: actor_steps, learner_steps, learner_walltime (from the first learner
         # step), episodes, wall_time_s. Components count through children of this Counter.
@@ -184,11 +185,11 @@ class Recorder:
         return False
 
     def checkpointed(self, seconds: float) -> None:
-        """A checkpoint was just written, in ``seconds``: rewrite the summary with it (so
-        summary.json never lags the checkpoint a crash would resume from), and space the next
-        ones so that writing them takes at most ``CHECKPOINT_SHARE`` of the run (large replay
-        tables)."""
-        self.checkpoint_interval_s = max(self.checkpoint_interval_s, seconds / CHECKPOINT_SHARE)
+        """A checkpoint was just gathered and written, in ``seconds``: rewrite the summary with
+        it (so summary.json never lags the checkpoint a crash would resume from), and space the
+        next one so that checkpoints take at most ``CHECKPOINT_SHARE`` of the run (large replay
+        tables), as the latest one took."""
+        self.checkpoint_interval_s = max(self.checkpoint_every_s, seconds / CHECKPOINT_SHARE)
         self.write_summary()
 
     def sps(self) -> float:

@@ -205,9 +205,7 @@ def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:
         seed_everything(meta["seed"])
 
     def save(state: dict[str, Any]) -> None:
-        start = time.monotonic()
         rundir.save_checkpoint(state, int(recorder.counters["learner_steps"]))
-        recorder.checkpointed(time.monotonic() - start)
 
     evaluator = None
     if meta["eval_every"] > 0:

@@ -20,7 +20,7 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int = 30) -> None:
         try:
             iio.imwrite(path, np.stack(frames), fps=fps)
         except (ImportError, OSError, ValueError) as e:
-            raise RuntimeError(
+            raise MissingExtra(
                 f"could not write {path}: {e}. MP4 needs imageio-ffmpeg (pip install "
                 "'rlherd[video]'); a .gif works with the base install"
             ) from e

@@ -22,6 +22,7 @@ import importlib
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -82,7 +83,7 @@ class RunContext:
     recorder: Any  # rlherd.run.recorder.Recorder
     seed: int
     checkpoint: dict[str, Any] | None  # to resume from
-    save: Callable[[dict[str, Any]], None]  # writes a checkpoint
+    save: Callable[[dict[str, Any]], None]  # writes a checkpoint (runtimes call write_checkpoint())
     stop: threading.Event  # set by SIGINT / SIGTERM: stop at the next safe point
     evaluator: Any = None  # rlherd.run.evaluate.Evaluator, or None
 
@@ -92,7 +93,14 @@ class RunContext:
         if source is not None and self.evaluator is not None:
             self.evaluator.maybe_run(source)
         if self.recorder.tick():
-            self.save(state())
+            self.write_checkpoint(state)
+
+    def write_checkpoint(self, state: Callable[[], dict[str, Any]]) -> None:
+        """Write ``state()`` as a checkpoint; the recorder hears how long gathering and writing
+        it took (it keeps checkpoints to a small share of the run, and the summary with them)."""
+        start = time.monotonic()
+        self.save(state())
+        self.recorder.checkpointed(time.monotonic() - start)
 
     def make_envs(self, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
         return make_envs(self.env_id, self.env_kwargs, self.settings, num_envs, workers)

@@ -239,7 +239,7 @@ def run(ctx: RunContext) -> None:
                 recorder.learner(metrics)
         loop.report(recorder)
         ctx.tick(state)
-    ctx.save(state())
+    ctx.write_checkpoint(state)
 
 
 def evaluate_device(

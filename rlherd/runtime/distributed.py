@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from rlherd.run.config import ConfigError, NodeDied
+from rlherd.run.config import ConfigError, NodeDied, TrainingDiverged
 from rlherd.run.rundir import atomic_write_json
 from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 
@@ -62,6 +62,7 @@ TRAIN_SLICE_S = 0.5  # the driver steps the learner this long, then looks after 
 READY_TIMEOUT_S = 180.0  # nodes not placed and started by then: the cluster cannot hold them
 MAX_RESTARTS_PER_ACTOR = 20  # beyond this the fault is not transient: report it and stop
 STOP_TIMEOUT_S = 10.0  # how long nodes get to leave, and their processes to be gone
+FINAL_EVALUATION_S = 120.0  # the longest a finished run waits for its last evaluation
 
 
 def run(ctx: RunContext) -> None:
@@ -86,10 +87,18 @@ def connect(settings: Any) -> str:
     quiet = dict(logging_level="ERROR", log_to_driver=True)
     # ray.init makes SIGTERM exit at once; the run's own handler stops it with a checkpoint.
     sigterm = signal.getsignal(signal.SIGTERM)
-    if address:
-        ray.init(address=address, **quiet)
-    else:
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **quiet)
+    try:
+        if address:
+            ray.init(address=address, **quiet)
+        else:  # "local": a new Ray here, even if a `ray start` cluster runs on this machine
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
+                     **quiet)  # fmt: skip
+    except (ConnectionError, ValueError) as e:
+        where = f"the Ray cluster at {address!r}" if address else "a local Ray"
+        raise ConfigError(
+            f"could not start or join {where}: {e}. Give the head's address (HOST:6379, or "
+            "'auto' on a machine of the cluster) with --ray-address or RAY_ADDRESS."
+        ) from None
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, sigterm)
     return "cluster" if address else "embedded"
@@ -150,6 +159,7 @@ class Program:
         self.evaluation: tuple[int, Any] | None = None  # (actor steps, the call) in flight
         self.last_info: tuple[float, list[dict]] | None = None
         self.last_actor_steps: dict[int, int] = {}
+        self.starting: dict[Any, str] = {}  # restarted nodes' ready() calls -> their names
 
     # launching ---------------------------------------------------------------------------------
     def launch(self) -> None:
@@ -161,7 +171,8 @@ class Program:
             per_batch, capacity = queue_capacity(builder, settings)
             signature = rollout_signature(builder, ctx.spec, settings.envs_per_actor)
             make_tables = functools.partial(_queue_table, signature, capacity)
-        threads = settings.num_actors + 8  # every actor may wait on a limiter at once
+        # Every actor may wait on a limiter, and poll and fetch from the learner, at once.
+        threads = 2 * settings.num_actors + 8
         self.counter = self._start("counter", CounterNode, {})
         self.replay = self._start("replay", ReplayNode, dict(max_concurrency=threads), make_tables)
         gpus = 1 if settings.device.startswith("cuda") else 0
@@ -172,9 +183,7 @@ class Program:
         )  # fmt: skip
         self.evaluator = None
         if ctx.evaluator is not None:
-            play = ctx.evaluator.play
-            self.evaluator = self._start("evaluator", EvaluatorNode, {}, self.setup,
-                                         play.episodes, play.seed, self.learner)  # fmt: skip
+            self._start_evaluator()
         self._await_ready(list(self.nodes))
         if ctx.checkpoint is not None:
             self._get(self.learner.load_state_dict.remote(ctx.checkpoint["learner"]))
@@ -194,6 +203,11 @@ class Program:
         handle = ray.remote(cls).options(**options).remote(*args)
         self.nodes[name] = handle
         return handle
+
+    def _start_evaluator(self) -> None:
+        play = self.ctx.evaluator.play
+        self.evaluator = self._start("evaluator", EvaluatorNode, {}, self.setup, play.episodes,
+                                     play.seed, self.learner)  # fmt: skip
 
     def _start_actor(self, i: int) -> None:
         seed = self.seed + 1000 * i + 100_003 * self.restarts
@@ -234,9 +248,10 @@ class Program:
             self._evaluate()
             self._log_nodes()
             ctx.tick(self.state)
-        self._evaluate(final=True)
         self._log_nodes(force=True)
-        ctx.save(self.state())
+        ctx.write_checkpoint(self.state)
+        if not ctx.stop.is_set():  # stopped by a signal: leave now
+            self._evaluate(final=True)
 
     def state(self) -> dict[str, Any]:
         """The learner's and (if ``checkpoint_replay``) the replay node's state, taken between
@@ -262,33 +277,54 @@ class Program:
             try:
                 ray.get(ref)
                 raise RuntimeError(f"actor node {i} stopped without being told to")
+            except RayTaskError as e:  # its code raised (first: some of these are also
+                self._raise_if_a_core_node_died()  # RayActorErrors, for a node it called)
+                if isinstance(e.cause, ConfigError):
+                    raise e.cause from None  # e.g. an extra missing on the actor's machine
+                raise RuntimeError(f"actor node {i} failed; its traceback:\n{e}") from None
             except RayActorError:
                 pass  # its process is gone (killed, out of memory, its machine left): restart
-            except RayTaskError as e:
-                self._raise_if_a_core_node_died()  # the actor failed for want of it
-                raise RuntimeError(f"actor node {i} failed; its traceback:\n{e}") from None
             self.restarts += 1
             if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.runs):
                 raise RuntimeError(f"actor nodes died {self.restarts} times; see the log above")
             with contextlib.suppress(Exception):
                 ray.kill(self.actors[i], no_restart=True)
-            self._start_actor(i)
-            self._await_ready([f"actor-{i}"])
+            self._start_actor(i)  # not waited for: the program goes on meanwhile
+            self.starting[self.actors[i].ready.remote()] = f"actor-{i}"
+        self._note_started(timeout=0)
         self.ctx.recorder.set_run_count("actor_restarts", self.restarts)
+
+    def _note_started(self, timeout: float) -> None:
+        """Record where restarted nodes run (nodes.json), once they do."""
+        if not self.starting:
+            return
+        done, _ = ray.wait(list(self.starting), num_returns=len(self.starting), timeout=timeout)
+        for ref in done:
+            name = self.starting.pop(ref)
+            with contextlib.suppress(RayActorError, RayTaskError):  # died again: seen later
+                self.where[name] = ray.get(ref)
+        if done:
+            atomic_write_json(self.ctx.recorder.rundir.path / "nodes.json", self.where)
 
     def _evaluate(self, final: bool = False) -> None:
         """Start an evaluation on the evaluator node when one is due (one at a time, while
-        training goes on); log it once it is back (at the end: wait for it)."""
-        evaluator = self.ctx.evaluator
+        training goes on); log it once it is back (at the end: wait up to
+        ``FINAL_EVALUATION_S`` for it). An evaluator node that died is restarted."""
         if self.evaluator is None:
             return
         if self.evaluation is not None:
             steps, call = self.evaluation
-            if final or ray.wait([call], timeout=0)[0]:
-                evaluator.log(steps, self._get(call))
+            if ray.wait([call], timeout=FINAL_EVALUATION_S if final else 0)[0]:
                 self.evaluation = None
+                try:
+                    self.ctx.evaluator.log(steps, ray.get(call))
+                except RayActorError:
+                    if final:
+                        return
+                    ray.kill(self.evaluator, no_restart=True)
+                    self._start_evaluator()
         if self.evaluation is None and not final:
-            steps = evaluator.due()
+            steps = self.ctx.evaluator.due()
             if steps is not None:
                 self.evaluation = (steps, self.evaluator.evaluate.remote())
 
@@ -324,10 +360,10 @@ class Program:
             return ray.get(ref)
         except (RayActorError, RayTaskError) as e:
             cause = getattr(e, "cause", None)
-            if isinstance(cause, ValueError):  # a ConfigError, TrainingDiverged, ...
+            if isinstance(cause, ConfigError | TrainingDiverged):
                 raise cause from None  # said as every runtime says it
             self._raise_if_a_core_node_died()
-            raise
+            raise  # a bug: Ray's error carries the node's traceback
 
     def _raise_if_a_core_node_died(self) -> None:
         """Raise :class:`NodeDied` if the learner, replay or counter node is gone."""
@@ -353,6 +389,7 @@ class Program:
         runs = [r for r in self.runs if r is not None]
         if runs:
             ray.wait(runs, num_returns=len(runs), timeout=STOP_TIMEOUT_S / 2)
+        self._note_started(timeout=STOP_TIMEOUT_S / 2)  # so their processes are waited for
         for handle in self.nodes.values():
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)

@@ -379,7 +379,7 @@ def run(ctx: RunContext) -> None:
                                full_slots=pool.full.qsize())  # fmt: skip
             ctx.recorder.learner(metrics)
             ctx.tick(state, learner)
-        ctx.save(state())
+        ctx.write_checkpoint(state)
     finally:
         pool.close()
         if hasattr(dataset, "close"):

@@ -320,7 +320,7 @@ def run(ctx: RunContext) -> None:
             ctx.tick(state, learner)
         if actors.fatal:
             raise actors.fatal[0]
-        ctx.save(state())
+        ctx.write_checkpoint(state)
     finally:
         ctx.stop.set()
         if queue is not None:

@@ -18,6 +18,7 @@ object store, and what comes out of it is read-only, so clients copy what they w
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -57,22 +58,41 @@ class NodeSetup:
     settings: Any  # rlherd.runtime.settings.Distributed
 
 
-def whoami() -> dict[str, Any]:
-    """Where a node runs: written to the run's ``nodes.json``, used to stop stragglers."""
-    return dict(pid=os.getpid(), ip=ray.util.get_node_ip_address())
+class Node:
+    """A node's ``ready()`` says where it runs (the run's ``nodes.json``), or raises what its
+    constructor raised: Ray reports a constructor that raises only as a dead actor, which would
+    hide a bad config behind "the node died"."""
+
+    error: Exception | None = None
+
+    def ready(self) -> dict[str, Any]:
+        if self.error is not None:
+            raise self.error
+        return dict(pid=os.getpid(), ip=ray.util.get_node_ip_address())
+
+
+def keeps_errors(init: Callable) -> Callable:
+    """Decorates a node's ``__init__``: an exception is kept for ``ready()`` to raise."""
+
+    @functools.wraps(init)
+    def guarded(self: Node, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - raised again by ready()
+            self.error = e
+
+    return guarded
 
 
 # ------------------------------------------------------------------------------------ replay
-class ReplayNode:
+class ReplayNode(Node):
     """Reverb's role: the agent's tables (or the on-policy queue table) on their own node. Its
     calls run on threads, so a sample blocked by a rate limiter never stalls inserts."""
 
+    @keeps_errors
     def __init__(self, make_tables: Callable[[], list[Table]]):
         torch.set_num_threads(1)
         self.tables = make_tables()
-
-    def ready(self) -> dict[str, Any]:
-        return whoami()
 
     def signatures(self) -> list[dict]:
         return [t.signature for t in self.tables]
@@ -187,7 +207,7 @@ class InsertClient:
 
 
 # ----------------------------------------------------------------------------------- learner
-class LearnerNode:
+class LearnerNode(Node):
     """The agent's learner on its own node (on a GPU when ``device`` says so), stepped in slices
     by the driver (:meth:`train`) and serving its parameters to every other node.
 
@@ -195,6 +215,7 @@ class LearnerNode:
     waits for data, so a read never sees half an update and never waits for a rate limiter.
     Each version is copied once, however many actors ask for it."""
 
+    @keeps_errors
     def __init__(self, setup: NodeSetup, replay: Any, total_steps: int, per_batch: int):
         torch.set_num_threads(setup.settings.torch_threads)
         builder, device = setup.builder, setup.settings.device
@@ -213,9 +234,6 @@ class LearnerNode:
         self.dataset = dataset
         unlocked = _UnlockedWhileWaiting(dataset, self.lock)
         self.learner = builder.make_learner(networks, unlocked, total_steps, tables)
-
-    def ready(self) -> dict[str, Any]:
-        return whoami()
 
     def train(self, seconds: float) -> list[dict[str, float]]:
         """Learner steps for about ``seconds`` (fewer if a batch is not ready); their metrics."""
@@ -249,13 +267,24 @@ class LearnerNode:
             return self.version, [cached[name] for name in names]
 
     def state_dict(self) -> dict[str, Any]:
+        """On the CPU: the driver that checkpoints it may have no GPU."""
         with self.lock:
-            return self.learner.state_dict()
+            return _to_cpu(self.learner.state_dict())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         with self.lock:
             self.learner.load_state_dict(state)
             self.version += 1
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
 
 
 class _UnlockedWhileWaiting:
@@ -288,11 +317,12 @@ class RemoteVariables:
     the reply to the previous poll (polls go out at most every ``VERSION_POLL_S``), and a fetch
     returns the newest parameters already here while the next fetch is under way. Only the
     first of each waits. So an actor never stops acting for a round trip, and acts at most one
-    fetch behind (``fetched``: the version it acts with)."""
+    fetch behind; ``fetched_version`` says which version it got, so its variable client asks
+    again until it has the newest."""
 
     def __init__(self, learner: Any):
         self.learner = learner
-        self.fetched = 0
+        self.fetched_version = 0
         self._version: int | None = None
         self._polling: Any = None
         self._next_poll = 0.0
@@ -314,13 +344,18 @@ class RemoteVariables:
         if self._fetching is None:
             self._fetching = self.learner.get_variables.remote(names)
         if self._states is None or ray.wait([self._fetching], timeout=0)[0]:
-            self.fetched, states = ray.get(self._fetching)
+            self.fetched_version, states = ray.get(self._fetching)
             self._fetching = self.learner.get_variables.remote(names)
-            with warnings.catch_warnings():  # read-only arrays: only ever copied from
-                warnings.simplefilter("ignore", UserWarning)
-                self._states = [{k: torch.from_numpy(v) for k, v in state.items()}
-                                for state in states]  # fmt: skip
+            self._states = as_tensors(states)
         return self._states
+
+
+def as_tensors(states: list[dict[str, np.ndarray]]) -> list[dict[str, torch.Tensor]]:
+    """State dicts of the learner's numpy arrays as tensors sharing their memory, which Ray
+    made read-only: they are only ever copied from (``load_state_dict``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's warning about read-only arrays
+        return [{k: torch.from_numpy(v) for k, v in state.items()} for state in states]
 
 
 class QueueDataset:
@@ -381,7 +416,7 @@ class Reporter:
             self.last = time.monotonic()
 
 
-class ActorNode:
+class ActorNode(Node):
     """The agent's actor in an environment loop over ``envs_per_actor`` environments, acting
     with parameters from the learner node and writing to the replay node, until :meth:`stop`."""
 
@@ -391,9 +426,6 @@ class ActorNode:
         self.index, self.seed, self.setup = index, seed, setup
         self.replay, self.learner, self.counter = replay, learner, counter
         self.stopping = threading.Event()
-
-    def ready(self) -> dict[str, Any]:
-        return whoami()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -416,7 +448,8 @@ class ActorNode:
 
             def hand_over(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
                 reporter.report(force=True)  # its steps are counted before it is learned on
-                queue.insert({**{k: v.numpy() for k, v in full.items()}, VERSION: source.fetched})
+                acted_with = source.fetched_version
+                queue.insert({**{k: v.numpy() for k, v in full.items()}, VERSION: acted_with})
                 return full  # sent (a copy): refill it
 
             layout = rollout_layout(setup.spec, builder.rollout_fields(setup.spec))
@@ -437,33 +470,32 @@ class ActorNode:
 
 
 # -------------------------------------------------------------------------- evaluator, counter
-class EvaluatorNode:
-    """The greedy policy's episodes, with the learner node's latest parameters; it has no adder,
-    so it never writes to replay."""
+class EvaluatorNode(Node):
+    """The greedy policy's episodes, with the learner node's latest parameters (fetched when an
+    evaluation starts, and waited for); it has no adder, so it never writes to replay."""
 
+    @keeps_errors
     def __init__(self, setup: NodeSetup, episodes: int, seed: int, learner: Any):
         torch.set_num_threads(1)
         self.play = EvalEpisodes(setup.builder, setup.spec, setup.env_id, setup.env_kwargs,
                                  episodes, seed)  # fmt: skip
-        self.source = RemoteVariables(learner)
+        self.learner = learner
 
-    def ready(self) -> dict[str, Any]:
-        return whoami()
+    def get_variables(self, names: list[str]) -> list[dict[str, torch.Tensor]]:
+        _, states = ray.get(self.learner.get_variables.remote(names))
+        return as_tensors(states)
 
     def evaluate(self) -> dict[str, float]:
-        return self.play(self.source)
+        return self.play(self)  # the evaluator is its own (waiting) variable source
 
 
-class CounterNode:
+class CounterNode(Node):
     """Acme's counter: actor nodes add their steps and finished episodes; the driver takes what
     arrived since it last asked (its recorder keeps the run's totals)."""
 
     def __init__(self) -> None:
         self.steps, self.returns, self.lengths = 0, [], []
         self.per_actor: dict[int, int] = {}  # steps of each actor node since the run began
-
-    def ready(self) -> dict[str, Any]:
-        return whoami()
 
     def report(self, actor: int, steps: int, returns: list, lengths: list) -> None:
         self.steps += steps

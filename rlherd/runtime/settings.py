@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,14 +147,17 @@ def _check(settings: Any) -> None:
     if getattr(settings, "num_buffers", 0) < 0 or getattr(settings, "env_workers", 0) < 0:
         raise ConfigError("num_buffers and env_workers must be >= 0")
     for name in ("num_actors", "envs_per_actor", "num_servers", "torch_threads", "num_envs",
-                 "insert_chunk"):  # fmt: skip
+                 "insert_chunk", "inference_min_batch"):  # fmt: skip
         value = getattr(settings, name, 1)
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
     if getattr(settings, "actor_cpus", 1.0) <= 0:
         raise ConfigError(f"actor_cpus must be > 0, got {settings.actor_cpus}")
     # On a cluster the learner node may have the GPU that this machine lacks.
-    if settings.device.startswith("cuda") and not getattr(settings, "ray_address", ""):
+    on_cluster = hasattr(settings, "ray_address") and (
+        settings.ray_address or os.environ.get("RAY_ADDRESS")
+    )
+    if settings.device.startswith("cuda") and not on_cluster:
         import torch
 
         if not torch.cuda.is_available():

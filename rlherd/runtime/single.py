@@ -72,7 +72,7 @@ def run(ctx: RunContext) -> None:
         while not ctx.recorder.done() and not ctx.stop.is_set():
             loop.step()
             ctx.tick(state, learner)
-        ctx.save(state())
+        ctx.write_checkpoint(state)
     finally:
         loop.envs.close()
         if hasattr(dataset, "close"):

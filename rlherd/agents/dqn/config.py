@@ -61,6 +61,8 @@ class DQNConfig:
             raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
+        if self.priority_exponent < 0:
+            raise ValueError(f"priority_exponent must be >= 0, got {self.priority_exponent}")
 
 
 PRESETS: dict[str, dict] = {

@@ -39,7 +39,7 @@ def make_device(
         )
     try:
         return DEVICE_ENVS[env_id](num_envs, device=device, seed=seed, **config)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise ConfigError(f"bad option for {env_id}: {e}") from None
 
 
