@@ -175,3 +175,57 @@ def test_a_missing_extra_is_named(monkeypatch, capsys):
     monkeypatch.setattr(gym, "make", no_mujoco)
     assert main(["train", "ppo", "--env", "HalfCheetah-v5", "--no-progress"]) == 2
     assert "pip install 'rlherd[mujoco]'" in capsys.readouterr().err
+
+
+CHILD_SCRIPT = """
+import multiprocessing as mp, threading, time
+from rlherd.envs.vector import die_with_parent
+
+def child():
+    die_with_parent()
+    time.sleep(120)
+
+if __name__ == "__main__":
+    procs = []
+    starter = threading.Thread(target=lambda: procs.append(mp.get_context("spawn").Process(
+        target=child)) or procs[0].start())
+    starter.start()
+    starter.join()  # the thread that started the child is gone
+    print(procs[0].pid, flush=True)
+    time.sleep(120)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_child_outlives_the_thread_that_started_it_but_not_its_parent(tmp_path):
+    """mono restarts actors from whichever thread notices a death; an actor must live as long
+    as the learner process, not as long as that thread, and die with the process."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(CHILD_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        time.sleep(1.5)
+        assert _running(child), "the child died with the thread that started it"
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _running(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(child), "the child outlived its parent"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()

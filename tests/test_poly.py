@@ -464,3 +464,72 @@ def test_server_fuzz_keeps_serving_and_stops_on_sigterm_in_bounded_time():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_hung_server_does_not_hang_its_client():
+    srv, address = serve("rlherd/Faulty-v0", "127.0.0.1:0", mode="hang", at=2, hang_s=4.0)
+    try:
+        stream = EnvStream(address, step_timeout=1.0)
+        stream.step(np.array([0]))
+        start = time.monotonic()
+        with pytest.raises(grpc.RpcError) as error:
+            stream.step(np.array([0]))  # the environment sleeps 4 s
+        assert error.value.code() == grpc.StatusCode.CANCELLED
+        assert time.monotonic() - start < 3.0
+        stream.close()
+    finally:
+        srv.stop(0).wait()
+
+
+def test_a_stream_that_fails_to_start_closes_its_channel(monkeypatch):
+    srv, address = serve("CartPole-v1", "127.0.0.1:0", max_streams=1)
+    closed = []
+    real = grpc.insecure_channel
+
+    def recording(*args, **kwargs):
+        channel = real(*args, **kwargs)
+        close = channel.close
+        channel.close = lambda: closed.append(channel) or close()
+        return channel
+
+    first = EnvStream(address)
+    monkeypatch.setattr(grpc, "insecure_channel", recording)
+    try:
+        with pytest.raises(grpc.RpcError):  # the server's one slot is taken
+            EnvStream(address)
+        assert len(closed) == 1
+    finally:
+        first.close()
+        srv.stop(0).wait()
+
+
+def test_bad_data_stops_a_poly_run_instead_of_being_retried_forever():
+    """A ProtocolError (or the server's INVALID_ARGUMENT) will not fix itself: the actor
+    reports it and stops the run; only network faults are retried."""
+    from types import SimpleNamespace
+
+    import rlherd.envs.server as server_module
+    from rlherd.envs.server import ProtocolError
+    from rlherd.runtime.poly import Actors
+
+    def bad_stream(*args, **kwargs):
+        raise ProtocolError("observation of shape (3,) from the server")
+
+    stop = threading.Event()
+    ctx = SimpleNamespace(stop=stop, settings=SimpleNamespace(num_actors=1, envs_per_actor=1),
+                          builder=SimpleNamespace(make_policy=lambda net: None))  # fmt: skip
+    actors = Actors(ctx, ["unix:/nowhere"], None, None, None, seed=0)
+    original = server_module.EnvStream
+    server_module.EnvStream = bad_stream
+    try:
+        thread = threading.Thread(target=actors._run, args=(0,), daemon=True)
+        thread.start()
+        thread.join(timeout=3)
+        stopped_by_itself = not thread.is_alive()
+        stop.set()
+        thread.join(timeout=10)
+    finally:
+        server_module.EnvStream = original
+    assert stopped_by_itself, f"retried {actors.reconnects[0]} times"
+    assert actors.reconnects == [0]
+    assert isinstance(actors.fatal[0], ProtocolError) and stop.is_set()

@@ -194,3 +194,27 @@ def _alive(pid):
         return False
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split()[2] != "Z"
+
+
+def test_after_a_worker_fails_the_batch_stays_in_step_with_its_workers():
+    """Worker 1's environment raises: worker 0's answer to that step must still be read (else
+    every later step returns worker 0's previous step), and stepping again without
+    restart_worker is a WorkerError, not a BrokenPipeError."""
+    env_fns = fns("CartPole-v1", 2) + fns("rlherd/Faulty-v0", 2, at=2, mode="raise")
+    reference = [envs.make("CartPole-v1") for _ in range(2)]
+    with BatchEnv(env_fns, num_workers=2, timeout=30) as batch:
+        batch.reset(seed=0)
+        for i, env in enumerate(reference):
+            env.reset(seed=i)
+        actions = np.zeros(4, dtype=np.int64)
+        batch.step(actions)
+        with pytest.raises(EnvError, match="environment 2 raised"):
+            batch.step(actions)
+        assert not batch._conns[0].poll(1.0), "worker 0's answer was left unread"
+        with pytest.raises(WorkerError, match="restart_worker\\(1\\)"):
+            batch.step(actions)
+        batch.restart_worker(1, seed=0)
+        obs, *_ = batch.step(actions)
+        # Worker 0 stepped three times (the failed step included), as the reference has.
+        expected = [[env.step(0)[0] for _ in range(3)][-1] for env in reference]
+        np.testing.assert_allclose(obs[:2], expected, rtol=1e-6)

@@ -48,6 +48,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # far above any frame batch; gRPC rejects 
 FIRST_MESSAGE_S = 10.0  # a stream whose client sends no Reset for this long is cancelled
 IDLE_S = 300.0  # a stream whose client sends nothing for this long is cancelled
 STOP_S = 5.0  # the longest `serve-env` takes to stop on SIGTERM / SIGINT
+STEP_S = 60.0  # a client's stream is cancelled if the server does not answer a step this fast
 DTYPES = frozenset(
     ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
      "float16", "float32", "float64")
@@ -136,9 +137,11 @@ def check_action(action: np.ndarray, space: gym.Space, num_envs: int) -> np.ndar
 
 # ------------------------------------------------------------------------------ server
 class StreamMonitor:
-    """Cancels streams whose client went silent: no first message within ``first_s``, or no
-    message within ``idle_s`` after the last one, so silent clients cannot hold every slot. One
-    thread checks every stream's deadline twice a second; a message only moves a number."""
+    """Cancels streams whose other side went silent: no first message within ``first_s``, or
+    no message within ``idle_s`` after the last one (a server's silent clients cannot hold
+    every slot; a client does not wait forever on a hung server). One thread checks every
+    stream's deadline twice a second; a message only moves a number. A stream is anything
+    with ``cancel()``: a server's RPC context, a client's call."""
 
     def __init__(self, first_s: float, idle_s: float):
         self.first_s, self.idle_s = first_s, idle_s
@@ -318,7 +321,13 @@ class EnvStream:
     ``grpc.RpcError``.
     """
 
-    def __init__(self, address: str, seed: int | None = None, connect_timeout: float = 30.0):
+    def __init__(
+        self,
+        address: str,
+        seed: int | None = None,
+        connect_timeout: float = 30.0,
+        step_timeout: float = STEP_S,
+    ):
         self.address = address
         self.channel = grpc.insecure_channel(
             address,
@@ -327,11 +336,19 @@ class EnvStream:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
+        self._responses: Any = None
+        self._monitor = _client_monitor(step_timeout)
+        try:
+            self._open(connect_timeout, seed)
+        except BaseException:
+            self.close()  # no channel is left open by a stream that failed to start
+            raise
+
+    def _open(self, connect_timeout: float, seed: int | None) -> None:
         try:
             grpc.channel_ready_future(self.channel).result(timeout=connect_timeout)
         except grpc.FutureTimeoutError:
-            self.channel.close()
-            raise ConnectionError(f"no environment server answered at {address}") from None
+            raise ConnectionError(f"no environment server answered at {self.address}") from None
         self._requests: queue.Queue = queue.Queue()
         method = self.channel.stream_stream(
             METHOD,
@@ -341,7 +358,7 @@ class EnvStream:
         self._responses = method(iter(self._requests.get, None))
         reset = pb.Reset(has_seed=seed is not None, seed=seed or 0)
         self._requests.put(pb.ClientMessage(reset=reset))
-        spec = next(self._responses)
+        spec = self._next()
         if spec.WhichOneof("kind") != "spec":
             raise ProtocolError("the server did not start with a Spec")
         self.env_id = spec.spec.env_id
@@ -350,8 +367,17 @@ class EnvStream:
         self.action_space = space_from_proto(spec.spec.action_space)
         self.first = self._read()
 
+    def _next(self) -> pb.ServerMessage:
+        """The server's next message; a server silent for ``step_timeout`` has the stream
+        cancelled (``grpc.RpcError`` CANCELLED), so a hung server never hangs its client."""
+        self._monitor.heard(self._responses)
+        try:
+            return next(self._responses)
+        finally:
+            self._monitor.closed(self._responses)
+
     def _read(self) -> dict[str, np.ndarray]:
-        msg = next(self._responses)
+        msg = self._next()
         if msg.WhichOneof("kind") != "step":
             raise ProtocolError(f"expected a Step from the server, got {msg.WhichOneof('kind')}")
         step = {f.name: from_array(v, f.name) for f, v in msg.step.ListFields()}
@@ -368,9 +394,22 @@ class EnvStream:
         return self._read()
 
     def close(self) -> None:
-        self._requests.put(None)
-        self._responses.cancel()
+        if self._responses is not None:
+            self._requests.put(None)
+            self._responses.cancel()
         self.channel.close()
+
+
+_monitors: dict[float, StreamMonitor] = {}
+_monitors_lock = threading.Lock()
+
+
+def _client_monitor(step_timeout: float) -> StreamMonitor:
+    """One monitor (one thread) per step timeout for all of a process's client streams."""
+    with _monitors_lock:
+        if step_timeout not in _monitors:
+            _monitors[step_timeout] = StreamMonitor(step_timeout, step_timeout)
+        return _monitors[step_timeout]
 
 
 # ------------------------------------------------------------------------------ command line
@@ -385,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--envs-per-stream", type=int, default=1, metavar="K")
     parser.add_argument("--max-streams", type=int, default=64)
+    parser.add_argument("--die-with-parent", action="store_true",
+                        help="exit when the process that started this one exits")  # fmt: skip
     parser.add_argument("--first-message-timeout", type=float, default=FIRST_MESSAGE_S,
                         metavar="S", help="cancel a stream with no Reset after S seconds")
     parser.add_argument("--idle-timeout", type=float, default=IDLE_S, metavar="S",
@@ -396,6 +437,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.die_with_parent:
+        from rlherd.envs.vector import die_with_parent
+
+        die_with_parent()
     if args.envs_per_stream < 1:
         raise ConfigError(f"--envs-per-stream must be >= 1, got {args.envs_per_stream}")
     try:

@@ -16,16 +16,18 @@ Faults: an exception inside an environment is raised here with the worker's trac
 environment's index (:class:`EnvError`); a dead worker raises :class:`WorkerError` (and
 ``restart_worker`` replaces it); a step slower than ``timeout`` raises ``TimeoutError`` instead of
 hanging. ``close()``, the context manager and interpreter exit stop every worker, and workers die
-with their parent (``PR_SET_PDEATHSIG``).
+with their parent (:func:`die_with_parent`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import multiprocessing as mp
+import os
 import signal
+import threading
+import time
 import traceback
 import weakref
 from collections import deque
@@ -43,7 +45,7 @@ class EnvError(RuntimeError):
 
 
 class WorkerError(RuntimeError):
-    """A worker process died."""
+    """A worker process died, or failed and must be restarted (``restart_worker``)."""
 
 
 STARTUP_TIMEOUT_S = 120.0
@@ -57,6 +59,24 @@ def _shared_layout(obs_space: gym.Space, act_space: gym.Space, n: int) -> dict[s
         terminated=((n,), np.bool_),
         truncated=((n,), np.bool_),
     )
+
+
+PARENT_POLL_S = 0.2  # how often a child process checks that its parent is still there
+
+
+def die_with_parent() -> None:
+    """Kill this process (an environment worker, an actor, a local environment server) once the
+    process that started it is gone, so none is ever orphaned. A daemon thread watches the
+    parent's pid: Linux's ``PR_SET_PDEATHSIG`` fires when the parent *thread* that started the
+    child ends, which kills children restarted from a short-lived thread."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
 
 
 def _views(blocks: dict[str, shared_memory.SharedMemory], layout: dict[str, tuple]):
@@ -73,8 +93,7 @@ def _worker(
     layout: dict[str, tuple],
 ) -> None:
     """Step environments ``first .. first + len(env_fns) - 1`` on command."""
-    with contextlib.suppress(OSError, AttributeError):  # die with the parent (Linux)
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     blocks = {k: shared_memory.SharedMemory(name=v) for k, v in names.items()}
     buf = _views(blocks, layout)
@@ -187,6 +206,9 @@ class BatchEnv(gym.vector.VectorEnv):
         self._pending = np.zeros(num_workers, dtype=bool)  # a step is in flight
         self._queued: list[list[int]] = [[] for _ in range(num_workers)]  # wait for that step
         self._ready: deque[int] = deque()  # stepped environments not yet returned by recv
+        # Workers that died, raised, or did not answer in time: their environments are in an
+        # unknown state, so each command refuses them until restart_worker replaces them.
+        self._broken: set[int] = set()
         self.closed = False
         try:
             for w in range(num_workers):
@@ -210,7 +232,61 @@ class BatchEnv(gym.vector.VectorEnv):
         child.close()
         self._procs[w], self._conns[w] = p, parent
 
-    def _expect(self, w: int, what: str) -> Any:
+    def _refuse_broken(self, workers) -> None:
+        for w in sorted(self._broken.intersection(workers)):
+            a, b = self._ranges[w]
+            raise WorkerError(
+                f"environment worker {w} (envs {a}..{b - 1}) failed earlier; call "
+                f"restart_worker({w}) to replace it"
+            )
+
+    def _send(self, w: int, message: tuple) -> None:
+        self._refuse_broken([w])
+        a, b = self._ranges[w]
+        try:
+            self._conns[w].send(message)
+        except OSError:  # BrokenPipeError: it died since it last answered
+            self._broken.add(w)
+            raise WorkerError(
+                f"environment worker {w} (envs {a}..{b - 1}) died; call restart_worker({w}) "
+                "to replace it"
+            ) from None
+
+    def _command(self, message: Callable[[int], tuple]) -> None:
+        """Send every worker its ``message(w)`` and read every answer, even after one of them
+        failed: an answer left unread would be taken for the next command's, and the batch would
+        fall a step behind its workers. Then raise the first failure. While a worker is broken,
+        no worker is sent anything: the batch steps together or not at all."""
+        self._refuse_broken(range(len(self._ranges)))
+        sent, error = [], None
+        for w in range(len(self._ranges)):
+            try:
+                self._send(w, message(w))
+                sent.append(w)
+            except WorkerError as e:
+                error = error or e
+        for w in sent:
+            try:
+                self._expect(w, "ok")
+            except (EnvError, WorkerError, TimeoutError) as e:
+                error = error or e
+        if error is not None:
+            raise error
+
+    def _expect(self, w: int, what: str, recoverable: bool = False) -> Any:
+        """Worker ``w``'s answer; any failure marks it broken, except an error a
+        ``recoverable`` command (``call``) reports, after which the worker goes on."""
+        try:
+            return self._answer(w, what, recoverable)
+        except EnvError:
+            if not recoverable:
+                self._broken.add(w)
+            raise
+        except (WorkerError, TimeoutError):
+            self._broken.add(w)
+            raise
+
+    def _answer(self, w: int, what: str, recoverable: bool) -> Any:
         conn = self._conns[w]
         a, b = self._ranges[w]
         # Starting a worker imports its libraries, which the step timeout should not bound.
@@ -218,7 +294,8 @@ class BatchEnv(gym.vector.VectorEnv):
         if not conn.poll(timeout):
             raise TimeoutError(
                 f"environment worker {w} (envs {a}..{b - 1}) did not answer within "
-                f"{timeout}s; raise BatchEnv(timeout=...) if its steps are that slow"
+                f"{timeout}s; raise BatchEnv(timeout=...) if its steps are that slow (call "
+                f"restart_worker({w}) to go on)"
             )
         try:
             kind, payload = conn.recv()
@@ -243,6 +320,7 @@ class BatchEnv(gym.vector.VectorEnv):
         if self._procs[w].is_alive():
             self._procs[w].kill()
         self._procs[w].join()
+        self._broken.discard(w)
         self._pending[w] = False
         self._queued[w] = []
         self._ready = deque(i for i in self._ready if self._owner(i) != w)
@@ -273,21 +351,15 @@ class BatchEnv(gym.vector.VectorEnv):
             if seed is None
             else ([seed + i for i in range(self.num_envs)] if isinstance(seed, int) else list(seed))
         )
-        for w, (a, b) in enumerate(self._ranges):
-            self._conns[w].send(("reset", seeds[a:b]))
-        for w in range(len(self._ranges)):
-            self._expect(w, "ok")
         self._ready.clear()
+        self._command(lambda w: ("reset", seeds[slice(*self._ranges[w])]))
         return self._buf["obs"].copy(), {}
 
     def step(self, actions):
         self._check_open()
         self._drain()
         self._buf["action"][:] = actions
-        for conn in self._conns:
-            conn.send(("step", None))
-        for w in range(len(self._ranges)):
-            self._expect(w, "ok")
+        self._command(lambda w: ("step", None))
         obs, reward, terminated, truncated = self._outputs(slice(None))
         return obs, reward, terminated, truncated, {}
 
@@ -304,8 +376,8 @@ class BatchEnv(gym.vector.VectorEnv):
         self._check_open()
         self._drain()
         w = self._owner(env_id)
-        self._conns[w].send(("call", (env_id - self._ranges[w][0], name, args, kwargs)))
-        return self._expect(w, "ok")
+        self._send(w, ("call", (env_id - self._ranges[w][0], name, args, kwargs)))
+        return self._expect(w, "ok", recoverable=True)
 
     # ---------------------------------------------------------------------------- async
     def send(self, actions, env_ids: Sequence[int] | np.ndarray | None = None) -> None:
@@ -324,7 +396,7 @@ class BatchEnv(gym.vector.VectorEnv):
     def _dispatch(self, w: int) -> None:
         """Send worker ``w`` its queued environments if it is idle."""
         if self._queued[w] and not self._pending[w]:
-            self._conns[w].send(("step", self._queued[w]))
+            self._send(w, ("step", self._queued[w]))
             self._queued[w] = []
             self._pending[w] = True
 
@@ -358,8 +430,8 @@ class BatchEnv(gym.vector.VectorEnv):
         """Wait out asynchronous steps before a synchronous call."""
         for w in range(len(self._ranges)):
             while self._pending[w]:
-                self._expect(w, "ok")
                 self._pending[w] = False
+                self._expect(w, "ok")
                 self._dispatch(w)
         self._ready.clear()
 

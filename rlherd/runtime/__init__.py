@@ -16,8 +16,6 @@ through ``ctx.builder``; no runtime module imports an agent.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import importlib
 import random
 import signal
@@ -137,13 +135,6 @@ class GracefulStop:
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no actor or environment server
-    is ever orphaned. Elsewhere there is no prctl; daemon processes still cover normal exits."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def checkpoint_state(learner, recorder, **parts: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ Each actor talks over a private pipe served by one thread here (shared ``multipr
 deadlock every actor when one is killed while holding the queue's lock; a private pipe breaks
 alone). Faults: an actor that dies is restarted (its slot recovered, the restart counted); one
 that fails before acting stops the run with its traceback. SIGINT / SIGTERM stop the run at the
-next learner step with a final checkpoint; actors die with the learner (``PR_SET_PDEATHSIG``).
+next learner step with a final checkpoint; actors die with the learner (``die_with_parent``).
 A resumed run continues the learner exactly; actors start new episodes.
 """
 
@@ -36,13 +36,13 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
+from rlherd.envs.vector import die_with_parent
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, join, rollout_layout
 from rlherd.run.config import ConfigError
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.runtime import (
     RunContext,
     checkpoint_state,
-    die_with_parent,
     load_tables,
     make_envs,
     set_rng_state,

@@ -41,7 +41,6 @@ from rlherd.run.loop import EnvironmentLoop
 from rlherd.runtime import (
     RunContext,
     checkpoint_state,
-    die_with_parent,
     load_tables,
     set_rng_state,
     table_states,
@@ -75,13 +74,14 @@ class LocalServers:
     def _start(self, i: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.addresses[i][len("unix:") :])
-        cmd = [sys.executable, "-m", "rlherd.envs.server", *self._args]
+        # The server watches for this process to go (--die-with-parent): a preexec_fn would run
+        # between fork and exec of this threaded process, which Python documents as unsafe.
+        cmd = [sys.executable, "-m", "rlherd.envs.server", *self._args, "--die-with-parent"]
         self.procs[i] = subprocess.Popen(
             [*cmd, "--address", self.addresses[i]],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=die_with_parent,
         )
 
     def _wait_ready(self, i: int) -> None:
@@ -253,21 +253,29 @@ class Actors:
                     loop.step()
             except Closed:
                 return
-            except (grpc.RpcError, ConnectionError, ProtocolError) as e:
+            except (grpc.RpcError, ConnectionError) as e:
                 if ctx.stop.is_set():
+                    return
+                if isinstance(e, grpc.RpcError) and e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                    self._fail(ProtocolError(f"the server refused this client's data: "
+                                             f"{e.details()}"))  # fmt: skip
                     return
                 self.reconnects[i] += 1
                 details = e.details() if isinstance(e, grpc.RpcError) else str(e)
                 self.last_errors[i] = f"{type(e).__name__}: {details}"
                 time.sleep(backoff)
                 backoff, attempt = min(2 * backoff, MAX_BACKOFF_S), attempt + 1
-            except BaseException as e:  # a bug, not a fault of the network: stop the run
-                self.fatal.append(e)
-                ctx.stop.set()
+            except BaseException as e:  # a bug or bad data (ProtocolError): will not fix itself
+                self._fail(e)
                 return
             finally:
                 if envs is not None:
                     envs.close()
+
+    def _fail(self, error: BaseException) -> None:
+        """Stop the run: ``error`` is no fault of the network, and retrying will not fix it."""
+        self.fatal.append(error)
+        self.ctx.stop.set()
 
     def join(self) -> None:
         for t in self.threads:
