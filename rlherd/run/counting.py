@@ -7,6 +7,9 @@ Counts live in the root; a child counter adds its prefix, so ``Counter(root, "ac
 from __future__ import annotations
 
 import threading
+import time
+
+import numpy as np
 
 
 class Counter:
@@ -103,3 +106,30 @@ class EpisodeTracker:
             current = getattr(self, k)
             on_device = hasattr(v, "to") and hasattr(current, "to")
             setattr(self, k, v.to(current.device) if on_device else v)
+
+
+class StepReport:
+    """The environment loop's recorder in an actor that lives away from the run's recorder
+    (a ``mono`` process, a ``distributed`` node): steps and finished episodes are gathered and
+    sent (``send(steps, returns, lengths)``, a subclass's) at most every ``period_s``."""
+
+    def __init__(self, period_s: float = 0.2):
+        self.period_s = period_s
+        self.steps, self.returns, self.lengths = 0, [], []
+        self.last = time.monotonic()
+
+    def add_actor_steps(self, n: int) -> None:
+        self.steps += n
+
+    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        self.returns += returns.tolist()
+        self.lengths += lengths.tolist()
+
+    def report(self, force: bool = False) -> None:
+        if self.steps and (force or time.monotonic() - self.last >= self.period_s):
+            self.send(self.steps, self.returns, self.lengths)
+            self.steps, self.returns, self.lengths = 0, [], []
+            self.last = time.monotonic()
+
+    def send(self, steps: int, returns: list[float], lengths: list[int]) -> None:
+        raise NotImplementedError

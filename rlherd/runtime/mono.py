@@ -39,6 +39,7 @@ import torch.multiprocessing as mp
 from rlherd.envs.vector import die_with_parent
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, join, rollout_layout
 from rlherd.run.config import ConfigError
+from rlherd.run.counting import StepReport
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.runtime import (
     RunContext,
@@ -90,31 +91,20 @@ class RemoteTable:
             self.items = []
 
 
-class Channel:
+class Channel(StepReport):
     """An actor process's pipe to the learner: requests (answered), and step / episode counts
     sent at most every ``STATS_PERIOD_S`` (the environment loop's recorder)."""
 
     def __init__(self, conn: Connection):
+        super().__init__(STATS_PERIOD_S)
         self.conn = conn
-        self.steps, self.returns, self.lengths = 0, [], []
-        self.last = time.monotonic()
 
     def request(self, message: tuple) -> Any:
         self.conn.send(message)
         return self.conn.recv()
 
-    def add_actor_steps(self, n: int) -> None:
-        self.steps += n
-
-    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
-        self.returns += returns.tolist()
-        self.lengths += lengths.tolist()
-
-    def report(self, force: bool = False) -> None:
-        if self.steps and (force or time.monotonic() - self.last >= STATS_PERIOD_S):
-            self.conn.send(("stats", self.steps, self.returns, self.lengths))
-            self.steps, self.returns, self.lengths = 0, [], []
-            self.last = time.monotonic()
+    def send(self, steps: int, returns: list[float], lengths: list[int]) -> None:
+        self.conn.send(("stats", steps, returns, lengths))
 
 
 @dataclass

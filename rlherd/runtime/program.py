@@ -33,6 +33,7 @@ import torch
 
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
 from rlherd.replay.table import RateLimiterTimeout, SampleBatch, Table
+from rlherd.run.counting import StepReport
 from rlherd.run.evaluate import EvalEpisodes
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.runtime import make_envs
@@ -393,27 +394,16 @@ def rollout_signature(builder: Any, spec: Any, envs: int) -> dict[str, tuple]:
 
 
 # ------------------------------------------------------------------------------------ actors
-class Reporter:
+class Reporter(StepReport):
     """An actor node's counts (the environment loop's recorder), sent to the counter at most
     every ``STATS_PERIOD_S`` without waiting."""
 
     def __init__(self, counter: Any, index: int):
+        super().__init__(STATS_PERIOD_S)
         self.counter, self.index = counter, index
-        self.steps, self.returns, self.lengths = 0, [], []
-        self.last = time.monotonic()
 
-    def add_actor_steps(self, n: int) -> None:
-        self.steps += n
-
-    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
-        self.returns += returns.tolist()
-        self.lengths += lengths.tolist()
-
-    def report(self, force: bool = False) -> None:
-        if self.steps and (force or time.monotonic() - self.last >= STATS_PERIOD_S):
-            self.counter.report.remote(self.index, self.steps, self.returns, self.lengths)
-            self.steps, self.returns, self.lengths = 0, [], []
-            self.last = time.monotonic()
+    def send(self, steps: int, returns: list[float], lengths: list[int]) -> None:
+        self.counter.report.remote(self.index, steps, returns, lengths)
 
 
 class ActorNode(Node):
