@@ -237,3 +237,39 @@ def test_a_child_outlives_the_thread_that_started_it_but_not_its_parent(tmp_path
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+SERVER_PARENT_SCRIPT = """
+import subprocess, sys, time
+server = subprocess.Popen([sys.executable, "-m", "rlherd.envs.server", "CartPole-v1",
+                           "--address", "127.0.0.1:0", "--die-with-parent"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+server.stdout.readline()  # serving ...
+print(server.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_local_environment_server_dies_with_the_process_that_started_it(tmp_path):
+    """poly's local servers: started without preexec_fn, they must still never outlive it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(SERVER_PARENT_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        server = int(parent.stdout.readline())
+        assert _running(server)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _running(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(server), "the server outlived the process that started it"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()

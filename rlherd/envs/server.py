@@ -16,6 +16,7 @@ cleanly on SIGTERM / SIGINT.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -49,6 +50,7 @@ FIRST_MESSAGE_S = 10.0  # a stream whose client sends no Reset for this long is 
 IDLE_S = 300.0  # a stream whose client sends nothing for this long is cancelled
 STOP_S = 5.0  # the longest `serve-env` takes to stop on SIGTERM / SIGINT
 STEP_S = 60.0  # a client's stream is cancelled if the server does not answer a step this fast
+FIRST_REPLY_S = 180.0  # ... or its first message (its environments are being built) this fast
 DTYPES = frozenset(
     ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
      "float16", "float32", "float64")
@@ -165,10 +167,12 @@ class StreamMonitor:
         while True:
             time.sleep(0.5)
             now = time.monotonic()
-            with self.lock:
-                late = [c for deadline, c in self.deadlines.values() if deadline < now]
-            for context in late:
-                context.cancel()  # the blocked read of its next message ends
+            with self.lock:  # checked and cancelled together: an answer in between is seen
+                for key, (deadline, stream) in list(self.deadlines.items()):
+                    if deadline < now:
+                        del self.deadlines[key]
+                        with contextlib.suppress(Exception):
+                            stream.cancel()  # the blocked read of its next message ends
 
 
 class EnvServicer:
@@ -358,7 +362,7 @@ class EnvStream:
         self._responses = method(iter(self._requests.get, None))
         reset = pb.Reset(has_seed=seed is not None, seed=seed or 0)
         self._requests.put(pb.ClientMessage(reset=reset))
-        spec = self._next()
+        spec = self._next(first=True)
         if spec.WhichOneof("kind") != "spec":
             raise ProtocolError("the server did not start with a Spec")
         self.env_id = spec.spec.env_id
@@ -367,10 +371,12 @@ class EnvStream:
         self.action_space = space_from_proto(spec.spec.action_space)
         self.first = self._read()
 
-    def _next(self) -> pb.ServerMessage:
-        """The server's next message; a server silent for ``step_timeout`` has the stream
-        cancelled (``grpc.RpcError`` CANCELLED), so a hung server never hangs its client."""
-        self._monitor.heard(self._responses)
+    def _next(self, first: bool = False) -> pb.ServerMessage:
+        """The server's next message; a server silent for ``step_timeout`` (for its first
+        message, which waits for its environments to be built: ``FIRST_REPLY_S`` at least) has
+        the stream cancelled (``grpc.RpcError`` CANCELLED), so a hung server never hangs its
+        client."""
+        (self._monitor.opened if first else self._monitor.heard)(self._responses)
         try:
             return next(self._responses)
         finally:
@@ -408,7 +414,8 @@ def _client_monitor(step_timeout: float) -> StreamMonitor:
     """One monitor (one thread) per step timeout for all of a process's client streams."""
     with _monitors_lock:
         if step_timeout not in _monitors:
-            _monitors[step_timeout] = StreamMonitor(step_timeout, step_timeout)
+            first = max(step_timeout, FIRST_REPLY_S)
+            _monitors[step_timeout] = StreamMonitor(first, step_timeout)
         return _monitors[step_timeout]
 
 
@@ -425,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs-per-stream", type=int, default=1, metavar="K")
     parser.add_argument("--max-streams", type=int, default=64)
     parser.add_argument("--die-with-parent", action="store_true",
-                        help="exit when the process that started this one exits")  # fmt: skip
+                        help="exit when stdin closes (its starter holds it open)")  # fmt: skip
     parser.add_argument("--first-message-timeout", type=float, default=FIRST_MESSAGE_S,
                         metavar="S", help="cancel a stream with no Reset after S seconds")
     parser.add_argument("--idle-timeout", type=float, default=IDLE_S, metavar="S",
@@ -437,10 +444,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.die_with_parent:
-        from rlherd.envs.vector import die_with_parent
-
-        die_with_parent()
+    if args.die_with_parent:  # the parent holds our stdin open while it lives
+        threading.Thread(target=_exit_at_eof, daemon=True, name="die-with-parent").start()
     if args.envs_per_stream < 1:
         raise ConfigError(f"--envs-per-stream must be >= 1, got {args.envs_per_stream}")
     try:
@@ -463,8 +468,15 @@ def run(args: argparse.Namespace) -> int:
         # alive at exit (the executor joins its threads): stopping must be bounded.
         print(f"serve-env: streams still open after {STOP_S:.0f}s; exiting", flush=True)
         sys.stdout.flush()
-        os._exit(0)
+        os._exit(1)
     return 0
+
+
+def _exit_at_eof() -> None:
+    """Die with the process that started this server (``--die-with-parent``): it holds this
+    process's stdin open, so stdin ends when it does, however it ends."""
+    sys.stdin.buffer.read()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import multiprocessing as mp
 import os
 import signal
 import threading
-import time
 import traceback
 import weakref
 from collections import deque
@@ -61,19 +60,18 @@ def _shared_layout(obs_space: gym.Space, act_space: gym.Space, n: int) -> dict[s
     )
 
 
-PARENT_POLL_S = 0.2  # how often a child process checks that its parent is still there
-
-
 def die_with_parent() -> None:
-    """Kill this process (an environment worker, an actor, a local environment server) once the
-    process that started it is gone, so none is ever orphaned. A daemon thread watches the
-    parent's pid: Linux's ``PR_SET_PDEATHSIG`` fires when the parent *thread* that started the
-    child ends, which kills children restarted from a short-lived thread."""
-    parent = os.getppid()
+    """Kill this multiprocessing child (an environment worker, a ``mono`` actor) once the
+    process that started it is gone, so none is ever orphaned. A daemon thread waits on the
+    parent's sentinel, a pipe inherited at start, so there is no window in which the parent's
+    death goes unseen. (Linux's ``PR_SET_PDEATHSIG`` fires when the parent *thread* that
+    started the child ends, which killed children restarted from a short-lived thread.)"""
+    parent = mp.parent_process()
+    if parent is None:
+        return
 
     def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
+        parent.join()
         os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
@@ -265,11 +263,14 @@ class BatchEnv(gym.vector.VectorEnv):
                 sent.append(w)
             except WorkerError as e:
                 error = error or e
-        for w in sent:
+        for i, w in enumerate(sent):
             try:
                 self._expect(w, "ok")
             except (EnvError, WorkerError, TimeoutError) as e:
                 error = error or e
+            except BaseException:  # interrupted: the answers not read yet are unknown
+                self._broken.update(sent[i:])
+                raise
         if error is not None:
             raise error
 
@@ -277,16 +278,16 @@ class BatchEnv(gym.vector.VectorEnv):
         """Worker ``w``'s answer; any failure marks it broken, except an error a
         ``recoverable`` command (``call``) reports, after which the worker goes on."""
         try:
-            return self._answer(w, what, recoverable)
+            return self._answer(w, what)
         except EnvError:
             if not recoverable:
                 self._broken.add(w)
             raise
-        except (WorkerError, TimeoutError):
+        except BaseException:  # died, too slow, or interrupted (Ctrl-C) before its answer
             self._broken.add(w)
             raise
 
-    def _answer(self, w: int, what: str, recoverable: bool) -> Any:
+    def _answer(self, w: int, what: str) -> Any:
         conn = self._conns[w]
         a, b = self._ranges[w]
         # Starting a worker imports its libraries, which the step timeout should not bound.
@@ -386,6 +387,7 @@ class BatchEnv(gym.vector.VectorEnv):
         worker busy with others starts them as soon as it answers."""
         self._check_open()
         ids = np.arange(self.num_envs) if env_ids is None else np.asarray(env_ids, dtype=np.int64)
+        self._refuse_broken({self._owner(int(i)) for i in ids})  # before anything is queued
         self._buf["action"][ids] = actions
         for w, (a, b) in enumerate(self._ranges):
             local = (ids[(ids >= a) & (ids < b)] - a).tolist()

@@ -74,11 +74,13 @@ class LocalServers:
     def _start(self, i: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.addresses[i][len("unix:") :])
-        # The server watches for this process to go (--die-with-parent): a preexec_fn would run
-        # between fork and exec of this threaded process, which Python documents as unsafe.
+        # The server dies when its stdin, held open by this process, closes (--die-with-parent):
+        # a preexec_fn would run between fork and exec of this threaded process, which Python
+        # documents as unsafe.
         cmd = [sys.executable, "-m", "rlherd.envs.server", *self._args, "--die-with-parent"]
         self.procs[i] = subprocess.Popen(
             [*cmd, "--address", self.addresses[i]],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
