@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import rlherd
+from rlherd.envs.vector import alive
 from rlherd.replay import Table
 from rlherd.replay.rollouts import join
 from rlherd.run.config import ConfigError, NodeDied
@@ -91,12 +92,6 @@ def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_pa
 
 
 # ------------------------------------------------------------------------- programs on Ray
-def _alive(pid: int) -> bool:
-    from rlherd.runtime.distributed import alive
-
-    return alive(pid)
-
-
 def _nodes(run_dir: Path, timeout: float = 120.0) -> dict:
     """nodes.json once every node (actors included) has started."""
     deadline = time.monotonic() + timeout
@@ -111,17 +106,22 @@ def _nodes(run_dir: Path, timeout: float = 120.0) -> dict:
     raise AssertionError("the program's nodes did not start")
 
 
+def _trained_a_little(run_dir: Path, timeout: float = 60.0) -> None:
+    """Wait until the run has logged 20 learner steps."""
+    learner_csv = run_dir / "metrics" / "learner.csv"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not (
+        learner_csv.exists() and len(learner_csv.read_text().splitlines()) > 20
+    ):
+        time.sleep(0.1)
+
+
 def _kill_when_running(run_dir: Path, node: str, killed: dict) -> threading.Thread:
     """SIGKILL ``node``'s process once the run has trained a little."""
 
     def kill() -> None:
         nodes = _nodes(run_dir)
-        deadline = time.monotonic() + 60
-        learner_csv = run_dir / "metrics" / "learner.csv"
-        while time.monotonic() < deadline:
-            if learner_csv.exists() and len(learner_csv.read_text().splitlines()) > 20:
-                break
-            time.sleep(0.1)
+        _trained_a_little(run_dir)
         killed.update(nodes)
         os.kill(nodes[node]["pid"], signal.SIGKILL)
 
@@ -152,7 +152,7 @@ def test_a_killed_actor_node_is_restarted_and_counted(tmp_path):
     assert run.summary["actor_steps"] >= 6_000
     after = json.loads((run_dir / "nodes.json").read_text())
     assert after["actor-0"]["pid"] != killed["actor-0"]["pid"]
-    assert not [n for n, w in after.items() if _alive(w["pid"])], "nodes left running"
+    assert not [n for n, w in after.items() if alive(w["pid"])], "nodes left running"
 
 
 @pytest.mark.ray
@@ -163,7 +163,7 @@ def test_a_killed_learner_ends_the_run_with_nothing_left_running(tmp_path):
         rlherd.train("dqn", CORRIDOR, runtime="distributed", total_steps=10**7, seed=0,
                      run_dir=run_dir, progress=False)  # fmt: skip
     thread.join(timeout=5)
-    left = [name for name, where in killed.items() if _alive(where["pid"])]
+    left = [name for name, where in killed.items() if alive(where["pid"])]
     assert not left, f"nodes still running after the run ended: {left}"
     import ray
 
@@ -206,12 +206,7 @@ def test_stopping_a_run_stops_every_node_and_writes_a_final_checkpoint(tmp_path,
     process = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)
     try:
         nodes = _nodes(run_dir)
-        learner_csv = run_dir / "metrics" / "learner.csv"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (
-            learner_csv.exists() and len(learner_csv.read_text().splitlines()) > 20
-        ):
-            time.sleep(0.1)
+        _trained_a_little(run_dir)
         if stop == "ctrl-c":
             os.killpg(process.pid, signal.SIGINT)
         else:
@@ -223,5 +218,5 @@ def test_stopping_a_run_stops_every_node_and_writes_a_final_checkpoint(tmp_path,
             process.wait()
     checkpoint = RunDir(run_dir).load_checkpoint()
     assert checkpoint["recorder"]["counters"]["learner_steps"] > 20
-    left = [name for name, where in nodes.items() if _alive(where["pid"])]
+    left = [name for name, where in nodes.items() if alive(where["pid"])]
     assert not left, f"nodes still running after Ctrl-C: {left}"

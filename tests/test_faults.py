@@ -1,11 +1,16 @@
 """Nothing lost, nothing silent: runs that would overwrite, merge or misreport other runs."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 import rlherd
+from rlherd.envs.vector import alive
 from rlherd.run.config import ConfigError, TrainingDiverged
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
@@ -204,35 +209,32 @@ if __name__ == "__main__":
 """
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+def _start_parent(script_text: str, tmp_path) -> tuple[subprocess.Popen, int]:
+    """Run ``script_text`` (which prints the pid of a process it started); return both."""
+    script = tmp_path / "parent.py"
+    script.write_text(script_text)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    return parent, int(parent.stdout.readline())
+
+
+def _outlives_killed_parent(parent: subprocess.Popen, child: int) -> bool:
+    """SIGKILL ``parent``; whether ``child`` still runs 5 s later."""
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive(child)
 
 
 def test_a_child_outlives_the_thread_that_started_it_but_not_its_parent(tmp_path):
     """mono restarts actors from whichever thread notices a death; an actor must live as long
     as the learner process, not as long as that thread, and die with the process."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    script = tmp_path / "parent.py"
-    script.write_text(CHILD_SCRIPT)
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    parent, child = _start_parent(CHILD_SCRIPT, tmp_path)
     try:
-        child = int(parent.stdout.readline())
         time.sleep(1.5)
-        assert _running(child), "the child died with the thread that started it"
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-        deadline = time.monotonic() + 5
-        while _running(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(child), "the child outlived its parent"
+        assert alive(child), "the child died with the thread that started it"
+        assert not _outlives_killed_parent(parent, child), "the child outlived its parent"
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -252,23 +254,12 @@ time.sleep(120)
 
 def test_a_local_environment_server_dies_with_the_process_that_started_it(tmp_path):
     """poly's local servers: started without preexec_fn, they must still never outlive it."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    script = tmp_path / "parent.py"
-    script.write_text(SERVER_PARENT_SCRIPT)
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    parent, server = _start_parent(SERVER_PARENT_SCRIPT, tmp_path)
     try:
-        server = int(parent.stdout.readline())
-        assert _running(server)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-        deadline = time.monotonic() + 5
-        while _running(server) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _running(server), "the server outlived the process that started it"
+        assert alive(server)
+        assert not _outlives_killed_parent(parent, server), (
+            "the server outlived the process that started it"
+        )
     finally:
         if parent.poll() is None:
             parent.kill()

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from rlherd.envs.vector import alive
 from rlherd.run.config import ConfigError, NodeDied, TrainingDiverged
 from rlherd.run.rundir import atomic_write_json
 from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
@@ -159,6 +160,7 @@ class Program:
         self.evaluation: tuple[int, Any] | None = None  # (actor steps, the call) in flight
         self.last_info: tuple[float, list[dict]] | None = None
         self.last_actor_steps: dict[int, int] = {}
+        self.per_actor: dict[int, int] = {}  # each actor node's steps, as the counter last said
         self.starting: dict[Any, str] = {}  # restarted nodes' ready() calls -> their names
 
     # launching ---------------------------------------------------------------------------------
@@ -345,7 +347,7 @@ class Program:
                 row["inserts_per_s"] = round((table["inserts"] - before[1][j]["inserts"]) / dt, 1)
                 row["samples_per_s"] = round((table["samples"] - before[1][j]["samples"]) / dt, 1)
             rundir.log("replay", row, step=steps)
-        per_actor = getattr(self, "per_actor", {})
+        per_actor = self.per_actor
         if before is not None:
             for i, total in sorted(per_actor.items()):
                 rate = (total - self.last_actor_steps.get(i, 0)) / (now - before[0])
@@ -402,18 +404,3 @@ def wait_gone(pids: list[int]) -> None:
     while pids and time.monotonic() < deadline:
         pids = [pid for pid in pids if alive(pid)]
         time.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc (macOS): ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
