@@ -107,12 +107,14 @@ def _nodes(run_dir: Path, timeout: float = 120.0) -> dict:
 
 
 def _trained_a_little(run_dir: Path, timeout: float = 60.0) -> None:
-    """Wait until the run has logged 20 learner steps."""
-    learner_csv = run_dir / "metrics" / "learner.csv"
+    """Wait until the run's summary counts 20 learner steps."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not (
-        learner_csv.exists() and len(learner_csv.read_text().splitlines()) > 20
-    ):
+    while time.monotonic() < deadline:
+        try:
+            if json.loads((run_dir / "summary.json").read_text())["learner_steps"] >= 20:
+                return
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
         time.sleep(0.1)
 
 

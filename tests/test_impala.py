@@ -68,14 +68,11 @@ def test_interrupt_then_resume_continues_exactly(tmp_path):
     opt_a, opt_b = a["learner"]["optimizer"]["state"], b["learner"]["optimizer"]["state"]
     for k in opt_a:
         torch.testing.assert_close(opt_b[k]["exp_avg"], opt_a[k]["exp_avg"], rtol=0, atol=0)
-    for source in ("train", "learner"):
-        rows_a = _rows(tmp_path / "a" / "metrics" / f"{source}.csv")
-        rows_b = _rows(tmp_path / "b" / "metrics" / f"{source}.csv")
-        if source == "learner":  # timings differ; compare what learning produced
-            drop = ("learner_walltime", "sps")
-            rows_a = [{k: v for k, v in r.items() if k not in drop} for r in rows_a]
-            rows_b = [{k: v for k, v in r.items() if k not in drop} for r in rows_b]
-        assert rows_a == rows_b
+    # Every episode alike. (Learner rows average the steps of each log interval, whose
+    # boundaries depend on timing; the parameters above show that learning was the same.)
+    assert _rows(tmp_path / "a" / "metrics" / "train.csv") == _rows(
+        tmp_path / "b" / "metrics" / "train.csv"
+    )
 
 
 def test_mono_resume_continues_counters_and_optimizer(tmp_path):

@@ -127,3 +127,41 @@ def test_cli_train_writes_the_run_directory(tmp_path, capsys):
     assert (run_dir / "metrics" / "learner.csv").exists()
     assert list((run_dir / "tb").glob("events.*"))
     assert (run_dir / "checkpoints" / "latest").exists()
+
+
+def test_learner_rows_are_step_weighted_means_read_once_per_interval(tmp_path):
+    """Learner metrics (tensors or numbers) are kept until the log interval's row: one row for
+    many steps, each metric the mean over its steps, ints (counts) their latest value."""
+    import torch
+
+    from rlherd.run.recorder import Recorder, mean_metrics
+
+    rows = [(1, dict(loss=torch.tensor(1.0), lag=3)), (3, dict(loss=torch.tensor(5.0), lag=4)),
+            (1, dict(loss=2.0, other=7.0))]  # fmt: skip
+    assert mean_metrics(rows) == dict(loss=(1 + 15 + 2) / 5, lag=4, other=7.0)
+
+    recorder = Recorder(RunDir(tmp_path, create=True), dict(agent="a", env="e", runtime="r"),
+                        100, progress=False, log_interval_s=1e9)  # fmt: skip
+    for i in range(10):
+        recorder.learner(dict(loss=torch.tensor(float(i))))
+    assert not (tmp_path / "metrics" / "learner.csv").exists()  # nothing read or written yet
+    recorder.write_learner_row()
+    recorder.close()
+    (row,) = list(csv.DictReader(open(tmp_path / "metrics" / "learner.csv")))
+    assert int(row["learner_steps"]) == 10 and float(row["loss"]) == 4.5
+
+
+def test_a_non_finite_learner_row_stops_the_run_after_it_is_written(tmp_path):
+    import torch
+
+    from rlherd.run.config import TrainingDiverged
+    from rlherd.run.recorder import Recorder
+
+    recorder = Recorder(RunDir(tmp_path, create=True), dict(agent="a", env="e", runtime="r"),
+                        100, progress=False, log_interval_s=1e9)  # fmt: skip
+    recorder.learner(dict(loss=torch.tensor(1.0)))
+    recorder.learner(dict(loss=torch.tensor(float("nan"))))
+    with pytest.raises(TrainingDiverged, match="learner steps 1-2: loss=nan"):
+        recorder.write_learner_row()
+    recorder.close()
+    assert "nan" in (tmp_path / "metrics" / "learner.csv").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -9,6 +10,7 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+import torch
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -26,12 +28,34 @@ RETURN_WINDOW = 20  # final_return_mean: mean return over the last 20 training e
 CHECKPOINT_SHARE = 0.05  # checkpoints may take at most this share of a run's time
 
 
+def mean_metrics(rows: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """The metrics of many learner steps as one row: ``rows`` are ``(steps, metrics)`` pairs,
+    each metric a number or a 0-d tensor (on any device) standing for the mean over its
+    ``steps``. Floats and tensors become their step-weighted mean; an int (a count or a gauge,
+    e.g. ``reconnects``) keeps its latest value. Tensors are read here, one read per metric per
+    row, so a learner never waits on its device to report a step."""
+    out: dict[str, Any] = {}
+    for key in dict.fromkeys(k for _, metrics in rows for k in metrics):
+        pairs = [(n, m[key]) for n, m in rows if key in m]
+        values = [v for _, v in pairs]
+        if all(isinstance(v, int) for v in values):
+            out[key] = values[-1]
+            continue
+        device = next((v.device for v in values if isinstance(v, torch.Tensor)), "cpu")
+        stacked = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).detach()
+                               for v in values])  # fmt: skip
+        weights = torch.tensor([n for n, _ in pairs], dtype=torch.float64, device=device)
+        out[key] = float((stacked * weights).sum() / weights.sum())
+    return out
+
+
 class Recorder:
     """Keeps the run's counters and writes what they say.
 
     Runtimes call :meth:`add_actor_steps`, :meth:`episodes` and :meth:`learner` as work happens
-    (from any thread), and :meth:`tick` from their main loop; ``tick`` rewrites ``summary.json``
-    and refreshes the progress bar every ``log_interval_s`` and says when a checkpoint is due.
+    (from any thread), and :meth:`tick` from their main loop; ``tick`` writes the learner's row
+    (the mean of its steps since the last one), rewrites ``summary.json`` and refreshes the
+    progress bar every ``log_interval_s``, and says when a checkpoint is due.
     """
 
     def __init__(
@@ -60,6 +84,7 @@ class Recorder:
         self.returns: deque[float] = deque(maxlen=RETURN_WINDOW)
         self.policy_returns: dict[str, deque[float]] = {}  # games of several policies
         self.last_metrics: dict[str, float] = {}
+        self._learned: list[tuple[int, dict[str, Any]]] = []  # since the last learner row
         self.extra: dict[str, float] = {}  # runtime figures for the summary (restarts, queues)
         self._counts_before: dict[str, float] = {}  # extras of the sessions before a resume
         self._lock = threading.Lock()
@@ -144,14 +169,25 @@ class Recorder:
                        wall_time_s=round(self._wall_time(), 3))  # fmt: skip
             self.rundir.log("train", row, step=steps)
 
-    def learner(self, metrics: dict[str, float]) -> None:
-        """Log a learner step's metrics; a non-finite one stops the run (after logging it)."""
+    def learner(self, metrics: dict[str, Any], steps: int = 1) -> None:
+        """Count ``steps`` learner steps, ``metrics`` being their means (numbers or 0-d tensors,
+        read only when the next learner row is written, every log interval)."""
         with self._lock:
             now = time.monotonic()
             if self._first_learn is None:
                 self._first_learn = now
-            self.learner_counter.increment(steps=1)
+            self.learner_counter.increment(steps=steps)
             self.learner_counter.set(walltime=self._learn_wall0 + now - self._first_learn)
+            self._learned.append((steps, metrics))
+
+    def write_learner_row(self) -> None:
+        """One ``learner.csv`` row of the steps since the last row: their mean metrics (see
+        :func:`mean_metrics`). A non-finite metric stops the run, after its row is written."""
+        with self._lock:
+            learned, self._learned = self._learned, []
+            if not learned:
+                return
+            metrics = mean_metrics(learned)
             self.last_metrics = metrics
             counts = self.counters
             row = dict(
@@ -165,9 +201,10 @@ class Recorder:
         bad = [f"{k}={v}" for k, v in metrics.items()
                if isinstance(v, int | float) and not math.isfinite(v)]  # fmt: skip
         if bad:
-            raise TrainingDiverged(
-                f"learner step {row['learner_steps']}: {', '.join(bad)}; {TrainingDiverged.HINT}"
-            )
+            last = row["learner_steps"]
+            first = last - sum(n for n, _ in learned) + 1
+            steps = f"step {last}" if first == last else f"steps {first}-{last}"
+            raise TrainingDiverged(f"learner {steps}: {', '.join(bad)}; {TrainingDiverged.HINT}")
 
     # the main loop ---------------------------------------------------------------------------
     def done(self) -> bool:
@@ -178,6 +215,7 @@ class Recorder:
         now = time.monotonic()
         if now - self._last_log >= self.log_interval_s:
             self._last_log = now
+            self.write_learner_row()
             self.write_summary()
         if now - self._last_ckpt >= self.checkpoint_interval_s:
             self._last_ckpt = now
@@ -232,6 +270,8 @@ class Recorder:
         return summary
 
     def close(self) -> dict[str, Any]:
+        with contextlib.suppress(TrainingDiverged):  # ending anyway; the row says what went wrong
+            self.write_learner_row()
         summary = self.write_summary()
         if self._progress is not None:
             self._progress.stop()

@@ -95,7 +95,10 @@ class RunContext:
 
     def write_checkpoint(self, state: Callable[[], dict[str, Any]]) -> None:
         """Write ``state()`` as a checkpoint; the recorder hears how long gathering and writing
-        it took (it keeps checkpoints to a small share of the run, and the summary with them)."""
+        it took (it keeps checkpoints to a small share of the run, and the summary with them).
+        The learner's metrics are written first, so ``learner.csv`` reaches the checkpoint and a
+        non-finite metric stops the run before it."""
+        self.recorder.write_learner_row()
         start = time.monotonic()
         self.save(state())
         self.recorder.checkpointed(time.monotonic() - start)

@@ -242,10 +242,10 @@ class Program:
         ctx, recorder = self.ctx, self.ctx.recorder
         self._log_nodes(force=True)
         while not recorder.done() and not ctx.stop.is_set():
-            metrics = self._get(self.learner.train.remote(TRAIN_SLICE_S))
+            steps, metrics = self._get(self.learner.train.remote(TRAIN_SLICE_S))
             self._take_counts()
-            for row in metrics:
-                recorder.learner(row)
+            if steps:
+                recorder.learner(metrics, steps)
             self._look_after_actors()
             self._evaluate()
             self._log_nodes()

@@ -36,6 +36,7 @@ from rlherd.replay.table import RateLimiterTimeout, SampleBatch, Table
 from rlherd.run.counting import StepReport
 from rlherd.run.evaluate import EvalEpisodes
 from rlherd.run.loop import EnvironmentLoop
+from rlherd.run.recorder import mean_metrics
 from rlherd.runtime import make_envs
 
 POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its stop flag again
@@ -236,9 +237,10 @@ class LearnerNode(Node):
         unlocked = _UnlockedWhileWaiting(dataset, self.lock)
         self.learner = builder.make_learner(networks, unlocked, total_steps, tables)
 
-    def train(self, seconds: float) -> list[dict[str, float]]:
-        """Learner steps for about ``seconds`` (fewer if a batch is not ready); their metrics."""
-        out: list[dict[str, float]] = []
+    def train(self, seconds: float) -> tuple[int, dict[str, float]]:
+        """Learner steps for about ``seconds`` (fewer if a batch is not ready): how many, and
+        their mean metrics (read once per slice, not per step)."""
+        learned: list[tuple[int, dict[str, Any]]] = []
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             try:
@@ -248,8 +250,8 @@ class LearnerNode(Node):
             except TimeoutError:
                 break  # the actors are behind: let the driver look after them
             lag = getattr(self.dataset, "policy_lag", None)
-            out.append(metrics if lag is None else dict(metrics, policy_lag=lag))
-        return out
+            learned.append((1, metrics if lag is None else dict(metrics, policy_lag=lag)))
+        return len(learned), mean_metrics(learned)
 
     def variables_version(self) -> int:
         return self.version

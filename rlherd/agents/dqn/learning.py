@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from rlherd.agents.dqn.config import DQNConfig
+from rlherd.agents.learning import adam, compile_step, copy_parameters, rmsprop
 from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
 from rlherd.replay import ReplaySample, Table
 from rlherd.run.config import TrainingDiverged
@@ -20,17 +21,26 @@ def dqn_loss(
     net: torch.nn.Module,
     target_net: torch.nn.Module,
     data: dict[str, torch.Tensor],
-    weights: torch.Tensor,
+    weights: torch.Tensor | None,
     config: DQNConfig,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The weighted Huber loss of a batch of n-step transitions, and its TD errors."""
-    q_tm1 = net(data["obs"])
+    """The (importance-weighted) Huber loss of a batch of n-step transitions, and its TD errors.
+
+    With double Q the online network values ``obs`` and selects at ``next_obs`` in one forward
+    pass over both (half the calls of two passes; the selector's half carries no gradient)."""
+    if config.double_q:
+        batch = len(data["obs"])
+        q_both = net(torch.cat([data["obs"], data["next_obs"]]))
+        q_tm1, q_t_selector = q_both[:batch], q_both[batch:].detach()
+    else:
+        q_tm1, q_t_selector = net(data["obs"]), None
     with torch.no_grad():
         q_t_value = target_net(data["next_obs"])
-        q_t_selector = net(data["next_obs"]) if config.double_q else None
     args = (q_tm1, data["action"], data["reward"], data["discount"], q_t_value)
     td = double_q_learning_td(*args, q_t_selector) if config.double_q else q_learning_td(*args)
-    return (weights * huber(td, config.huber_delta)).mean(), td.detach()
+    loss = huber(td, config.huber_delta)
+    loss = loss.mean() if weights is None else (weights * loss).mean()
+    return loss, td.detach()
 
 
 class DQNLearner:
@@ -58,54 +68,50 @@ class DQNLearner:
             dataset.importance_beta = self.importance_beta  # the dataset weighs with our schedule
         self.num_steps = 0
         if config.optimizer == "adam":
-            self.optimizer = torch.optim.Adam(
-                net.parameters(), lr=config.learning_rate, eps=config.adam_eps, foreach=True
-            )
+            self.optimizer = adam(net.parameters(), config.learning_rate, config.adam_eps)
         else:
-            self.optimizer = torch.optim.RMSprop(
-                net.parameters(),
-                lr=config.learning_rate,
-                alpha=config.rmsprop_alpha,
-                eps=config.rmsprop_eps,
+            self.optimizer = rmsprop(
+                net.parameters(), config.learning_rate, config.rmsprop_alpha, config.rmsprop_eps,
                 centered=True,
             )
+        if config.compile:
+            compile_step(self.optimizer)
 
     def importance_beta(self) -> float:
         b0 = self.config.importance_beta
         return b0 + (1.0 - b0) * min(1.0, self.num_steps / self.expected_steps)
 
-    def learn(self, sample: ReplaySample) -> dict[str, float]:
-        info = sample.info
-        weights = sample.weights
-        if weights is None:  # uniform replay
-            weights = torch.ones(len(info.keys), device=next(self.net.parameters()).device)
-        loss, td = dqn_loss(self.net, self.target_net, sample.data, weights, self.config)
+    def learn(self, sample: ReplaySample) -> dict[str, Any]:
+        """One update; its metrics stay tensors (the recorder reads them once per log
+        interval), except what prioritised replay needs now: the TD errors, as priorities."""
+        loss, td = dqn_loss(self.net, self.target_net, sample.data, sample.weights, self.config)
         self.optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.net.parameters(), self.config.grad_norm_clip
+            self.net.parameters(), self.config.grad_norm_clip, foreach=True
         )
         self.optimizer.step()
         self.num_steps += 1
         if self.table is not None:
             self.net.experience.fill_(self.table.insert_count)
         if self.num_steps % self.config.target_update_period == 0:
-            self.target_net.load_state_dict(self.net.state_dict())
-        if not torch.isfinite(td).all():  # before the table takes them as priorities
-            raise TrainingDiverged(
-                f"learner step {self.num_steps}: TD errors are not finite; {TrainingDiverged.HINT}"
-            )
+            copy_parameters(self.target_net, self.net)
         if self.config.prioritized and self.table is not None:
             priorities = np.abs(td.cpu().numpy()).astype(np.float64) + self.config.priority_eps
-            self.table.update_priorities(info.keys, priorities)
+            if not np.isfinite(priorities).all():  # before the table takes them
+                raise TrainingDiverged(
+                    f"learner step {self.num_steps}: TD errors are not finite; "
+                    f"{TrainingDiverged.HINT}"
+                )
+            self.table.update_priorities(sample.info.keys, priorities)
         return dict(
-            loss=loss.item(),
-            td_abs_mean=td.abs().mean().item(),
-            grad_norm=grad_norm.item(),
+            loss=loss.detach(),
+            td_abs_mean=td.abs().mean(),
+            grad_norm=grad_norm,
             importance_beta=self.importance_beta(),
         )
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> dict[str, Any]:
         return self.learn(next(self.dataset))
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:

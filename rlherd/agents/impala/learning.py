@@ -10,6 +10,7 @@ import torch
 from rlherd import types as F
 from rlherd.agents.impala.config import ImpalaConfig
 from rlherd.agents.impala.networks import CoreState, ImpalaNet
+from rlherd.agents.learning import adam, rmsprop
 from rlherd.losses.vtrace import (
     baseline_loss,
     entropy_loss,
@@ -51,12 +52,13 @@ def impala_loss(
     baseline = config.baseline_cost * baseline_loss(values[:-1], vtrace.vs, mask)
     entropy = config.entropy_cost * entropy_loss(logits[:-1], mask)
     total = pg + baseline + entropy
-    return total, dict(
-        total_loss=total.item(),
-        pg_loss=pg.item(),
-        baseline_loss=baseline.item(),
-        entropy_loss=entropy.item(),
-        mean_rho=vtrace.log_rhos[mask].exp().mean().item() if mask.any() else 1.0,
+    rho_sum, rows = (vtrace.log_rhos.exp() * mask).sum(), mask.sum()
+    return total, dict(  # tensors, read by the recorder once per log interval
+        total_loss=total.detach(),
+        pg_loss=pg.detach(),
+        baseline_loss=baseline.detach(),
+        entropy_loss=entropy.detach(),
+        mean_rho=torch.where(rows > 0, rho_sum / rows.clamp(min=1), 1.0).detach(),
     )
 
 
@@ -82,15 +84,12 @@ class ImpalaLearner:
         self.consumed_steps = 0
         self.num_steps = 0
         if config.optimizer == "rmsprop":
-            self.optimizer = torch.optim.RMSprop(
-                net.parameters(),
-                lr=config.learning_rate,
-                alpha=config.rmsprop_alpha,
+            self.optimizer = rmsprop(
+                net.parameters(), config.learning_rate, config.rmsprop_alpha, config.rmsprop_eps,
                 momentum=config.rmsprop_momentum,
-                eps=config.rmsprop_eps,
             )
         elif config.optimizer == "adam":
-            self.optimizer = torch.optim.Adam(net.parameters(), lr=config.learning_rate)
+            self.optimizer = adam(net.parameters(), config.learning_rate)
         else:
             raise ValueError(f"unknown optimizer {config.optimizer!r}; use 'rmsprop' or 'adam'")
 
@@ -99,7 +98,7 @@ class ImpalaLearner:
             return self.config.learning_rate
         return self.config.learning_rate * max(0.0, 1.0 - self.consumed_steps / self.total_steps)
 
-    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    def learn(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         device = next(self.net.parameters()).device
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         core_state = core_state_of(batch)
@@ -110,15 +109,15 @@ class ImpalaLearner:
         self.optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.net.parameters(), self.config.grad_norm_clip
+            self.net.parameters(), self.config.grad_norm_clip, foreach=True
         )
         self.optimizer.step()
         T, B = batch[F.REWARD].shape[0] - 1, batch[F.REWARD].shape[1]
         self.consumed_steps += T * B
         self.num_steps += 1
-        return dict(metrics, learning_rate=lr, grad_norm=grad_norm.item())
+        return dict(metrics, learning_rate=lr, grad_norm=grad_norm)
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> dict[str, Any]:
         return self.learn(next(self.dataset))
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:

@@ -89,10 +89,10 @@ class PPOLearner:
     def progress_remaining(self) -> float:
         return max(0.0, 1.0 - self.consumed_steps / self.total_steps)
 
-    def step(self) -> dict[str, float]:
+    def step(self) -> dict[str, Any]:
         return self.learn(next(self.dataset))
 
-    def learn(self, rollout: dict[str, torch.Tensor]) -> dict[str, float]:
+    def learn(self, rollout: dict[str, torch.Tensor]) -> dict[str, Any]:
         c = self.config
         device = next(self.net.parameters()).device
         T, B = rollout[F.REWARD].shape[0] - 1, rollout[F.REWARD].shape[1]
@@ -112,7 +112,7 @@ class PPOLearner:
 
         n = rows["advantage"].shape[0]
         size = max(1, math.ceil(n / c.minibatches))
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor] = {}
         updates = 0
         for _ in range(c.epochs if n else 0):
             for idx in torch.randperm(n, device=device).split(size):
@@ -125,12 +125,14 @@ class PPOLearner:
             chunks = [self.net(obs) for obs in rows[F.OBS].split(c.max_rows_per_pass)]
             params = torch.cat([p for p, _ in chunks]) if chunks else rows[F.POLICY_PARAMS]
             values = torch.cat([v for _, v in chunks]) if chunks else rows["return"]
-            kl = self.net.dist.kl(rows[F.POLICY_PARAMS], params).mean().item() if n else 0.0
-            var = rows["return"].var().item() if n > 1 else 0.0
-            explained = 1.0 - (rows["return"] - values).var().item() / var if var > 0 else 0.0
+            kl = self.net.dist.kl(rows[F.POLICY_PARAMS], params).mean() if n else torch.zeros(())
+            explained = torch.zeros(())
+            if n > 1:
+                var = rows["return"].var()
+                explained = torch.where(var > 0, 1.0 - (rows["return"] - values).var() / var, 0.0)
         if c.objective == "kl":
             out["kl_beta"] = self.beta  # the weight this update used
-            self.beta = adapt_kl_beta(self.beta, kl, c.kl_target)
+            self.beta = adapt_kl_beta(self.beta, kl.item(), c.kl_target)
         self.consumed_steps += T * B
         self.num_steps += 1
         return dict(
@@ -143,7 +145,7 @@ class PPOLearner:
             valid_rows=n,
         )
 
-    def _update(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, float]:
+    def _update(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
         """One optimiser step on a minibatch. Minibatches above ``max_rows_per_pass`` rows are
         run in chunks whose gradients add up to the whole minibatch's (every loss term is a
         mean over rows, weighted here by the chunk's share), so memory stays bounded."""
@@ -152,7 +154,7 @@ class PPOLearner:
             mb = dict(mb, advantage=normalize_advantages(mb["advantage"]))
         n = mb["advantage"].shape[0]
         self.optimizer.zero_grad()
-        totals: dict[str, float] = {}
+        totals: dict[str, torch.Tensor] = {}
         for idx in torch.arange(n, device=mb["advantage"].device).split(c.max_rows_per_pass):
             weight = len(idx) / n
             loss, metrics = self._loss({k: v[idx] for k, v in mb.items()}, clip)
@@ -160,7 +162,7 @@ class PPOLearner:
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + v * weight
         if c.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm, foreach=True)
         self.optimizer.step()
         return totals
 
@@ -188,12 +190,12 @@ class PPOLearner:
         entropy = dist.entropy(params).mean()
         v_loss = value_loss(values, mb["return"], mb[F.BASELINE], c.value_clip)
         loss = policy_loss - self.entropy_cost * entropy + c.value_cost * v_loss
-        return loss, dict(
-            policy_loss=policy_loss.item(),
-            value_loss=v_loss.item(),
-            entropy=entropy.item(),
-            approx_kl=clipped.approx_kl.item(),
-            clip_fraction=clipped.clip_fraction.item(),
+        return loss, dict(  # tensors, read by the recorder once per log interval
+            policy_loss=policy_loss.detach(),
+            value_loss=v_loss.detach(),
+            entropy=entropy.detach(),
+            approx_kl=clipped.approx_kl.detach(),
+            clip_fraction=clipped.clip_fraction.detach(),
         )
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
