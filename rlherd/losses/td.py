@@ -11,10 +11,10 @@ import torch
 
 
 def huber(x: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
-    """Quadratic within ``[-delta, delta]``, linear outside."""
-    abs_x = x.abs()
-    quadratic = abs_x.clamp(max=delta)
-    return 0.5 * quadratic**2 + delta * (abs_x - quadratic)
+    """Quadratic within ``[-delta, delta]``, linear outside: ``0.5 x^2`` or
+    ``delta (|x| - delta / 2)``. PyTorch's fused kernel: one call forward and one backward
+    where the formula written out takes seven each."""
+    return torch.nn.functional.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
 
 
 def q_learning_td(

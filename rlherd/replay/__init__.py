@@ -2,14 +2,20 @@
 
 from rlherd.replay.adders import BatchAdder, EpisodeAdder, NStepTransitionAdder, SequenceAdder
 from rlherd.replay.dataset import ReplayDataset, ReplaySample, importance_weights
-from rlherd.replay.rate_limiters import MinSize, Queue, RateLimiter, SampleToInsertRatio
+from rlherd.replay.rate_limiters import (
+    Bursts,
+    MinSize,
+    Queue,
+    RateLimiter,
+    SampleToInsertRatio,
+)
 from rlherd.replay.selectors import Fifo, Lifo, MaxHeap, MinHeap, Prioritized, Uniform
 from rlherd.replay.table import RateLimiterTimeout, SampleBatch, Table
 
 __all__ = [
     "BatchAdder", "EpisodeAdder", "NStepTransitionAdder", "SequenceAdder",
     "ReplayDataset", "ReplaySample", "importance_weights",
-    "MinSize", "Queue", "RateLimiter", "SampleToInsertRatio",
+    "Bursts", "MinSize", "Queue", "RateLimiter", "SampleToInsertRatio",
     "Fifo", "Lifo", "MaxHeap", "MinHeap", "Prioritized", "Uniform",
     "RateLimiterTimeout", "SampleBatch", "Table",
 ]  # fmt: skip

@@ -117,6 +117,59 @@ class SampleToInsertRatio(RateLimiter):
         super().__init__(samples_per_insert, min_size_to_sample, min_diff, max_diff)
 
 
+class Bursts(RateLimiter):
+    """Stable-Baselines3's schedule: ``samples_per_burst`` samples (a learner's gradient steps
+    times its batch size) become allowed each time the inserts reach a multiple of
+    ``train_every``, from the first multiple at which the table holds ``min_size_to_sample``
+    items. A steady :class:`SampleToInsertRatio` with the same mean ratio interleaves one
+    learner step every few inserts instead, which changes what a target network copied every
+    so many steps sees.
+
+    Inserts never block in one process (:meth:`without_insert_blocking`); across processes an
+    insert that would start a burst waits until the previous one has been sampled.
+    """
+
+    def __init__(self, train_every: int, samples_per_burst: int, min_size_to_sample: int,
+                 insert_blocking: bool = True):  # fmt: skip
+        if train_every < 1 or samples_per_burst < 1:
+            raise ValueError(
+                f"train_every ({train_every}) and samples_per_burst ({samples_per_burst}) "
+                "must be >= 1"
+            )
+        super().__init__(samples_per_burst / train_every, min_size_to_sample, -_MAX, _MAX)
+        self.train_every, self.samples_per_burst = train_every, samples_per_burst
+        self.insert_blocking = insert_blocking
+
+    def _allowed(self, inserts: int) -> int:
+        """Samples allowed in all once ``inserts`` items were inserted."""
+        if inserts < self.min_size_to_sample:
+            return 0
+        bursts = inserts // self.train_every - (self.min_size_to_sample - 1) // self.train_every
+        return self.samples_per_burst * max(0, bursts)
+
+    def can_insert(self, n: int = 1) -> bool:
+        now = self._allowed(self.inserts)
+        return not self.insert_blocking or self.samples >= now or self._allowed(
+            self.inserts + n) == now
+
+    def can_sample(self, n: int = 1) -> bool:
+        return n <= self.samples_allowed()
+
+    def samples_allowed(self) -> int:
+        if self.inserts - self.deletes < self.min_size_to_sample:
+            return 0
+        return max(0, self._allowed(self.inserts) - self.samples)
+
+    def without_insert_blocking(self) -> Bursts:
+        return Bursts(self.train_every, self.samples_per_burst, self.min_size_to_sample, False)
+
+    def __repr__(self) -> str:
+        return (
+            f"Bursts(train_every={self.train_every}, samples_per_burst="
+            f"{self.samples_per_burst}, min_size_to_sample={self.min_size_to_sample})"
+        )
+
+
 class Queue(RateLimiter):
     """Turns a table into a queue of ``size`` items (use with Fifo selector and remover and
     ``max_times_sampled=1``; :meth:`rlherd.replay.Table.queue` sets that up)."""

@@ -11,6 +11,7 @@ from rlherd.agents.dqn.networks import QNetwork
 from rlherd.core import EnvSpec, VariableClient, VariableSource
 from rlherd.replay import (
     BatchAdder,
+    Bursts,
     Fifo,
     NStepTransitionAdder,
     Prioritized,
@@ -38,11 +39,14 @@ class DQNBuilder(AgentBuilder):
         """One table of n-step transitions. In one process (``insert_blocking=False``) inserts
         never wait and the learner steps whenever the rate limiter lets it sample."""
         c = self.config
-        error_buffer = max(
-            c.min_replay_size * c.samples_per_insert * c.samples_per_insert_tolerance,
-            2 * max(1.0, c.samples_per_insert),
-        )
-        limiter = SampleToInsertRatio(c.samples_per_insert, c.min_replay_size, error_buffer)
+        if c.train_every:
+            limiter = Bursts(c.train_every, c.gradient_steps * c.batch_size, c.min_replay_size)
+        else:
+            error_buffer = max(
+                c.min_replay_size * c.samples_per_insert * c.samples_per_insert_tolerance,
+                2 * max(1.0, c.samples_per_insert),
+            )
+            limiter = SampleToInsertRatio(c.samples_per_insert, c.min_replay_size, error_buffer)
         if not insert_blocking:
             limiter = limiter.without_insert_blocking()
         sampler = Prioritized(c.priority_exponent) if c.prioritized else Uniform()

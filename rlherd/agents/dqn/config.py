@@ -35,6 +35,11 @@ class DQNConfig:
     min_replay_size: int = 20_000
     samples_per_insert: float = 8.0
     samples_per_insert_tolerance: float = 0.1  # error buffer = min_replay_size * spi * tolerance
+    # Stable-Baselines3's schedule instead of a steady ratio: after every `train_every`
+    # transitions inserted, `gradient_steps` learner steps in a row (SB3's train_freq and
+    # gradient_steps). 0: off, samples_per_insert paces the learner.
+    train_every: int = 0
+    gradient_steps: int = 1
     prioritized: bool = True
     priority_exponent: float = 0.6
     importance_beta: float = 0.4  # annealed linearly to 1 over the run
@@ -61,12 +66,24 @@ class DQNConfig:
                 f"min_replay_size ({self.min_replay_size}) exceeds replay_size "
                 f"({self.replay_size}): sampling would never start"
             )
+        if self.train_every < 0 or self.gradient_steps < 1:
+            raise ValueError(
+                f"train_every must be >= 0 and gradient_steps >= 1, got {self.train_every} and "
+                f"{self.gradient_steps}"
+            )
         if self.samples_per_insert <= 0:
             raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
         if self.priority_exponent < 0:
             raise ValueError(f"priority_exponent must be >= 0, got {self.priority_exponent}")
+
+    @property
+    def replay_ratio(self) -> float:
+        """Samples per inserted transition, under either schedule."""
+        if self.train_every:
+            return self.gradient_steps * self.batch_size / self.train_every
+        return self.samples_per_insert
 
 
 PRESETS: dict[str, dict] = {
@@ -85,6 +102,29 @@ PRESETS: dict[str, dict] = {
         epsilon_decay_steps=20_000,
         epsilon_end=0.01,
         hidden_sizes=(128, 128),
+    ),
+    # RL Zoo's CartPole-v1 DQN (rl-baselines3-zoo, hyperparams/dqn.yml) on SB3's DQN defaults:
+    # lr 2.3e-3 (Adam, eps 1e-8), batch 64, buffer 100k, learning starts 1,000, 128 gradient
+    # steps every 256 env steps, epsilon 1 -> 0.04 over 16% of 50k steps, 256x256 ReLU MLP,
+    # plain one-step DQN (no double Q, dueling or priorities), Huber loss, gradient norm 10.
+    # SB3 copies the target every 10 env steps; no update happens between bursts, so that is a
+    # copy after each burst of 128 learner steps.
+    "rlzoo": dict(
+        n_step=1,
+        batch_size=64,
+        learning_rate=2.3e-3,
+        adam_eps=1e-8,
+        double_q=False,
+        dueling=False,
+        prioritized=False,
+        target_update_period=128,
+        replay_size=100_000,
+        min_replay_size=1_000,
+        train_every=256,
+        gradient_steps=128,
+        epsilon_decay_steps=8_000,
+        epsilon_end=0.04,
+        hidden_sizes=(256, 256),
     ),
     # The MinAtar paper's DQN (Young & Tian 2019): one 16x3x3 conv + 128 fc, RMSProp 2.5e-4,
     # batch 32, one update per step, replay 100k from 5k, target every 1000 updates,
@@ -121,6 +161,7 @@ PRESETS: dict[str, dict] = {
 DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "atari": 10_000_000,
     "classic": 100_000,
+    "rlzoo": 50_000,
     "minatar": 5_000_000,
     "toy": 10_000,
 }
@@ -129,6 +170,7 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
 RUNTIME_DEFAULTS: dict[str, dict] = {
     "atari": dict(num_envs=4, envs_per_actor=4),
     "classic": dict(num_envs=4, num_actors=2, envs_per_actor=2),
+    "rlzoo": dict(num_envs=1, num_actors=1, envs_per_actor=1),  # SB3 steps one environment
     "minatar": dict(num_envs=1, envs_per_actor=1),  # the MinAtar paper steps one environment
     "toy": dict(num_envs=2, num_actors=2, envs_per_actor=1),
 }

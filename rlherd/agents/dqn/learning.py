@@ -61,17 +61,16 @@ class DQNLearner:
         self.net, self.config, self.dataset, self.table = net, config, dataset, table
         self.target_net = copy.deepcopy(net)
         self.target_net.requires_grad_(False)
-        self.expected_steps = max(
-            1, int(total_steps * config.samples_per_insert / config.batch_size)
-        )
+        self.expected_steps = max(1, int(total_steps * config.replay_ratio / config.batch_size))
         if dataset is not None and config.prioritized:
             dataset.importance_beta = self.importance_beta  # the dataset weighs with our schedule
         self.num_steps = 0
+        self.params = list(net.parameters())  # walking the modules for them every step is slow
         if config.optimizer == "adam":
-            self.optimizer = adam(net.parameters(), config.learning_rate, config.adam_eps)
+            self.optimizer = adam(self.params, config.learning_rate, config.adam_eps)
         else:
             self.optimizer = rmsprop(
-                net.parameters(), config.learning_rate, config.rmsprop_alpha, config.rmsprop_eps,
+                self.params, config.learning_rate, config.rmsprop_alpha, config.rmsprop_eps,
                 centered=True,
             )
         if config.compile:
@@ -88,7 +87,7 @@ class DQNLearner:
         self.optimizer.zero_grad()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.net.parameters(), self.config.grad_norm_clip, foreach=True
+            self.params, self.config.grad_norm_clip, foreach=True
         )
         self.optimizer.step()
         self.num_steps += 1

@@ -1,0 +1,186 @@
+"""DQN learner updates per second, as a run makes them: sample a batch from the replay table,
+update, write priorities back, report the metrics. Three paths, in one run so the ratios hold:
+
+  before    the learner step as it was before the learner-overhead work (commit 125efb9),
+            copied below: separate forward passes for the double-Q selector, Adam's foreach
+            and RMSprop's single-tensor implementations, a host read of every metric and a
+            metrics row (CSV + TensorBoard) written for every step;
+  eager     today's DQNLearner and Recorder (one pass over obs and next_obs, fused Adam,
+            metrics left as tensors and written once per log interval);
+  compiled  the same with ``compile=true`` (a torch.compile-d optimiser step).
+
+Networks: CartPole's (the ``classic`` preset: 128x128 dueling MLP, double Q, prioritised
+replay, Adam), RL Zoo's CartPole DQN (the ``rlzoo`` preset: 256x256 MLP, uniform replay) and
+MinAtar's (the ``minatar`` preset: one 16-channel conv + 128 fc, RMSprop, uniform replay).
+The table holds random transitions; what is measured does not depend on their values.
+
+Prints one JSON line per (network, path). Usage:
+  python benchmarks/learner_step.py [--seconds 10] [--setups classic rlzoo minatar]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from rlherd import envs
+from rlherd.agents import BUILDERS
+from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
+from rlherd.replay import MinSize
+from rlherd.run.recorder import Recorder
+from rlherd.run.rundir import RunDir
+from rlherd.run.train import resolve_config
+
+SETUPS = {"classic": "CartPole-v1", "rlzoo": "CartPole-v1", "minatar": "MinAtar/Breakout-v1"}
+MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+               torch=torch.__version__)  # fmt: skip
+
+
+class BeforeLearner:
+    """DQNLearner.learn as of commit 125efb9, for comparison (the importance-beta schedule and
+    checkpointing, which do not touch the step's speed, are left out)."""
+
+    def __init__(self, net, config, table):
+        self.net, self.config, self.table = net, config, table
+        self.target_net = copy.deepcopy(net)
+        self.target_net.requires_grad_(False)
+        self.num_steps = 0
+        if config.optimizer == "adam":
+            self.optimizer = torch.optim.Adam(
+                net.parameters(), lr=config.learning_rate, eps=config.adam_eps, foreach=True
+            )
+        else:
+            self.optimizer = torch.optim.RMSprop(
+                net.parameters(), lr=config.learning_rate, alpha=config.rmsprop_alpha,
+                eps=config.rmsprop_eps, centered=True,
+            )  # fmt: skip
+
+    def loss(self, data, weights):
+        c, net = self.config, self.net
+        q_tm1 = net(data["obs"])
+        with torch.no_grad():
+            q_t_value = self.target_net(data["next_obs"])
+            q_t_selector = net(data["next_obs"]) if c.double_q else None
+        args = (q_tm1, data["action"], data["reward"], data["discount"], q_t_value)
+        td = double_q_learning_td(*args, q_t_selector) if c.double_q else q_learning_td(*args)
+        return (weights * huber(td, c.huber_delta)).mean(), td.detach()
+
+    def learn(self, sample) -> dict[str, float]:
+        weights = sample.weights
+        if weights is None:
+            weights = torch.ones(len(sample.info.keys))
+        loss, td = self.loss(sample.data, weights)
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(),
+                                                   self.config.grad_norm_clip)  # fmt: skip
+        self.optimizer.step()
+        self.num_steps += 1
+        self.net.experience.fill_(self.table.insert_count)
+        if self.num_steps % self.config.target_update_period == 0:
+            self.target_net.load_state_dict(self.net.state_dict())
+        if not torch.isfinite(td).all():
+            raise RuntimeError("TD errors are not finite")
+        if self.config.prioritized:
+            priorities = np.abs(td.cpu().numpy()).astype(np.float64) + self.config.priority_eps
+            self.table.update_priorities(sample.info.keys, priorities)
+        return dict(loss=loss.item(), td_abs_mean=td.abs().mean().item(),
+                    grad_norm=grad_norm.item(), importance_beta=0.4)  # fmt: skip
+
+
+def row_per_step(recorder: Recorder):
+    """What Recorder.learner did before: one metrics row per learner step."""
+
+    def log(metrics: dict[str, float]) -> None:
+        recorder.learner_counter.increment(steps=1)
+        counts = recorder.counters
+        row = dict(learner_steps=int(counts["learner_steps"]),
+                   actor_steps=int(counts["actor_steps"]), sps=round(recorder.sps(), 1),
+                   **metrics)  # fmt: skip
+        recorder.rundir.log("learner", row, step=int(counts["actor_steps"]))
+
+    return log
+
+
+def filled_tables(builder, spec, rng):
+    """The preset's replay table, holding random transitions beyond its minimum size."""
+    tables = builder.make_replay_tables(spec, insert_blocking=False)
+    tables[0].limiter = MinSize(1)  # no rate limiter holds a sample back
+    adder = builder.make_adder(tables, 1)
+
+    def obs():
+        if spec.obs_dtype == np.uint8:
+            return rng.integers(0, 2, size=(1, *spec.obs_shape)).astype(np.uint8)
+        return rng.standard_normal((1, *spec.obs_shape)).astype(spec.obs_dtype)
+
+    no = np.zeros(1, dtype=bool)
+    adder.add_first(obs(), np.ones(1, dtype=bool))
+    for _ in range(builder.config.min_replay_size + 1_000):
+        adder.add(rng.integers(spec.num_actions, size=1), rng.standard_normal(1), obs(),
+                  no, no, no)  # fmt: skip
+    return tables
+
+
+def measure(setup: str, path: str, seconds: float) -> dict:
+    env_id = SETUPS[setup]
+    config, _ = resolve_config("dqn", env_id, setup, dict(compile=path == "compiled"))
+    builder = BUILDERS["dqn"](config)
+    spec = envs.spec_for(env_id)
+    torch.manual_seed(0)
+    tables = filled_tables(builder, spec, np.random.default_rng(0))
+    dataset = builder.make_dataset(tables)
+    net = builder.make_networks(spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        recorder = Recorder(RunDir(tmp, create=True), dict(agent="dqn", env=env_id,
+                            runtime="bench"), 10**9, progress=False)  # fmt: skip
+        if path == "before":
+            learner, report = BeforeLearner(net, config, tables[0]), row_per_step(recorder)
+        else:
+            learner = builder.make_learner(net, dataset, 10**9, tables)
+            report = recorder.learner
+
+        def update() -> None:
+            report(learner.learn(next(dataset)))
+            recorder.tick()
+
+        start = time.perf_counter()
+        for _ in range(20):  # warm up (and compile)
+            update()
+        warmup = time.perf_counter() - start
+        updates, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            update()
+            updates += 1
+        elapsed = time.perf_counter() - start
+        recorder.close()
+    return dict(bench="learner_step", agent="dqn", network=setup, env=env_id, path=path,
+                optimizer=config.optimizer, batch_size=config.batch_size,
+                updates_per_s=round(updates / elapsed, 1), warmup_s=round(warmup, 2),
+                machine=MACHINE)  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=10.0, help="per path and network")
+    parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    for setup in args.setups:
+        before = None
+        for path in ("before", "eager", "compiled"):
+            row = measure(setup, path, args.seconds)
+            before = before or row["updates_per_s"]
+            row["speedup_vs_before"] = round(row["updates_per_s"] / before, 2)
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
