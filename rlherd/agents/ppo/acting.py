@@ -17,7 +17,8 @@ from rlherd.networks.normalization import RunningNorm
 
 
 class RewardScaler:
-    """Divides rewards by a running standard deviation and clips them to ``[-clip, clip]``.
+    """Divides rewards by a running standard deviation and clips them to ``[-clip, clip]``, or
+    (``"sign"``) keeps their sign only.
 
     ``"return"`` uses the std of each environment's discounted return (Engstrom et al.'s reward
     scaling, as SB3's VecNormalize and CleanRL); ``"reward"`` the std of the rewards themselves
@@ -30,6 +31,8 @@ class RewardScaler:
         self.returns = torch.zeros(num_envs, dtype=torch.float64)
 
     def __call__(self, reward: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        if self.mode == "sign":
+            return torch.sign(reward).float()
         live = ~skip  # autoreset steps are not part of any episode
         if self.mode == "return":
             self.returns = torch.where(skip, 0.0, self.returns * self.discount + reward)

@@ -64,8 +64,10 @@ class PPOConfig:
     # Normalisation (streaming statistics, in checkpoints, used by eval).
     normalize_obs: bool = False
     obs_clip: float = 5.0
-    reward_scaling: str | None = None  # "return" (divide by std of discounted returns) | "reward"
-    reward_clip: float = 10.0
+    # None, "return" (divide by the std of discounted returns), "reward" (by the std of
+    # rewards) or "sign" (CleanRL's ClipRewardEnv for Atari: the reward's sign)
+    reward_scaling: str | None = None
+    reward_clip: float = 10.0  # after "return" / "reward" scaling
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "unroll_length", "epochs", "minibatches", "max_rows_per_pass"):
@@ -75,9 +77,10 @@ class PPOConfig:
             raise ValueError(f"objective must be 'clip', 'kl' or 'a2c', got {self.objective!r}")
         if self.activation not in ("tanh", "relu"):
             raise ValueError(f"activation must be 'tanh' or 'relu', got {self.activation!r}")
-        if self.reward_scaling not in (None, "return", "reward"):
+        if self.reward_scaling not in (None, "return", "reward", "sign"):
             raise ValueError(
-                f"reward_scaling must be None, 'return' or 'reward', got {self.reward_scaling!r}"
+                "reward_scaling must be None, 'return', 'reward' or 'sign', got "
+                f"{self.reward_scaling!r}"
             )
         if self.shared_network and self.value_learning_rate is not None:
             raise ValueError(
@@ -118,6 +121,18 @@ _WARPDRIVE_A2C = dict(
     gae_lambda=1.0,
     entropy_cost=0.05,
     max_grad_norm=10.0,
+)
+
+_CLEANRL_ATARI = dict(
+    batch_size=8,
+    unroll_length=128,
+    minibatches=4,
+    epochs=4,
+    learning_rate=2.5e-4,
+    clip=0.1,
+    value_clip=0.1,
+    entropy_cost=0.01,
+    reward_scaling="sign",
 )
 
 PRESETS: dict[str, dict] = {
@@ -210,6 +225,15 @@ PRESETS: dict[str, dict] = {
     # options are rlherd.envs.reference.tag.WARPDRIVE_TRAINING (pass with --env-kwargs).
     "tag-gridworld": dict(_WARPDRIVE_A2C, unroll_length=100, hidden_sizes=(32, 32)),
     "tag-continuous": dict(_WARPDRIVE_A2C, unroll_length=250, hidden_sizes=(256, 256)),
+    # CleanRL's ppo_atari.py (its published Atari figures at 10M steps): 8 environments of 128
+    # steps, 4 minibatches, 4 epochs, Adam 2.5e-4 annealed to 0, clip 0.1 (values clipped too),
+    # entropy 0.01, gradient norm 0.5, rewards clipped to their sign; the Nature CNN, which
+    # rlherd's image torso is for Atari frames. (CleanRL's environments also end an episode at
+    # each lost life: pass --env-kwargs episodic_life=true for that.)
+    "atari": _CLEANRL_ATARI,
+    # The same on MinAtar's network (one 16x3x3 conv, 128 fc), rewards unclipped (MinAtar's are
+    # 0 or 1 already).
+    "minatar": dict(_CLEANRL_ATARI, reward_scaling=None),
     # rlherd's tiny test environments.
     "toy": dict(batch_size=4, unroll_length=16, minibatches=2, epochs=4, learning_rate=3e-3),
 }
@@ -241,6 +265,8 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "mujoco": 1_000_000,
     "batchppo": 1_000_000,
     "toy": 20_000,
+    "atari": 10_000_000,
+    "minatar": 5_000_000,
     "tag-gridworld": 100_000_000,  # agent steps
     "tag-continuous": 100_000_000,
 }
@@ -250,6 +276,8 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
 RUNTIME_DEFAULTS: dict[str, dict] = {
     "classic": dict(num_actors=2, envs_per_actor=4),
     "toy": dict(num_actors=2, envs_per_actor=2),
+    "atari": dict(num_actors=2, envs_per_actor=4),
+    "minatar": dict(num_actors=2, envs_per_actor=4),
     "tag-gridworld": dict(num_envs=2000),
     "tag-continuous": dict(
         num_envs=100,
