@@ -156,13 +156,43 @@ def test_atari_pong_smoke_through_mono(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("runtime", ["single", "mono"])
-def test_impala_learns_cartpole(runtime, tmp_path):
+@pytest.mark.parametrize("runtime, precision",
+                         [("single", "float32"), ("mono", "float32"), ("single", "bfloat16")])
+def test_impala_learns_cartpole(runtime, precision, tmp_path):
     run = rlherd.train(
         "impala", "CartPole-v1", runtime=runtime, total_steps=500_000, seed=0,
-        run_dir=tmp_path, progress=False,
+        run_dir=tmp_path, progress=False, precision=precision,
     )  # fmt: skip
     assert run.summary["final_return_mean"] >= 450, run.summary
+
+
+def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():
+    """precision=bfloat16 runs the torso's products in bfloat16 and hands the heads, V-trace
+    and the optimiser float32; the loss stays within bfloat16's rounding of float32's."""
+    from rlherd import envs
+    from rlherd.agents.impala.config import ImpalaConfig
+    from rlherd.agents.impala.learning import impala_loss
+    from rlherd.agents.impala.networks import ImpalaNet
+
+    spec = envs.spec_for("CartPole-v1")
+    torch.manual_seed(0)
+    nets = [ImpalaNet(spec, ImpalaConfig(precision=p, torso="mlp")) for p in PRECISIONS]
+    nets[1].load_state_dict(nets[0].state_dict())
+    seen = []
+    nets[1].torso.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    T, B = 5, 3
+    batch = {"obs": torch.randn(T + 1, B, 4), "action": torch.randint(2, (T + 1, B)),
+             "reward": torch.randn(T + 1, B), "terminated": torch.zeros(T + 1, B, dtype=bool),
+             "truncated": torch.zeros(T + 1, B, dtype=bool),
+             "reset": torch.zeros(T + 1, B, dtype=bool),
+             "policy_logits": torch.randn(T + 1, B, 2)}  # fmt: skip
+    (loss32, _), (loss16, _) = (impala_loss(net, batch, (), ImpalaConfig()) for net in nets)
+    assert seen == [torch.bfloat16] and loss16.dtype == torch.float32
+    assert loss16.item() == pytest.approx(loss32.item(), rel=2e-2)
+    assert loss16.item() != loss32.item()  # it did run in bfloat16
+
+
+PRECISIONS = ("float32", "bfloat16")
 
 
 @pytest.mark.gpu

@@ -341,3 +341,20 @@ def test_chunked_passes_give_the_same_update():
         nets.append(net.state_dict())
     for k, v in nets[0].items():
         torch.testing.assert_close(nets[1][k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_sign_reward_scaling_keeps_the_sign_only():
+    """CleanRL's ClipRewardEnv for the Atari preset: rewards become -1, 0 or 1."""
+    from rlherd.agents.ppo.acting import RewardScaler
+
+    scaler = RewardScaler("sign", 3, 0.99)
+    reward = torch.tensor([-7.5, 0.0, 0.2], dtype=torch.float64)
+    assert scaler(reward, torch.zeros(3, dtype=torch.bool)).tolist() == [-1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("env_id, preset", [("MinAtar/Breakout-v1", "minatar"),
+                                            ("ALE/Pong-v5", "atari")])  # fmt: skip
+def test_pixel_envs_get_their_presets(env_id, preset):
+    from rlherd.agents import BUILDERS
+
+    assert BUILDERS["ppo"].preset_for(env_id) == preset

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rlherd.replay import (
+    Bursts,
     Fifo,
     Lifo,
     MaxHeap,
@@ -184,6 +185,46 @@ def test_queue_limiter():
     assert lim.can_sample(3) and not lim.can_sample(4)
     lim.samples = 1
     assert lim.can_insert(1)
+
+
+def test_bursts_hand_computed():
+    """SB3's schedule: 6 samples at each multiple of 4 inserts once 5 items are in: the first
+    burst at 8 inserts (SB3 trains at step t when t % train_freq == 0 and t > learning_starts,
+    learning_starts = 4 here)."""
+    lim = Bursts(train_every=4, samples_per_burst=6, min_size_to_sample=5)
+    lim.inserts = 7
+    assert lim.samples_allowed() == 0 and not lim.can_sample(1)
+    lim.inserts = 8
+    assert lim.samples_allowed() == 6 and lim.can_sample(6) and not lim.can_sample(7)
+    lim.inserts = 10
+    assert lim.can_insert(1)  # the 11th insert starts no burst
+    lim.inserts = 11
+    assert lim.samples_allowed() == 6 and not lim.can_insert(1)  # the 12th starts the next...
+    lim.samples = 3
+    assert not lim.can_insert(1)  # ...not before the previous burst was sampled
+    lim.samples = 6
+    assert lim.can_insert(1) and lim.can_insert(100)
+    lim.inserts = 12
+    assert lim.samples_allowed() == 6
+    assert lim.without_insert_blocking().can_insert(1)
+    lim.samples = 0
+    assert lim.without_insert_blocking().can_insert(1) and not lim.can_insert(4)
+
+
+def test_bursts_drive_a_table_in_whole_bursts():
+    """In one process (no insert blocking) a learner that samples while it can takes exactly
+    one burst after each train_every inserts."""
+    limiter = Bursts(train_every=3, samples_per_burst=4, min_size_to_sample=2)
+    table = Table("t", SIG, 100, Uniform(), rate_limiter=limiter.without_insert_blocking())
+    bursts = []
+    for i in range(12):
+        table.insert(item(i))
+        taken = 0
+        while table.can_sample(2):
+            table.sample(2)
+            taken += 2
+        bursts.append(taken)
+    assert bursts == [0, 0, 4, 0, 0, 4, 0, 0, 4, 0, 0, 4]
 
 
 def test_without_insert_blocking():

@@ -21,6 +21,8 @@ __all__ = [
     "LSTMCore",
     "make_torso",
     "require_discrete",
+    "PRECISIONS",
+    "autocast",
 ]
 
 
@@ -141,6 +143,20 @@ class MinAtarTorso(nn.Module):
 
 
 TORSOS = ("auto", "mlp", "shallow", "deep", "minatar")
+PRECISIONS = ("float32", "bfloat16")
+
+
+def autocast(device_type: str, precision: str) -> torch.autocast:
+    """The context a torso runs in: ``"bfloat16"`` runs its convolutions and matrix products in
+    bfloat16 (``torch.autocast``; weights, gradients and optimiser stay float32), ``"float32"``
+    changes nothing. Callers hand what follows (heads, losses) float32 features.
+
+    bfloat16 is about 2.5x faster for IMPALA's Atari torso on CPUs that compute in it natively
+    (AVX512-BF16 or AMX: AMD Zen 4, Intel Sapphire Rapids and later) and on GPUs; elsewhere
+    PyTorch emulates it, slowly."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=precision == "bfloat16")
 
 
 def require_discrete(spec: EnvSpec, agent: str) -> None:

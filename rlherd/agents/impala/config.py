@@ -36,6 +36,11 @@ class ImpalaConfig:
     hidden_sizes: tuple[int, ...] = (64, 64)  # MLP torso
     use_lstm: bool = False
     lstm_size: int = 256
+    # "bfloat16": the torso's convolutions and matrix products in bfloat16 (autocast), the rest
+    # (LSTM, heads, V-trace, optimiser) in float32. About 2.5x faster learner steps with the
+    # Atari torso on CPUs with native bfloat16 (AVX512-BF16 / AMX) and on GPUs, but slower
+    # elsewhere; see rlherd.networks.autocast and benchmarks/impala_throughput.py.
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
         for name in ("unroll_length", "batch_size", "lstm_size"):
@@ -45,6 +50,8 @@ class ImpalaConfig:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
         if self.optimizer not in ("rmsprop", "adam"):
             raise ValueError(f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
+        if self.precision not in ("float32", "bfloat16"):
+            raise ValueError(f"precision must be 'float32' or 'bfloat16', got {self.precision!r}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
 

@@ -22,7 +22,7 @@ from rlherd.replay.rollouts import core_state_of
 
 def impala_loss(
     net: ImpalaNet, batch: dict[str, torch.Tensor], core_state: CoreState, config: ImpalaConfig
-) -> tuple[torch.Tensor, dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The IMPALA loss of one ``[T + 1, B]`` batch of rollouts, and its parts for logging."""
     first = torch.zeros_like(batch[F.RESET])
     first[1:] = batch[F.RESET][:-1]  # the state is zeroed after a final observation

@@ -7,7 +7,7 @@ from torch import nn
 
 from rlherd.agents.impala.config import ImpalaConfig
 from rlherd.core import EnvSpec
-from rlherd.networks import LSTMCore, make_torso, require_discrete
+from rlherd.networks import LSTMCore, autocast, make_torso, require_discrete
 
 CoreState = tuple[torch.Tensor, ...]
 
@@ -23,6 +23,7 @@ class ImpalaNet(nn.Module):
         super().__init__()
         require_discrete(spec, "IMPALA")
         self.torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+        self.precision = config.precision
         self.core = LSTMCore(self.torso.out_dim, config.lstm_size) if config.use_lstm else None
         features = self.core.out_dim if self.core else self.torso.out_dim
         self.policy = nn.Linear(features, spec.num_actions)
@@ -35,7 +36,9 @@ class ImpalaNet(nn.Module):
         self, obs: torch.Tensor, first: torch.Tensor, state: CoreState = ()
     ) -> tuple[dict[str, torch.Tensor], CoreState]:
         T, B = obs.shape[:2]
-        x = self.torso(obs.reshape(T * B, *obs.shape[2:]))
+        with autocast(obs.device.type, self.precision):
+            x = self.torso(obs.reshape(T * B, *obs.shape[2:]))
+        x = x.float()
         if self.core is not None:
             x, state = self.core(x.view(T, B, -1), first, state)
             x = x.reshape(T * B, -1)
