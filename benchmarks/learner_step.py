@@ -7,7 +7,7 @@ update, write priorities back, report the metrics. Three paths, in one run so th
             metrics row (CSV + TensorBoard) written for every step;
   eager     today's DQNLearner and Recorder (one pass over obs and next_obs, fused Adam,
             metrics left as tensors and written once per log interval);
-  compiled  the same with ``compile=true`` (a torch.compile-d optimiser step).
+  compiled  the same with ``compile_optimizer=true`` (a torch.compile-d optimiser step).
 
 Networks: CartPole's (the ``classic`` preset: 128x128 dueling MLP, double Q, prioritised
 replay, Adam), RL Zoo's CartPole DQN (the ``rlzoo`` preset: 256x256 MLP, uniform replay) and
@@ -131,7 +131,7 @@ def filled_tables(builder, spec, rng):
 
 def measure(setup: str, path: str, seconds: float) -> dict:
     env_id = SETUPS[setup]
-    config, _ = resolve_config("dqn", env_id, setup, dict(compile=path == "compiled"))
+    config, _ = resolve_config("dqn", env_id, setup, dict(compile_optimizer=path == "compiled"))
     builder = BUILDERS["dqn"](config)
     spec = envs.spec_for(env_id)
     torch.manual_seed(0)

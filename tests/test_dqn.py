@@ -156,7 +156,7 @@ def test_dqn_loss_matches_a_naive_two_pass_reference(double_q):
 
 
 def test_compiled_learner_step_gives_the_eager_numbers():
-    """``compile=True`` (a torch.compile-d RMSprop step) updates the network as the eager
+    """``compile_optimizer=True`` (a torch.compile-d RMSprop step) updates the network as the eager
     learner does, step for step."""
     from rlherd import envs
     from rlherd.agents.dqn.config import DQNConfig
@@ -169,7 +169,7 @@ def test_compiled_learner_step_gives_the_eager_numbers():
     for compiled in (False, True):
         torch.manual_seed(0)
         config = DQNConfig(optimizer="rmsprop", learning_rate=1e-2, target_update_period=3,
-                           compile=compiled, hidden_sizes=(16,))  # fmt: skip
+                           compile_optimizer=compiled, hidden_sizes=(16,))  # fmt: skip
         learners.append(DQNLearner(QNetwork(spec, config), config, 1000, None, None))
     eager, compiled = learners
     assert hasattr(compiled.optimizer.step, "_torchdynamo_orig_callable")  # torch.compile-d

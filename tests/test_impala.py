@@ -167,8 +167,9 @@ def test_impala_learns_cartpole(runtime, precision, tmp_path):
 
 
 def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():
-    """precision=bfloat16 runs the torso's products in bfloat16 and hands the heads, V-trace
-    and the optimiser float32; the loss stays within bfloat16's rounding of float32's."""
+    """precision=bfloat16 runs the learner's torso products in bfloat16 and hands the heads,
+    V-trace and the optimiser float32; the loss stays within bfloat16's rounding of float32's.
+    Acting (no gradients) stays float32."""
     from rlherd import envs
     from rlherd.agents.impala.config import ImpalaConfig
     from rlherd.agents.impala.learning import impala_loss
@@ -190,6 +191,9 @@ def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():
     assert seen == [torch.bfloat16] and loss16.dtype == torch.float32
     assert loss16.item() == pytest.approx(loss32.item(), rel=2e-2)
     assert loss16.item() != loss32.item()  # it did run in bfloat16
+    with torch.no_grad():  # acting
+        nets[1](batch["obs"], batch["reset"])
+    assert seen[-1] == torch.float32
 
 
 PRECISIONS = ("float32", "bfloat16")

@@ -28,7 +28,7 @@ class DQNConfig:
     # torch.compile the optimiser step into one generated loop per parameter: RMSprop's update
     # becomes about 6x faster on a CPU (Adam's is a fused kernel already); a few seconds of
     # compiling at start-up, and a C++ compiler on a CPU. benchmarks/learner_step.py measures it.
-    compile: bool = False
+    compile_optimizer: bool = False
 
     # Replay.
     replay_size: int = 1_000_000

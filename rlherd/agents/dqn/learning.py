@@ -73,7 +73,7 @@ class DQNLearner:
                 self.params, config.learning_rate, config.rmsprop_alpha, config.rmsprop_eps,
                 centered=True,
             )
-        if config.compile:
+        if config.compile_optimizer:
             compile_step(self.optimizer)
 
     def importance_beta(self) -> float:

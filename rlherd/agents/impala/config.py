@@ -36,10 +36,11 @@ class ImpalaConfig:
     hidden_sizes: tuple[int, ...] = (64, 64)  # MLP torso
     use_lstm: bool = False
     lstm_size: int = 256
-    # "bfloat16": the torso's convolutions and matrix products in bfloat16 (autocast), the rest
-    # (LSTM, heads, V-trace, optimiser) in float32. About 2.5x faster learner steps with the
-    # Atari torso on CPUs with native bfloat16 (AVX512-BF16 / AMX) and on GPUs, but slower
-    # elsewhere; see rlherd.networks.autocast and benchmarks/impala_throughput.py.
+    # "bfloat16": the learner runs the torso's convolutions and matrix products in bfloat16
+    # (autocast), the rest (LSTM, heads, V-trace, optimiser) in float32; actors act in float32.
+    # About 2x faster learner steps with the Atari torso on CPUs with native bfloat16
+    # (AVX512-BF16 / AMX) and on GPUs, but slower elsewhere; see rlherd.networks.autocast and
+    # benchmarks/impala_throughput.py.
     precision: str = "float32"
 
     def __post_init__(self) -> None:

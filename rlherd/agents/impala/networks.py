@@ -36,7 +36,10 @@ class ImpalaNet(nn.Module):
         self, obs: torch.Tensor, first: torch.Tensor, state: CoreState = ()
     ) -> tuple[dict[str, torch.Tensor], CoreState]:
         T, B = obs.shape[:2]
-        with autocast(obs.device.type, self.precision):
+        # Learning passes only: acting one frame at a time is faster in float32 (casting the
+        # weights costs more there than bfloat16 saves), and V-trace corrects for the gap.
+        precision = self.precision if torch.is_grad_enabled() else "float32"
+        with autocast(obs.device.type, precision):
             x = self.torso(obs.reshape(T * B, *obs.shape[2:]))
         x = x.float()
         if self.core is not None:
