@@ -14,8 +14,9 @@ replay, Adam), RL Zoo's CartPole DQN (the ``rlzoo`` preset: 256x256 MLP, uniform
 MinAtar's (the ``minatar`` preset: one 16-channel conv + 128 fc, RMSprop, uniform replay).
 The table holds random transitions; what is measured does not depend on their values.
 
-Prints one JSON line per (network, path). Usage:
-  python benchmarks/learner_step.py [--seconds 10] [--setups classic rlzoo minatar]
+The paths take turns (``--slices`` per path), since this kind of machine's speed drifts within
+minutes. Prints one JSON line per (network, path). Usage:
+  python benchmarks/learner_step.py [--seconds 20] [--slices 20] [--setups classic rlzoo minatar]
 """
 
 from __future__ import annotations
@@ -129,56 +130,76 @@ def filled_tables(builder, spec, rng):
     return tables
 
 
-def measure(setup: str, path: str, seconds: float) -> dict:
-    env_id = SETUPS[setup]
-    config, _ = resolve_config("dqn", env_id, setup, dict(compile_optimizer=path == "compiled"))
-    builder = BUILDERS["dqn"](config)
-    spec = envs.spec_for(env_id)
-    torch.manual_seed(0)
-    tables = filled_tables(builder, spec, np.random.default_rng(0))
-    dataset = builder.make_dataset(tables)
-    net = builder.make_networks(spec)
-    with tempfile.TemporaryDirectory() as tmp:
-        recorder = Recorder(RunDir(tmp, create=True), dict(agent="dqn", env=env_id,
-                            runtime="bench"), 10**9, progress=False)  # fmt: skip
+class Path:
+    """One path's learner, dataset and recorder over its own copy of the table and network."""
+
+    def __init__(self, setup: str, path: str, tmp: str):
+        env_id = SETUPS[setup]
+        config, _ = resolve_config("dqn", env_id, setup, dict(compile_optimizer=path == "compiled"))
+        builder = BUILDERS["dqn"](config)
+        spec = envs.spec_for(env_id)
+        torch.manual_seed(0)
+        tables = filled_tables(builder, spec, np.random.default_rng(0))
+        self.dataset = builder.make_dataset(tables)
+        net = builder.make_networks(spec)
+        self.recorder = Recorder(RunDir(os.path.join(tmp, path), create=True),
+                                 dict(agent="dqn", env=env_id, runtime="bench"), 10**9,
+                                 progress=False)  # fmt: skip
         if path == "before":
-            learner, report = BeforeLearner(net, config, tables[0]), row_per_step(recorder)
+            self.learner = BeforeLearner(net, config, tables[0])
+            self.report = row_per_step(self.recorder)
         else:
-            learner = builder.make_learner(net, dataset, 10**9, tables)
-            report = recorder.learner
-
-        def update() -> None:
-            report(learner.learn(next(dataset)))
-            recorder.tick()
-
+            self.learner = builder.make_learner(net, self.dataset, 10**9, tables)
+            self.report = self.recorder.learner
+        self.config, self.env_id, self.updates, self.elapsed = config, env_id, 0, 0.0
         start = time.perf_counter()
         for _ in range(20):  # warm up (and compile)
-            update()
-        warmup = time.perf_counter() - start
-        updates, start = 0, time.perf_counter()
+            self.update()
+        self.warmup = time.perf_counter() - start
+
+    def update(self) -> None:
+        self.report(self.learner.learn(next(self.dataset)))
+        self.recorder.tick()
+
+    def run(self, seconds: float) -> None:
+        start = time.perf_counter()
         while time.perf_counter() - start < seconds:
-            update()
-            updates += 1
-        elapsed = time.perf_counter() - start
-        recorder.close()
-    return dict(bench="learner_step", agent="dqn", network=setup, env=env_id, path=path,
-                optimizer=config.optimizer, batch_size=config.batch_size,
-                updates_per_s=round(updates / elapsed, 1), warmup_s=round(warmup, 2),
-                machine=MACHINE)  # fmt: skip
+            self.update()
+            self.updates += 1
+        self.elapsed += time.perf_counter() - start
+
+
+def measure(setup: str, seconds: float, slices: int) -> list[dict]:
+    """The three paths' updates/s, measured in ``slices`` interleaved turns each (this machine's
+    speed drifts; interleaving spreads the drift over every path alike)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {name: Path(setup, name, tmp) for name in ("before", "eager", "compiled")}
+        for _ in range(slices):
+            for path in paths.values():
+                path.run(seconds / slices)
+        for path in paths.values():
+            path.recorder.close()
+    before = paths["before"].updates / paths["before"].elapsed
+    rows = []
+    for name, p in paths.items():
+        rate = p.updates / p.elapsed
+        rows.append(dict(bench="learner_step", agent="dqn", network=setup, env=p.env_id,
+                         path=name, optimizer=p.config.optimizer,
+                         batch_size=p.config.batch_size, updates_per_s=round(rate, 1),
+                         speedup_vs_before=round(rate / before, 2),
+                         warmup_s=round(p.warmup, 2), machine=MACHINE))  # fmt: skip
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=10.0, help="per path and network")
+    parser.add_argument("--seconds", type=float, default=20.0, help="per path and network")
+    parser.add_argument("--slices", type=int, default=20, help="interleaved turns per path")
     parser.add_argument("--setups", nargs="+", default=list(SETUPS), choices=list(SETUPS))
     args = parser.parse_args()
     torch.set_num_threads(1)
     for setup in args.setups:
-        before = None
-        for path in ("before", "eager", "compiled"):
-            row = measure(setup, path, args.seconds)
-            before = before or row["updates_per_s"]
-            row["speedup_vs_before"] = round(row["updates_per_s"] / before, 2)
+        for row in measure(setup, args.seconds, args.slices):
             print(json.dumps(row), flush=True)
 
 
