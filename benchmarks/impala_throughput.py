@@ -301,11 +301,12 @@ def main() -> None:
                 single_settings = resolve_settings("single", suggested, {})
                 mono_settings = resolve_settings("mono", suggested, layout)
                 figures(env_id, builder, spec, precision, single_settings, mono_settings,
-                        dict(overrides, **layout), args)  # fmt: skip
+                        overrides, layout, args)  # fmt: skip
 
 
-def figures(env_id, builder, spec, precision, single_settings, mono_settings, overrides, args):
-    """Every figure of one environment, layout and precision."""
+def figures(env_id, builder, spec, precision, single_settings, mono_settings, overrides, layout,
+            args):  # fmt: skip
+    """Every figure of one environment, layout (the actors' settings) and precision."""
     B = single_settings.num_envs or builder.batch_size
     k, n = mono_settings.envs_per_actor, mono_settings.num_actors
     common = dict(env=env_id, torso="mlp" if not spec.is_image else "shallow",
@@ -329,7 +330,7 @@ def figures(env_id, builder, spec, precision, single_settings, mono_settings, ov
     parts = breakdown(builder, spec, env_id, mono_settings, t)
     for runtime in args.runtimes:
         result = training(env_id, runtime, args.total_steps or SETUPS[env_id][3],
-                          overrides if runtime == "mono" else dict(overrides, envs_per_actor=None))
+                          dict(overrides, **layout) if runtime == "mono" else overrides)
         row = dict(**common, measure="training", runtime=runtime, steps_per_s=result["sps"],
                    steps_per_s_with_startup=result["sps_with_startup"],
                    **frames(env_id, result["sps"]))  # fmt: skip
