@@ -151,6 +151,24 @@ def test_learner_rows_are_step_weighted_means_read_once_per_interval(tmp_path):
     assert int(row["learner_steps"]) == 10 and float(row["loss"]) == 4.5
 
 
+def test_unread_learner_metrics_are_bounded_and_fold_into_the_same_mean(tmp_path, monkeypatch):
+    import torch
+
+    from rlherd.run import recorder as recorder_mod
+
+    monkeypatch.setattr(recorder_mod, "MAX_UNREAD", 4)
+    recorder = recorder_mod.Recorder(RunDir(tmp_path, create=True),
+                                     dict(agent="a", env="e", runtime="r"), 100, progress=False,
+                                     log_interval_s=1e9)  # fmt: skip
+    for i in range(10):
+        recorder.learner(dict(loss=torch.tensor(float(i))))
+        assert len(recorder._learned) < 4
+    recorder.write_learner_row()
+    recorder.close()
+    (row,) = list(csv.DictReader(open(tmp_path / "metrics" / "learner.csv")))
+    assert int(row["learner_steps"]) == 10 and float(row["loss"]) == pytest.approx(4.5)
+
+
 def test_a_non_finite_learner_row_stops_the_run_after_it_is_written(tmp_path):
     import torch
 

@@ -26,6 +26,7 @@ from rlherd.run.rundir import RunDir
 
 RETURN_WINDOW = 20  # final_return_mean: mean return over the last 20 training episodes
 CHECKPOINT_SHARE = 0.05  # checkpoints may take at most this share of a run's time
+MAX_UNREAD = 10_000  # learner steps' metrics kept unread; beyond, they are folded into one mean
 
 
 def mean_metrics(rows: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
@@ -179,6 +180,8 @@ class Recorder:
             self.learner_counter.increment(steps=steps)
             self.learner_counter.set(walltime=self._learn_wall0 + now - self._first_learn)
             self._learned.append((steps, metrics))
+            if len(self._learned) >= MAX_UNREAD:  # a log interval longer than memory allows
+                self._learned = [(sum(n for n, _ in self._learned), mean_metrics(self._learned))]
 
     def write_learner_row(self) -> None:
         """One ``learner.csv`` row of the steps since the last row: their mean metrics (see
