@@ -174,6 +174,7 @@ def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():
     from rlherd.agents.impala.config import ImpalaConfig
     from rlherd.agents.impala.learning import impala_loss
     from rlherd.agents.impala.networks import ImpalaNet
+    from rlherd.networks import PRECISIONS
 
     spec = envs.spec_for("CartPole-v1")
     torch.manual_seed(0)
@@ -195,8 +196,6 @@ def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():
         nets[1](batch["obs"], batch["reset"])
     assert seen[-1] == torch.float32
 
-
-PRECISIONS = ("float32", "bfloat16")
 
 
 @pytest.mark.gpu

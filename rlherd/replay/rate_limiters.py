@@ -148,9 +148,12 @@ class Bursts(RateLimiter):
         return self.samples_per_burst * max(0, bursts)
 
     def can_insert(self, n: int = 1) -> bool:
+        if not self.insert_blocking:
+            return True
         now = self._allowed(self.inserts)
-        return not self.insert_blocking or self.samples >= now or self._allowed(
-            self.inserts + n) == now
+        previous_burst_sampled = self.samples >= now
+        starts_no_burst = self._allowed(self.inserts + n) == now
+        return previous_burst_sampled or starts_no_burst
 
     def can_sample(self, n: int = 1) -> bool:
         return n <= self.samples_allowed()

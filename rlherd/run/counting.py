@@ -6,6 +6,7 @@ Counts live in the root; a child counter adds its prefix, so ``Counter(root, "ac
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 
@@ -108,7 +109,7 @@ class EpisodeTracker:
             setattr(self, k, v.to(current.device) if on_device else v)
 
 
-class StepReport:
+class StepReport(abc.ABC):
     """The environment loop's recorder in an actor that lives away from the run's recorder
     (a ``mono`` process, a ``distributed`` node): steps and finished episodes are gathered and
     sent (``send(steps, returns, lengths)``, a subclass's) at most every ``period_s``."""
@@ -131,5 +132,6 @@ class StepReport:
             self.steps, self.returns, self.lengths = 0, [], []
             self.last = time.monotonic()
 
+    @abc.abstractmethod
     def send(self, steps: int, returns: list[float], lengths: list[int]) -> None:
-        raise NotImplementedError
+        """Deliver the counts gathered since the last report (a pipe, a counter node)."""

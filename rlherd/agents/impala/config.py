@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlherd.networks import PRECISIONS
+
 
 @dataclass
 class ImpalaConfig:
@@ -51,8 +53,8 @@ class ImpalaConfig:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
         if self.optimizer not in ("rmsprop", "adam"):
             raise ValueError(f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
-        if self.precision not in ("float32", "bfloat16"):
-            raise ValueError(f"precision must be 'float32' or 'bfloat16', got {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
 
