@@ -76,7 +76,8 @@ def _add_setting_flags(group: argparse._ArgumentGroup) -> None:
              for name in settings.all_fields()}  # fmt: skip
     for name, field in settings.all_fields().items():
         where = "all" if len(users[name]) == len(settings.SETTINGS) else ", ".join(users[name])
-        flag = dict(dest=name, default=None, help=f"{helps.get(name, '')} [{where}]")
+        text = helps.get(name, "").replace("%", "%%")  # argparse formats help with %
+        flag = dict(dest=name, default=None, help=f"{text} [{where}]")
         if field.type in ("bool", bool):
             flag.update(nargs="?", const="true", metavar="BOOL")
         else:

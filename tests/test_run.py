@@ -101,6 +101,15 @@ def test_cli_errors_are_clear(argv, message, capsys, tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", ["train", "eval", "plot", "check-env", "serve-env"])
+def test_cli_help_renders(command, capsys):
+    """``--help`` of every command prints its usage (a ``%`` in a help text once broke it)."""
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    assert "usage: " in capsys.readouterr().out
+
+
 def test_cli_runtime_settings_are_flags(tmp_path, capsys):
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "rlherd/Bandit-v0", "--total-steps", "64", "--no-progress",
