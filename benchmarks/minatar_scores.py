@@ -1,0 +1,135 @@
+"""MinAtar scores: IMPALA, PPO and DQN with their shipped ``minatar`` presets, next to the
+published figures.
+
+For each game, agent and seed: one ``rlherd train`` run of ``--steps`` agent steps (frames; MinAtar
+has no frame skip) on the single runtime, then ``--eval-episodes`` greedy episodes. Prints one JSON
+line per run (final training return over the last 100 episodes, greedy return, wall time,
+steps/s, the published figure), then a Markdown table of the means over seeds. The run
+directories stay in ``--out`` so that ``--plot`` (or ``rlherd plot``) can draw their curves.
+
+Published figures (what the presets are held to; the issue "Scores that match the literature"):
+the MinAtar paper's DQN (Young & Tian 2019, its figure 2: training return at 5M frames) reaches
+about 10 on Breakout; an independent PPO reproduction reaches a greedy return of about 26 on
+Breakout; the targets for Freeway are 50 for PPO and DQN.
+
+Usage: python benchmarks/minatar_scores.py [--steps 5000000] [--agents impala ppo dqn]
+       [--games Breakout Freeway] [--seeds 0 1 2] [--out runs/minatar_scores] [--plot DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import rlherd
+from rlherd.run.evaluate import evaluate
+from rlherd.run.plot import plot_runs
+
+# (agent, game) -> (figure, source): what a preset is held to.
+PUBLISHED = {
+    ("dqn", "Breakout"): (10, "MinAtar paper DQN, training return at 5M"),
+    ("ppo", "Breakout"): (26, "PPO reproduction, greedy"),
+    ("impala", "Breakout"): (20, "issue target"),
+    ("dqn", "Freeway"): (50, "issue target"),
+    ("ppo", "Freeway"): (50, "issue target"),
+}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1] for line in f if line.startswith("model name")]
+        return names[0].strip()
+    except (OSError, IndexError):
+        return platform.processor() or platform.machine()
+
+
+MACHINE = dict(cpu=cpu_model(), cores=os.cpu_count(), torch=torch.__version__)
+
+
+def last_returns_mean(run_dir: Path, episodes: int = 100) -> float | None:
+    """Mean training return of the run's last ``episodes`` episodes (summary.json keeps 20)."""
+    with open(run_dir / "metrics" / "train.csv", newline="") as f:
+        returns = [float(row["episode_return"]) for row in csv.DictReader(f)]
+    return float(np.mean(returns[-episodes:])) if returns else None
+
+
+def score(agent: str, game: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:
+    """Train one run (or reuse it, if ``out`` already holds a finished one) and evaluate it."""
+    run_dir = out / f"{agent}-{game}-seed{seed}"
+    summary_path = run_dir / "summary.json"
+    done = summary_path.exists() and json.loads(summary_path.read_text()).get(
+        "actor_steps", 0) >= steps  # fmt: skip
+    if not done:
+        rlherd.train(agent, f"MinAtar/{game}-v1", total_steps=steps, seed=seed,
+                     run_dir=run_dir, overwrite=True, progress=False)  # fmt: skip
+    greedy = evaluate(run_dir, episodes=eval_episodes)
+    summary = json.loads(summary_path.read_text())
+    published, source = PUBLISHED.get((agent, game), (None, ""))
+    return dict(bench="minatar_scores", agent=agent, game=game, steps=summary["actor_steps"],
+                seed=seed, final_return_100=last_returns_mean(run_dir),
+                greedy_return=greedy["eval_return_mean"], wall_time_s=summary["wall_time_s"],
+                sps=summary["sps"], published=published, published_source=source,
+                run_dir=str(run_dir), machine=MACHINE)  # fmt: skip
+
+
+def table(rows: list[dict]) -> str:
+    """Means over seeds, one line per (agent, game)."""
+    lines = [
+        "| agent | game | steps | seeds | final training return (last 100) | greedy return "
+        "| wall time | steps/s | published |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["agent"], row["game"]), []).append(row)
+    for (agent, game), runs in groups.items():
+        mean = {k: float(np.mean([r[k] for r in runs]))
+                for k in ("final_return_100", "greedy_return", "wall_time_s", "sps")}  # fmt: skip
+        seeds = ",".join(str(r["seed"]) for r in runs)
+        finals = " / ".join(f"{r['final_return_100']:.1f}" for r in runs)
+        published = f"{runs[0]['published']} ({runs[0]['published_source']})"
+        lines.append(
+            f"| {agent} | {game} | {runs[0]['steps']:,} | {seeds} | "
+            f"{mean['final_return_100']:.1f} ({finals}) | {mean['greedy_return']:.1f} | "
+            f"{mean['wall_time_s'] / 60:.1f} min | {mean['sps']:,.0f} | {published} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=5_000_000, help="agent steps (frames) per run")
+    parser.add_argument("--agents", nargs="+", default=["impala", "ppo", "dqn"])
+    parser.add_argument("--games", nargs="+", default=["Breakout", "Freeway"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--eval-episodes", type=int, default=100)
+    parser.add_argument("--out", default="runs/minatar_scores", help="where the runs are kept")
+    parser.add_argument("--plot", help="directory for one learning-curve figure per game")
+    args = parser.parse_args()
+    out = Path(args.out)
+    rows = []
+    for game in args.games:
+        for agent in args.agents:
+            for seed in args.seeds:
+                rows.append(score(agent, game, args.steps, seed, out, args.eval_episodes))
+                print(json.dumps(rows[-1]), flush=True)
+        if args.plot:
+            Path(args.plot).mkdir(parents=True, exist_ok=True)
+            runs = [r["run_dir"] for r in rows if r["game"] == game]
+            plot_runs(runs, Path(args.plot) / f"minatar_{game.lower()}.png", window=100)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
