@@ -131,7 +131,8 @@ def main() -> None:
         if args.plot:
             Path(args.plot).mkdir(parents=True, exist_ok=True)
             runs = [r["run_dir"] for r in rows if r["game"] == game]
-            plot_runs(runs, Path(args.plot) / f"minatar_{game.lower()}.png", window=100)
+            plot_runs(runs, Path(args.plot) / f"minatar_{game.lower()}.png", window=100,
+                      title=f"MinAtar/{game}-v1, {args.steps:,} steps")  # fmt: skip
     print(table(rows))
 
 

@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("run_dirs", nargs="+")
     plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
     plot.add_argument("--window", type=int, default=20, help="episodes to average over")
+    plot.add_argument("--title", help="the figure's title")
     return parser
 
 
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plot":
             from rlherd.run.plot import plot_runs
 
-            print(plot_runs(args.run_dirs, args.output, args.window))
+            print(plot_runs(args.run_dirs, args.output, args.window, args.title))
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
         # Anything else is a bug, and keeps its traceback.

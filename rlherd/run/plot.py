@@ -31,7 +31,9 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
     return (cumsum[idx] - cumsum[lo]) / (idx - lo)
 
 
-def plot_runs(run_dirs: list[str | Path], output: str | Path, window: int = 20) -> Path:
+def plot_runs(
+    run_dirs: list[str | Path], output: str | Path, window: int = 20, title: str | None = None
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,6 +47,8 @@ def plot_runs(run_dirs: list[str | Path], output: str | Path, window: int = 20) 
             ax.plot(steps, smooth(returns, window), label=label)
     ax.set_xlabel("agent steps")
     ax.set_ylabel(f"episode return (mean of last {window})")
+    if title:
+        ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
