@@ -5,7 +5,8 @@ For each game, agent and seed: one ``rlherd train`` run of ``--steps`` agent ste
 has no frame skip) on the single runtime, then ``--eval-episodes`` greedy episodes. Prints one JSON
 line per run (final training return over the last 100 episodes, greedy return, wall time,
 steps/s, the published figure), then a Markdown table of the means over seeds. The run
-directories stay in ``--out`` so that ``--plot`` (or ``rlherd plot``) can draw their curves.
+directories stay in ``--out`` so that ``--plot`` (or ``rlherd plot``) can draw their curves; a
+finished run already there is evaluated again, not retrained (delete it to retrain).
 
 Published figures, read off their learning curves (training returns at 5M frames unless said
 otherwise): the MinAtar paper (Young & Tian 2019, its learning curves over 30 seeds) has DQN at

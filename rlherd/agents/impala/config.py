@@ -78,8 +78,9 @@ PRESETS: dict[str, dict] = {
     # learning rate. TorchBeast's RMSprop at 4.8e-4 plateaued at about 5 on Breakout (5.3 at 5M
     # steps): so did every variant at that step size (entropy 0.03, RMSprop or Adam at 1e-3).
     # A sweep of Adam's rate, 2M steps each on the single runtime, seed 0, final training return
-    # on Breakout: 1e-3 5.0, 3e-3 11.3, 6e-3 17.2, 1e-2 15.1; at 5M steps 6e-3 reaches 21.1 (the
-    # README's MinAtar table). gymnax-blines' PPO on MinAtar shows the same: 1e-4 stalls at 5.5.
+    # on Breakout: 1e-3 5.0, 3e-3 11.3, 6e-3 17.2, 1e-2 15.1. At 5M steps 6e-3 reaches 21.1, 15.4
+    # and 20.5 (seeds 0, 1, 2; the README's MinAtar table). gymnax-blines' MinAtar PPO shows the
+    # same failure: at 1e-4 it stalls at 5.5.
     "minatar": dict(
         unroll_length=20,
         batch_size=16,
