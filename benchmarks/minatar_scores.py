@@ -22,7 +22,6 @@ Usage: python benchmarks/minatar_scores.py [--steps 5000000] [--agents impala pp
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -33,7 +32,7 @@ import torch
 
 import rlherd
 from rlherd.run.evaluate import evaluate
-from rlherd.run.plot import plot_runs
+from rlherd.run.plot import load_curves, plot_runs
 
 # (agent, game) -> (published figure, its source): the nearest published algorithm's.
 PUBLISHED = {
@@ -46,33 +45,22 @@ PUBLISHED = {
 }
 
 
-def cpu_model() -> str:
-    """The CPU's model name (Linux), else what ``platform`` knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1] for line in f if line.startswith("model name")]
-        return names[0].strip()
-    except (OSError, IndexError):
-        return platform.processor() or platform.machine()
-
-
-MACHINE = dict(cpu=cpu_model(), cores=os.cpu_count(), torch=torch.__version__)
+MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+               torch=torch.__version__)  # fmt: skip
 
 
 def last_returns_mean(run_dir: Path, episodes: int = 100) -> float | None:
     """Mean training return of the run's last ``episodes`` episodes (summary.json keeps 20)."""
-    with open(run_dir / "metrics" / "train.csv", newline="") as f:
-        returns = [float(row["episode_return"]) for row in csv.DictReader(f)]
-    return float(np.mean(returns[-episodes:])) if returns else None
+    _, curves = load_curves(run_dir)
+    returns = curves[""]
+    return float(np.mean(returns[-episodes:])) if len(returns) else None
 
 
 def score(agent: str, game: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:
     """Train one run (or reuse it, if ``out`` already holds a finished one) and evaluate it."""
     run_dir = out / f"{agent}-{game}-seed{seed}"
     summary_path = run_dir / "summary.json"
-    done = summary_path.exists() and json.loads(summary_path.read_text()).get(
-        "actor_steps", 0) >= steps  # fmt: skip
-    if not done:
+    if not summary_path.exists() or json.loads(summary_path.read_text())["actor_steps"] < steps:
         rlherd.train(agent, f"MinAtar/{game}-v1", total_steps=steps, seed=seed,
                      run_dir=run_dir, overwrite=True, progress=False)  # fmt: skip
     greedy = evaluate(run_dir, episodes=eval_episodes)

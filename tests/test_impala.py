@@ -197,7 +197,6 @@ def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():
     assert seen[-1] == torch.float32
 
 
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("runtime", ["single", "mono"])
 def test_learner_on_cuda(runtime, tmp_path):
