@@ -3,8 +3,18 @@
 ``BUILDERS`` maps the names that ``rlherd train AGENT`` accepts to each agent's builder.
 """
 
+from rlherd.agents.d4pg import D4PGBuilder, DDPGBuilder
 from rlherd.agents.dqn import DQNBuilder
 from rlherd.agents.impala import ImpalaBuilder
+from rlherd.agents.mpo import DMPOBuilder, MPOBuilder
 from rlherd.agents.ppo import PPOBuilder
 
-BUILDERS = {"dqn": DQNBuilder, "impala": ImpalaBuilder, "ppo": PPOBuilder}
+BUILDERS = {
+    "d4pg": D4PGBuilder,
+    "ddpg": DDPGBuilder,
+    "dmpo": DMPOBuilder,
+    "dqn": DQNBuilder,
+    "impala": ImpalaBuilder,
+    "mpo": MPOBuilder,
+    "ppo": PPOBuilder,
+}

@@ -1,8 +1,10 @@
-"""The actor every on-policy agent shares: act with a policy, write rows through a rollout writer.
+"""The actors agents share: act with a policy, record through a rollout writer or an adder.
 
-:class:`RolloutActor` is an :class:`~rlherd.core.Actor`, so the environment loop drives it in
-every host runtime alike; the writer it is given decides where its rollouts go (see
-:mod:`rlherd.replay.rollouts`). Parameters reach it only through its variable client.
+:class:`RolloutActor` (on-policy agents) writes rows through a rollout writer, which decides
+where its rollouts go (see :mod:`rlherd.replay.rollouts`); :class:`TransitionActor` (replay
+agents whose policy explores on its own: DDPG, D4PG, MPO) writes transitions through an adder.
+Both are :class:`~rlherd.core.Actor` s, so the environment loop drives them in every host runtime
+alike. Parameters reach them only through their variable clients.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import numpy as np
 import torch
 
 from rlherd import types as F
-from rlherd.core import Policy, VariableClient
+from rlherd.core import Policy, VariableClient, VariableSource
+from rlherd.replay import BatchAdder
 from rlherd.replay.rollouts import RolloutWriter
 
 
@@ -87,3 +90,57 @@ class RolloutActor:
         self.state = None if state["state"] is None else tuple(s.to(device) for s in state["state"])
         if self.writer is not None:
             self.writer.load_state_dict(state["writer"])
+
+
+class TransitionActor:
+    """Acts in a batch of environments with ``policy``, whose exploration (noise, sampling) draws
+    from this actor's ``seed``, and, with an ``adder``, writes the transitions taken. Without an
+    adder it only acts (an evaluator, whose policy is the evaluation one)."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        adder: BatchAdder | None,
+        seed: int,
+        client: VariableClient | None = None,
+    ):
+        self.policy, self.adder, self.client = policy, adder, client
+        self.generator = torch.Generator(getattr(policy, "device", "cpu")).manual_seed(seed)
+
+    @classmethod
+    def build(cls, policy, adder: BatchAdder | None, seed: int,
+              variable_source: VariableSource | None, update_period: int) -> TransitionActor:
+        """What a builder's ``make_actor`` returns: parameters come from ``variable_source``
+        (fetched every ``update_period`` steps) into ``policy.net``; none: the policy's own."""
+        client = None
+        if variable_source is not None:
+            client = VariableClient(variable_source, policy.net, "policy", update_period)
+        return cls(policy, adder, seed, client)
+
+    @torch.no_grad()
+    def select_action(self, obs: np.ndarray) -> np.ndarray:
+        obs = torch.as_tensor(np.asarray(obs))
+        first = torch.zeros(len(obs), dtype=torch.bool)
+        outputs, _ = self.policy(obs, first, (), self.generator)
+        return outputs[F.ACTION].cpu().numpy()
+
+    def observe_first(self, obs: np.ndarray, envs: np.ndarray) -> None:
+        if self.adder is not None:
+            self.adder.add_first(obs, envs)
+
+    def observe(self, action, reward, next_obs, terminated, truncated, skip, extras=None) -> None:
+        if self.adder is not None:
+            self.adder.add(action, reward, next_obs, terminated, truncated, skip, extras)
+
+    def update(self, wait: bool = False) -> None:
+        if self.client is not None:
+            self.client.update(wait)
+
+    def state_dict(self) -> dict[str, Any]:
+        adder = self.adder.state_dict() if self.adder is not None else None
+        return dict(generator=self.generator.get_state(), adder=adder)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+        if self.adder is not None:
+            self.adder.load_state_dict(state["adder"])

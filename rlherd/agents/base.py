@@ -6,6 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 from rlherd import envs as rl_envs
+from rlherd.core import EnvSpec
+from rlherd.replay import (
+    BatchAdder,
+    Fifo,
+    NStepTransitionAdder,
+    RateLimiter,
+    ReplayDataset,
+    SampleToInsertRatio,
+    Table,
+    Uniform,
+)
+from rlherd.replay.selectors import Selector
+
+SAMPLE_TIMEOUT_S = 1.0  # a learner waiting on the rate limiter wakes this often (runtimes retry)
 
 
 class AgentBuilder:
@@ -44,3 +58,47 @@ class RolloutAgentBuilder(AgentBuilder):
         """Config fields in use whose work happens in the actor rather than the policy (a
         runtime acting with the policy alone, like ``device``, refuses them); none here."""
         return []
+
+
+class TransitionReplayBuilder(AgentBuilder):
+    """Replay agents that learn from n-step transitions (DQN, DDPG, D4PG, MPO, DMPO): one table
+    sampled uniformly (unless :meth:`sampler` says otherwise), paced by Acme's samples-per-insert
+    limiter (unless :meth:`rate_limiter` does), written by one n-step adder per environment.
+
+    The config has ``discount``, ``n_step``, ``batch_size``, ``replay_size``, ``min_replay_size``,
+    ``samples_per_insert`` and ``samples_per_insert_tolerance``."""
+
+    dataflow = "replay"
+
+    def rate_limiter(self) -> RateLimiter:
+        """Acme's ``SampleToInsertRatio``: each transition is sampled ``samples_per_insert``
+        times on average once ``min_replay_size`` are in, within an error buffer of
+        ``min_replay_size * samples_per_insert * tolerance`` samples."""
+        c = self.config
+        error_buffer = max(
+            c.min_replay_size * c.samples_per_insert * c.samples_per_insert_tolerance,
+            2 * max(1.0, c.samples_per_insert),
+        )
+        return SampleToInsertRatio(c.samples_per_insert, c.min_replay_size, error_buffer)
+
+    def sampler(self) -> Selector:
+        return Uniform()
+
+    def make_replay_tables(self, spec: EnvSpec, insert_blocking: bool = True) -> list[Table]:
+        """One table of n-step transitions. In one process (``insert_blocking=False``) inserts
+        never wait and the learner steps whenever the rate limiter lets it sample."""
+        limiter = self.rate_limiter()
+        if not insert_blocking:
+            limiter = limiter.without_insert_blocking()
+        signature = NStepTransitionAdder.signature(spec)
+        return [Table("replay", signature, self.config.replay_size, self.sampler(), Fifo(), 0,
+                      limiter)]  # fmt: skip
+
+    def make_dataset(self, tables: list[Table], device: str = "cpu") -> ReplayDataset:
+        return ReplayDataset(tables[0], self.config.batch_size, device, timeout=SAMPLE_TIMEOUT_S)
+
+    def make_adder(self, tables: list[Table], num_envs: int) -> BatchAdder:
+        c = self.config
+        return BatchAdder(
+            [NStepTransitionAdder(tables[0], c.n_step, c.discount) for _ in range(num_envs)]
+        )

@@ -17,7 +17,9 @@ interval (:func:`rlherd.run.recorder.mean_metrics`), so a step never waits on a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 
@@ -54,6 +56,13 @@ def compile_step(optimizer: torch.optim.Optimizer) -> None:
     optimizer.step = torch.compile(optimizer.step)  # type: ignore[method-assign]
 
 
+def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """Scale the gradients of ``params`` down to global norm ``max_norm`` (one foreach pass;
+    ``None``: leave them) and return their norm before clipping, as a 0-d tensor."""
+    limit = float("inf") if max_norm is None else max_norm
+    return torch.nn.utils.clip_grad_norm_(params, limit, foreach=True)
+
+
 def copy_parameters(target: torch.nn.Module, source: torch.nn.Module) -> None:
     """``target.load_state_dict(source.state_dict())`` for two networks of one architecture, as
     one foreach copy of their parameters and buffers."""
@@ -61,3 +70,59 @@ def copy_parameters(target: torch.nn.Module, source: torch.nn.Module) -> None:
     src = [*source.parameters(), *source.buffers()]
     with torch.no_grad():
         torch._foreach_copy_(dst, src)
+
+
+class SupportPlacer:
+    """Places a categorical critic's atoms (D4PG, DMPO) and watches whether they fit the task.
+
+    With ``config.vmin`` / ``vmax`` unset, the support is derived at the first batch from the
+    per-step rewards its n-step returns imply (``r_min <= r <= r_max``): it spans the discounted
+    returns those rewards allow, ``[min(r_min, 0), max(r_max, 0)] / (1 - discount)``, widened by
+    ``margin`` of that span on each side for rewards larger than the first batch saw (and unit
+    rewards' span if they are all zero, as on a sparse task early on). Every ``check_period``
+    learner steps the target mass that overflowed the support is looked at (one device sync),
+    and a warning names the fix the first time it exceeds ``warn_above``. ``config`` has
+    ``distributional``, ``vmin``, ``discount`` and ``n_step``; ``critics`` are the online and
+    target critics, placed alike."""
+
+    def __init__(self, config: Any, critics: Sequence[Any], check_period: int = 1000,
+                 warn_above: float = 0.05, margin: float = 0.1):  # fmt: skip
+        self.config, self.critics = config, critics
+        self.check_period, self.warn_above, self.margin = check_period, warn_above, margin
+        self.placed = config.vmin is not None or not config.distributional
+        self.warned = False
+
+    def place(self, reward: torch.Tensor) -> None:
+        if self.placed:
+            return
+        c = self.config
+        steps = sum(c.discount**k for k in range(c.n_step))
+        low = min(float(reward.min()) / steps, 0.0) / (1.0 - c.discount)
+        high = max(float(reward.max()) / steps, 0.0) / (1.0 - c.discount)
+        if low == high:
+            low, high = -1.0 / (1.0 - c.discount), 1.0 / (1.0 - c.discount)
+        pad = self.margin * (high - low)
+        for critic in self.critics:
+            critic.set_support(low - pad, high + pad)
+        self.placed = True
+
+    def check(self, overflow: torch.Tensor, step: int) -> None:
+        if not self.config.distributional or self.warned or step % self.check_period:
+            return
+        share = float(overflow)
+        if share > self.warn_above:
+            atoms = self.critics[0].atoms
+            warnings.warn(
+                f"{share:.0%} of the critic's target mass falls outside its support "
+                f"[{float(atoms[0]):g}, {float(atoms[-1]):g}] at learner step {step}: the "
+                "task's returns exceed it. Widen it with --set vmin=... vmax=... "
+                "(metrics: support_overflow)",
+                stacklevel=3,
+            )
+            self.warned = True
+
+    def state_dict(self) -> dict[str, bool]:
+        return dict(placed=self.placed, warned=self.warned)
+
+    def load_state_dict(self, state: dict[str, bool]) -> None:
+        self.placed, self.warned = state["placed"], state["warned"]

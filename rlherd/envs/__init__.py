@@ -5,7 +5,10 @@ Families, by id:
 - Gymnasium ids (``CartPole-v1``, ``HalfCheetah-v5``, ...), built with ``gymnasium.make``;
 - Atari, ``ALE/<Game>-v5``, with DeepMind preprocessing (see :mod:`rlherd.envs.atari`);
 - MinAtar, ``MinAtar/<Game>-v1``, observations as ``[C, 10, 10]`` uint8;
-- rlherd's tiny test environments, ``rlherd/Bandit-v0`` and ``rlherd/Corridor-v0``.
+- the DeepMind Control Suite, ``dm_control/<domain>-<task>-v0`` (Shimmy's Gymnasium bindings),
+  observations flattened into one float32 vector;
+- rlherd's tiny test environments, ``rlherd/Bandit-v0``, ``rlherd/Corridor-v0`` and
+  ``rlherd/Reach-v0`` (continuous actions);
 
 ``make_vector`` builds a batch of environments with Gymnasium's next-step autoreset (DESIGN.md):
 ale-py's native ``AtariVectorEnv`` for Atari, Gymnasium's ``SyncVectorEnv`` otherwise.
@@ -13,9 +16,12 @@ ale-py's native ``AtariVectorEnv`` for Atari, Gymnasium's ``SyncVectorEnv`` othe
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import pickle
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -46,18 +52,49 @@ def _register_optional_families() -> None:
             register_envs()
         except ImportError:
             pass
+    if not any(k.startswith("dm_control/") for k in gym.registry):
+        try:
+            with _no_display_warning():
+                import shimmy
+
+                gym.register_envs(shimmy)
+        except ImportError:
+            pass
+
+
+@contextlib.contextmanager
+def _no_display_warning() -> Iterator[None]:
+    """dm_control imports glfw, which warns on a machine with no display (rendering still works
+    with ``MUJOCO_GL=egl`` or ``osmesa``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*DISPLAY environment variable")
+        yield
 
 
 # Multi-agent games, built as their numpy references (their device versions: rlherd.envs.device).
 MULTI_AGENT = {"tag-gridworld": "TagGridWorldReference", "tag-continuous": "TagContinuousReference"}
 
 
+# Gymnasium's MuJoCo tasks, by the name before the version (continuous-control presets).
+MUJOCO_TASKS = (
+    "halfcheetah", "hopper", "ant", "walker2d", "humanoid", "humanoidstandup", "swimmer",
+    "reacher", "pusher", "invertedpendulum", "inverteddoublependulum",
+)  # fmt: skip
+
+
 def family(env_id: str) -> str:
-    """The family of an id, which picks an agent's preset: atari, minatar, toy or classic."""
-    for prefix, name in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("rlherd/", "toy")):
+    """The family of an id, which picks an agent's preset: atari, minatar, control (the DeepMind
+    Control Suite), toy or classic."""
+    for prefix, name in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("rlherd/", "toy"),
+                         ("dm_control/", "control")):  # fmt: skip
         if env_id.startswith(prefix):
             return name
     return "classic"
+
+
+def is_mujoco(env_id: str) -> bool:
+    """A Gymnasium MuJoCo task (``HalfCheetah-v5``, ``Hopper-v5``, ...)."""
+    return env_id.split("-")[0].lower() in MUJOCO_TASKS
 
 
 def known_ids() -> list[str]:
@@ -73,7 +110,7 @@ def _check_id(env_id: str) -> None:
         return
     ids = known_ids()
     hint = ""
-    for prefix, extra in (("ALE/", "atari"), ("MinAtar/", "minatar")):
+    for prefix, extra in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("dm_control/", "control")):
         if env_id.startswith(prefix) and not any(i.startswith(prefix) for i in ids):
             hint = f" {prefix[:-1]} ids need the '{extra}' extra: pip install 'rlherd[{extra}]'."
     close = difflib.get_close_matches(env_id, ids, n=5, cutoff=0.6)
@@ -84,7 +121,8 @@ def _check_id(env_id: str) -> None:
         f" Did you mean: {', '.join(close)}?"
         if close
         else " Known families: Gymnasium ids (CartPole-v1), ALE/<Game>-v5, MinAtar/<Game>-v1,"
-        " rlherd/Bandit-v0, rlherd/Corridor-v0."
+        " dm_control/<domain>-<task>-v0,"
+        " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0."
     )
     raise ConfigError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
 
@@ -101,6 +139,18 @@ class _ChannelsFirst(gym.ObservationWrapper):
         return np.ascontiguousarray(np.transpose(observation, (2, 0, 1)), dtype=np.uint8)
 
 
+class _FlatVector(gym.ObservationWrapper):
+    """The Control Suite's dict of float64 arrays as one float32 vector, in the dict's order."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        size = gym.spaces.flatdim(env.observation_space)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(size,), dtype=np.float32)
+
+    def observation(self, observation):
+        return gym.spaces.flatten(self.env.observation_space, observation).astype(np.float32)
+
+
 def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
     """Build one environment of any supported family, with the family's standard preprocessing.
 
@@ -115,7 +165,8 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
     if env_id.startswith("ALE/"):
         return make_atari(env_id, render_mode=render_mode, **kwargs)
     try:
-        env = gym.make(env_id, render_mode=render_mode, **kwargs)
+        with _no_display_warning():
+            env = gym.make(env_id, render_mode=render_mode, **kwargs)
     except (gym.error.DependencyNotInstalled, ImportError) as e:
         raise MissingExtra(f"{env_id} needs a package that is not installed ({e}); "
                            f"{_install_hint(env_id)}") from e  # fmt: skip
@@ -125,6 +176,8 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
         raise ConfigError(f"{env_id} does not take the options {kwargs}: {e}") from e
     if env_id.startswith("MinAtar/"):
         env = _ChannelsFirst(env)
+    if env_id.startswith("dm_control/"):
+        env = _FlatVector(env)
     spec_of(env, env_id)  # fail here, with the space named, rather than inside an agent
     return env
 

@@ -3,64 +3,35 @@ learner."""
 
 from __future__ import annotations
 
-from rlherd.agents.base import AgentBuilder
+from rlherd.agents.base import TransitionReplayBuilder
 from rlherd.agents.dqn.acting import DQNActor, DQNPolicy, linear_epsilon
 from rlherd.agents.dqn.config import DEFAULT_TOTAL_STEPS, PRESETS, RUNTIME_DEFAULTS, DQNConfig
 from rlherd.agents.dqn.learning import DQNLearner
 from rlherd.agents.dqn.networks import QNetwork
 from rlherd.core import EnvSpec, VariableClient, VariableSource
-from rlherd.replay import (
-    BatchAdder,
-    Bursts,
-    Fifo,
-    NStepTransitionAdder,
-    Prioritized,
-    ReplayDataset,
-    SampleToInsertRatio,
-    Table,
-    Uniform,
-)
-
-SAMPLE_TIMEOUT_S = 1.0  # a learner waiting on the rate limiter wakes this often (runtimes retry)
+from rlherd.replay import BatchAdder, Bursts, Prioritized, RateLimiter, Uniform
+from rlherd.replay.selectors import Selector
 
 
-class DQNBuilder(AgentBuilder):
+class DQNBuilder(TransitionReplayBuilder):
     name = "dqn"
     config_class = DQNConfig
     presets = PRESETS
     default_total_steps = DEFAULT_TOTAL_STEPS
     runtime_defaults = RUNTIME_DEFAULTS
-    dataflow = "replay"
 
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> QNetwork:
         return QNetwork(spec, self.config).to(device)
 
-    def make_replay_tables(self, spec: EnvSpec, insert_blocking: bool = True) -> list[Table]:
-        """One table of n-step transitions. In one process (``insert_blocking=False``) inserts
-        never wait and the learner steps whenever the rate limiter lets it sample."""
+    def rate_limiter(self) -> RateLimiter:
+        """Acme's samples-per-insert ratio, or SB3's bursts with ``train_every``."""
         c = self.config
         if c.train_every:
-            limiter = Bursts(c.train_every, c.gradient_steps * c.batch_size, c.min_replay_size)
-        else:
-            error_buffer = max(
-                c.min_replay_size * c.samples_per_insert * c.samples_per_insert_tolerance,
-                2 * max(1.0, c.samples_per_insert),
-            )
-            limiter = SampleToInsertRatio(c.samples_per_insert, c.min_replay_size, error_buffer)
-        if not insert_blocking:
-            limiter = limiter.without_insert_blocking()
-        sampler = Prioritized(c.priority_exponent) if c.prioritized else Uniform()
-        signature = NStepTransitionAdder.signature(spec)
-        return [Table("replay", signature, c.replay_size, sampler, Fifo(), 0, limiter)]
+            return Bursts(c.train_every, c.gradient_steps * c.batch_size, c.min_replay_size)
+        return super().rate_limiter()
 
-    def make_dataset(self, tables: list[Table], device: str = "cpu") -> ReplayDataset:
-        return ReplayDataset(tables[0], self.config.batch_size, device, timeout=SAMPLE_TIMEOUT_S)
-
-    def make_adder(self, tables: list[Table], num_envs: int) -> BatchAdder:
-        c = self.config
-        return BatchAdder(
-            [NStepTransitionAdder(tables[0], c.n_step, c.discount) for _ in range(num_envs)]
-        )
+    def sampler(self) -> Selector:
+        return Prioritized(self.config.priority_exponent) if self.config.prioritized else Uniform()
 
     def make_policy(self, networks: QNetwork, evaluation: bool = False) -> DQNPolicy:
         return DQNPolicy(networks, greedy=evaluation)

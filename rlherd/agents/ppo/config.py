@@ -261,8 +261,7 @@ def preset_for(env_id: str) -> str:
     name = env_id.split("-")[0].lower()
     if name in ("halfcheetah", "lunarlander"):
         return name
-    if name in ("hopper", "ant", "walker2d", "humanoid", "humanoidstandup", "swimmer", "reacher",
-                "pusher", "invertedpendulum", "inverteddoublependulum"):  # fmt: skip
+    if rl_envs.is_mujoco(env_id):
         return "mujoco"
     family = rl_envs.family(env_id)
     return family if family in PRESETS else "classic"

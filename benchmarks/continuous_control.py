@@ -1,0 +1,106 @@
+"""Off-policy continuous control: D4PG and MPO (and DDPG, DMPO on request) next to PPO's shipped
+preset, on Gymnasium's MuJoCo tasks, with published figures beside them.
+
+For each environment, agent and seed: one ``rlherd train`` run of ``--steps`` steps on the single
+runtime with the preset ``rlherd train`` picks for the environment (``mujoco`` for HalfCheetah
+and Hopper: Acme's baselines for D4PG and MPO; RL Zoo's tuned ``halfcheetah`` and CleanRL's
+defaults for PPO), then ``--eval-episodes`` mean-action episodes. Prints one JSON line per run
+(final training return over the last 20 episodes, mean-action return, steps/s, wall time, the
+published figure), then a Markdown table. Runs stay in ``--out``; a finished run there is
+evaluated again, not retrained.
+
+Published figures at 1M steps (RL Zoo's benchmark.md, deterministic evaluation, one seed, the
+-v3 tasks): TD3 9,656 on HalfCheetah and 3,606 on Hopper; SAC 9,535 and 2,326. On Pendulum-v1
+at 20k steps: TD3 -152, SAC -157. Acme publishes no Gymnasium MuJoCo numbers for D4PG or MPO.
+
+``--quick`` is a CI-sized budget (5,000 steps on each task): it checks that every pair runs and
+prints its figures, not that it learns.
+
+Usage: python benchmarks/continuous_control.py [--steps 1000000] [--quick]
+       [--agents d4pg mpo ppo] [--envs HalfCheetah-v5 Hopper-v5] [--seeds 0]
+       [--out runs/continuous_control]
+A 1M-step run takes hours on a 2-core CPU; run environments or agents in separate invocations
+to use both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+import rlherd
+from rlherd.run.evaluate import evaluate
+
+# env -> (TD3, SAC) as RL Zoo publishes them (1M steps; Pendulum at 20k).
+PUBLISHED = {
+    "HalfCheetah-v5": (9656, 9535),
+    "Hopper-v5": (3606, 2326),
+    "Pendulum-v1": (-152, -157),
+}
+QUICK_STEPS = 5_000
+MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
+               torch=torch.__version__)  # fmt: skip
+
+
+def score(agent: str, env: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:
+    """Train one run (or reuse it, if ``out`` already holds a finished one) and evaluate it."""
+    run_dir = out / f"{agent}-{env}-seed{seed}"
+    summary_path = run_dir / "summary.json"
+    if not summary_path.exists() or json.loads(summary_path.read_text())["actor_steps"] < steps:
+        rlherd.train(agent, env, total_steps=steps, seed=seed, run_dir=run_dir, overwrite=True,
+                     progress=False)  # fmt: skip
+    greedy = evaluate(run_dir, episodes=eval_episodes)
+    summary = json.loads(summary_path.read_text())
+    td3, sac = PUBLISHED.get(env, (None, None))
+    return dict(bench="continuous_control", agent=agent, env=env, steps=summary["actor_steps"],
+                seed=seed, learner_steps=summary["learner_steps"],
+                final_return_mean=summary["final_return_mean"],
+                mean_action_return=greedy["eval_return_mean"], sps=summary["sps"],
+                wall_time_s=summary["wall_time_s"], published_td3=td3, published_sac=sac,
+                machine=MACHINE)  # fmt: skip
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| agent | env | steps | seed | final training return | mean-action return "
+             "| steps/s | wall time | RL Zoo TD3 / SAC |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        published = "—" if r["published_td3"] is None else (
+            f"{r['published_td3']:,} / {r['published_sac']:,}")  # fmt: skip
+        final = r["final_return_mean"]
+        lines.append(
+            f"| {r['agent']} | {r['env']} | {r['steps']:,} | {r['seed']} | "
+            f"{'—' if final is None else f'{final:,.1f}'} | {r['mean_action_return']:,.1f} | "
+            f"{r['sps']:,.0f} | {r['wall_time_s'] / 60:.1f} min | {published} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=1_000_000)
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS:,} steps per run")
+    parser.add_argument("--agents", nargs="+", default=["d4pg", "mpo", "ppo"])
+    parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--out", default="runs/continuous_control", help="where runs are kept")
+    args = parser.parse_args()
+    steps = QUICK_STEPS if args.quick else args.steps
+    rows = []
+    for env in args.envs:
+        for agent in args.agents:
+            for seed in args.seeds:
+                rows.append(score(agent, env, steps, seed, Path(args.out), args.eval_episodes))
+                print(json.dumps(rows[-1]), flush=True)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

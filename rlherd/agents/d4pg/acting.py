@@ -1,0 +1,31 @@
+"""D4PG and DDPG act with a deterministic policy plus Gaussian noise (:class:`D4PGPolicy`); the
+noise draws from the caller's generator, so a :class:`~rlherd.agents.acting.TransitionActor`
+(or poly's batched inference) decides whose random stream exploration consumes."""
+
+from __future__ import annotations
+
+import torch
+
+from rlherd import types as F
+from rlherd.networks.continuous import ActorCritic
+
+
+class D4PGPolicy:
+    """A :class:`~rlherd.core.Policy`: ``pi(obs) + sigma * N(0, 1)`` in the canonical box, clipped
+    to it and rescaled to the environment's bounds (Acme's ``ClippedGaussian`` then
+    ``ClipToSpec``). ``greedy`` (evaluation) acts with ``pi(obs)`` alone."""
+
+    def __init__(self, net: ActorCritic, sigma: float, greedy: bool = False):
+        self.net, self.sigma, self.greedy = net, sigma, greedy
+        self.device = next(net.parameters()).device
+
+    def initial_state(self, batch_size: int) -> tuple:
+        return ()
+
+    @torch.no_grad()
+    def __call__(self, obs, first, state, generator):
+        action = self.net.policy(obs.to(self.device))
+        if not self.greedy and self.sigma > 0:
+            noise = torch.randn(action.shape, generator=generator, device=self.device)
+            action = action + self.sigma * noise
+        return {F.ACTION: self.net.to_env(action)}, state

@@ -1,0 +1,66 @@
+"""How runtimes assemble D4PG and DDPG: networks, the replay table, dataset, adders, policy, actor,
+learner. DDPG is D4PG with a scalar critic: the same builder under another name and presets."""
+
+from __future__ import annotations
+
+from rlherd.agents.acting import TransitionActor
+from rlherd.agents.base import TransitionReplayBuilder
+from rlherd.agents.d4pg.acting import D4PGPolicy
+from rlherd.agents.d4pg.config import (
+    DEFAULT_TOTAL_STEPS,
+    PRESETS,
+    RUNTIME_DEFAULTS,
+    D4PGConfig,
+    preset_for,
+)
+from rlherd.agents.d4pg.learning import D4PGLearner
+from rlherd.agents.d4pg.networks import make_networks
+from rlherd.core import EnvSpec, VariableSource
+from rlherd.networks.continuous import ActorCritic
+from rlherd.replay import BatchAdder
+
+
+class D4PGBuilder(TransitionReplayBuilder):
+    name = "d4pg"
+    config_class = D4PGConfig
+    presets = PRESETS
+    default_total_steps = DEFAULT_TOTAL_STEPS
+    runtime_defaults = RUNTIME_DEFAULTS
+    preset_for = staticmethod(preset_for)
+
+    def make_networks(self, spec: EnvSpec, device: str = "cpu") -> ActorCritic:
+        return make_networks(spec, self.config, self.name).to(device)
+
+    def make_policy(self, networks: ActorCritic, evaluation: bool = False) -> D4PGPolicy:
+        return D4PGPolicy(networks, self.config.sigma, greedy=evaluation)
+
+    def make_actor(
+        self,
+        seed: int,
+        policy: D4PGPolicy,
+        spec: EnvSpec,
+        adder: BatchAdder | None,
+        variable_source: VariableSource | None,
+    ) -> TransitionActor:
+        period = self.config.variable_update_period
+        return TransitionActor.build(policy, adder, seed, variable_source, period)
+
+    def make_learner(self, networks: ActorCritic, dataset, total_steps: int, tables=None):
+        return D4PGLearner(networks, self.config, dataset)
+
+
+# Where DDPG's presets differ from D4PG's: on Pendulum-v1 (30k steps, seed 1) DDPG's scalar
+# critic did better at width 256 (-180) than at D4PG's 64 (-204), and never saturated its policy.
+DDPG_CHANGES = {"classic": dict(policy_sizes=(256, 256), critic_sizes=(256, 256))}
+
+
+class DDPGBuilder(D4PGBuilder):
+    """DDPG (Lillicrap et al. 2016) as Acme's TF agent has it: D4PG's settings with a scalar
+    critic learned by squared TD error."""
+
+    name = "ddpg"
+    presets = {name: {**fields, "distributional": False, **DDPG_CHANGES.get(name, {})}
+               for name, fields in PRESETS.items()}  # fmt: skip
+
+
+__all__ = ["D4PGBuilder", "DDPGBuilder"]

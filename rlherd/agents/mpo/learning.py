@@ -1,0 +1,149 @@
+"""The MPO / DMPO learner (Abdolmaleki et al. 2018; Acme's MPO and DMPO agents).
+
+Each step samples ``num_samples`` actions from the target policy at the batch's next
+observations and values them with the target critic once; those values serve twice:
+
+- the critic's target: their mean (MPO: ``r + d * mean_s Q'(s', a_s)``, squared TD error), or
+  the mixture of their distributions projected onto the atoms (DMPO, a categorical critic as
+  D4PG's);
+- the policy's E-step weights: MPO's loss (:func:`rlherd.losses.mpo.gaussian_mpo_loss`) at those
+  same states, which is where Acme's D4PG improves its policy too. Acme's MPO improves it at both
+  observations of a transition; one set of samples halves the critic evaluations, the cost
+  that dominates a step on a CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from rlherd.agents.learning import SupportPlacer, adam, clip_grad_norm, copy_parameters
+from rlherd.agents.mpo.config import MPOConfig
+from rlherd.losses.distributional import categorical_cross_entropy, categorical_mean
+from rlherd.losses.mpo import MIN_RAW_MULTIPLIER, MPOBounds, gaussian_mpo_loss
+from rlherd.networks.continuous import ActorCritic
+from rlherd.replay import ReplaySample
+
+
+class MPOLearner:
+    """One ``step()``: one batch, one update of critic, policy and Lagrange multipliers, and a
+    hard copy into the target networks every ``target_update_period`` steps."""
+
+    def __init__(self, net: ActorCritic, config: MPOConfig, dataset: Iterator[ReplaySample]):
+        self.net, self.config, self.dataset = net, config, dataset
+        self.target = copy.deepcopy(net)
+        self.target.requires_grad_(False)
+        c = config
+        action_dim = int(net.action_low.numel())
+        per_dim = (action_dim,) if c.per_dim_constraining else ()
+        self.duals = dict(
+            temperature=torch.tensor(c.init_log_temperature),
+            alpha_mean=torch.full(per_dim, c.init_log_alpha_mean),
+            alpha_stddev=torch.full(per_dim, c.init_log_alpha_stddev),
+            penalty_temperature=torch.tensor(c.init_log_temperature),
+        )
+        device = net.action_low.device
+        self.duals = {k: v.to(device).requires_grad_(True) for k, v in self.duals.items()}
+        self.bounds = MPOBounds(c.epsilon, c.epsilon_mean, c.epsilon_stddev, c.epsilon_penalty,
+                                c.per_dim_constraining)  # fmt: skip
+        self.policy_params = list(net.policy.parameters())
+        self.critic_params = list(net.critic.parameters())
+        self.policy_optimizer = adam(self.policy_params, c.learning_rate)
+        self.critic_optimizer = adam(self.critic_params, c.critic_learning_rate or c.learning_rate)
+        self.dual_optimizer = adam(list(self.duals.values()), c.dual_learning_rate)
+        self.support = SupportPlacer(c, (net.critic, self.target.critic))
+        self.num_steps = 0
+
+    def target_samples(self, next_obs: torch.Tensor):
+        """Target-policy samples at ``next_obs`` ``[S, B, D]``, the target policy's Gaussian,
+        and the target critic's output for each sample (values ``[S, B]`` or logits)."""
+        with torch.no_grad():
+            mean, std = self.target.policy(next_obs)
+            noise = torch.randn((self.config.num_samples, *mean.shape), device=mean.device)
+            actions = mean + std * noise
+            obs = next_obs.expand(len(actions), *next_obs.shape)
+            return actions, mean, std, self.target.critic(obs, actions)
+
+    def critic_loss(self, data, action, sampled_out):
+        """The critic's loss, and the target mass overflowing the support (0 for MPO)."""
+        out = self.net.critic(data["obs"], action)
+        if self.config.distributional:
+            probs = torch.softmax(sampled_out, -1).mean(0)  # the samples' mixture, [B, N]
+            td = categorical_cross_entropy(out, probs, self.net.critic.atoms, data["reward"],
+                                           data["discount"])  # fmt: skip
+            return td.loss.mean(), td.overflow.mean()
+        target = data["reward"] + data["discount"] * sampled_out.mean(0)
+        return 0.5 * (target - out).square().mean(), torch.zeros((), device=out.device)
+
+    def learn(self, sample: ReplaySample) -> dict[str, Any]:
+        data, c = sample.data, self.config
+        self.support.place(data["reward"])
+        action = self.net.from_env(data["action"])
+        actions, target_mean, target_std, sampled_out = self.target_samples(data["next_obs"])
+        critic_loss, overflow = self.critic_loss(data, action, sampled_out)
+        self.critic_optimizer.zero_grad()
+        critic_loss.backward()
+        critic_norm = clip_grad_norm(self.critic_params, c.grad_norm_clip)
+        self.critic_optimizer.step()
+
+        q_values = sampled_out
+        if c.distributional:
+            q_values = categorical_mean(sampled_out, self.target.critic.atoms)
+        online_mean, online_std = self.net.policy(data["next_obs"])
+        d = self.duals
+        mpo = gaussian_mpo_loss(online_mean, online_std, target_mean, target_std, actions,
+                                q_values, d["temperature"], d["alpha_mean"], d["alpha_stddev"],
+                                d["penalty_temperature"], self.bounds)  # fmt: skip
+        self.policy_optimizer.zero_grad()
+        self.dual_optimizer.zero_grad()
+        mpo.loss.backward()
+        policy_norm = clip_grad_norm(self.policy_params, c.grad_norm_clip)
+        self.policy_optimizer.step()
+        self.dual_optimizer.step()
+        with torch.no_grad():  # Acme's floor on the raw multipliers
+            for raw in self.duals.values():
+                raw.clamp_(min=MIN_RAW_MULTIPLIER)
+
+        self.num_steps += 1
+        if self.num_steps % c.target_update_period == 0:
+            copy_parameters(self.target, self.net)
+        self.support.check(overflow, self.num_steps)
+        return dict(critic_loss=critic_loss.detach(), critic_grad_norm=critic_norm,
+                    policy_grad_norm=policy_norm, support_overflow=overflow,
+                    **mpo.stats)  # fmt: skip
+
+    def step(self) -> dict[str, Any]:
+        return self.learn(next(self.dataset))
+
+    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
+        return [self.net.state_dict() for _ in names]
+
+    def variables_version(self) -> int:
+        return self.num_steps
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(
+            net=self.net.state_dict(),
+            target=self.target.state_dict(),
+            duals={k: v.detach().clone() for k, v in self.duals.items()},
+            policy_optimizer=self.policy_optimizer.state_dict(),
+            critic_optimizer=self.critic_optimizer.state_dict(),
+            dual_optimizer=self.dual_optimizer.state_dict(),
+            num_steps=self.num_steps,
+            support=self.support.state_dict(),
+        )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.net.load_state_dict(state["net"])
+        self.target.load_state_dict(state["target"])
+        with torch.no_grad():
+            for k, v in self.duals.items():
+                v.copy_(state["duals"][k])
+        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.dual_optimizer.load_state_dict(state["dual_optimizer"])
+        self.num_steps = state["num_steps"]
+        self.support.load_state_dict(state["support"])

@@ -1,0 +1,171 @@
+"""Networks for off-policy continuous control (DDPG, D4PG, MPO, DMPO), after Acme's.
+
+Policies and critics work in the canonical action box ``[-1, 1]^D``: :class:`ActorCritic` maps
+to and from the environment's bounds (:meth:`ActorCritic.to_env`, :meth:`~ActorCritic.from_env`),
+so replay holds the actions the environments took and a learner rescales them once per batch.
+
+- :class:`LayerNormMLP`: Acme's torso: ``Linear -> LayerNorm -> tanh`` then ``Linear -> ELU``
+  layers; the normalised first layer keeps very different observation scales trainable without
+  normalising observations.
+- :class:`DeterministicPolicy`: ``tanh`` of a near-zero-initialised linear head (D4PG, DDPG).
+- :class:`GaussianPolicy`: a diagonal Gaussian with an untransformed mean and a softplus scale
+  starting at ``init_scale`` (MPO, DMPO); samples are clipped to the box when acted.
+- :class:`Critic`: ``Q(s, a)`` as one value, or as logits over fixed ``atoms`` (a categorical
+  distributional critic, ``num_atoms > 1``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as nnf
+from torch import nn
+
+from rlherd.core import EnvSpec
+from rlherd.run.config import ConfigError
+
+
+class LayerNormMLP(nn.Module):
+    """``Linear -> LayerNorm -> tanh``, then ``Linear -> ELU`` for each further size (the last
+    one without its ELU unless ``activate_final``): Acme's ``LayerNormMLP``."""
+
+    def __init__(self, in_dim: int, sizes: tuple[int, ...], activate_final: bool = True):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Linear(in_dim, sizes[0]), nn.LayerNorm(sizes[0]), nn.Tanh()]
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            layers.append(nn.Linear(a, b))
+            if activate_final or i < len(sizes) - 2:
+                layers.append(nn.ELU())
+        self.net = nn.Sequential(*layers)
+        self.out_dim = sizes[-1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def near_zero_linear(in_dim: int, out_dim: int, scale: float = 1e-4) -> nn.Linear:
+    """A linear layer whose initial outputs are nearly zero (Acme's ``NearZeroInitializedLinear``):
+    a fresh policy acts near the middle of the box and a fresh critic predicts near zero."""
+    layer = nn.Linear(in_dim, out_dim)
+    nn.init.trunc_normal_(layer.weight, std=math.sqrt(scale / in_dim))
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def obs_dim(spec: EnvSpec) -> int:
+    if spec.is_image:
+        raise ConfigError(
+            f"{spec.env_id} has image observations {spec.obs_shape}; the continuous-control "
+            "agents take vector observations (state-based tasks such as Pendulum-v1, "
+            "HalfCheetah-v5 or dm_control/cartpole-swingup-v0)"
+        )
+    return int(np.prod(spec.obs_shape)) if spec.obs_shape else 1
+
+
+def require_bounded_box(spec: EnvSpec, agent: str) -> None:
+    """Continuous-control agents act in a bounded box, which they rescale to ``[-1, 1]``."""
+    if spec.action_kind != "continuous":
+        raise ConfigError(
+            f"{agent} acts in continuous (Box) action spaces; {spec.env_id} has "
+            f"{spec.action_kind} actions; use dqn, impala or ppo, or mpo's discrete sibling "
+            "when one lands"
+        )
+    if not (np.isfinite(spec.action_low).all() and np.isfinite(spec.action_high).all()):
+        raise ConfigError(
+            f"{agent} needs finite action bounds to rescale actions to [-1, 1]; {spec.env_id}'s "
+            f"are {spec.action_low} .. {spec.action_high}. Clip the actions with "
+            "gymnasium.wrappers.ClipAction on a bounded Box, or use ppo"
+        )
+
+
+class DeterministicPolicy(nn.Module):
+    """``obs [B, ...] -> action [B, D]`` in ``[-1, 1]``."""
+
+    def __init__(self, in_dim: int, action_dim: int, sizes: tuple[int, ...]):
+        super().__init__()
+        self.torso = LayerNormMLP(in_dim, sizes)
+        self.head = near_zero_linear(self.torso.out_dim, action_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.head(self.torso(obs.float().flatten(1))))
+
+
+class GaussianPolicy(nn.Module):
+    """``obs [B, ...] -> (mean [B, D], std [B, D])``: Acme's ``MultivariateNormalDiagHead``, with
+    ``std = softplus(x) * init_scale / softplus(0) + min_scale`` (``init_scale`` at the start)."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        action_dim: int,
+        sizes: tuple[int, ...],
+        init_scale: float = 0.7,
+        min_scale: float = 1e-6,
+    ):
+        super().__init__()
+        self.torso = LayerNormMLP(in_dim, sizes)
+        self.mean = near_zero_linear(self.torso.out_dim, action_dim)
+        self.scale = near_zero_linear(self.torso.out_dim, action_dim)
+        self.init_scale, self.min_scale = init_scale, min_scale
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.torso(obs.float().flatten(1))
+        std = nnf.softplus(self.scale(x)) * (self.init_scale / math.log(2.0)) + self.min_scale
+        return self.mean(x), std
+
+
+class Critic(nn.Module):
+    """``(obs [..., *obs_shape], action [..., D]) -> value [...]`` (same leading dimensions),
+    or ``logits [..., N]`` with ``num_atoms = N > 1``; then ``atoms [N]``, evenly spaced over
+    ``[vmin, vmax]``, is a buffer: a learner may place the support once it has seen the task's
+    rewards. Actions are clipped to the box first, as the environments clip them (Acme's
+    ``ClipToSpec``)."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        action_dim: int,
+        sizes: tuple[int, ...],
+        num_atoms: int = 1,
+        vmin: float = -150.0,
+        vmax: float = 150.0,
+    ):
+        super().__init__()
+        self.torso = LayerNormMLP(in_dim + action_dim, sizes)
+        self.head = near_zero_linear(self.torso.out_dim, num_atoms)
+        self.num_atoms = num_atoms
+        if num_atoms > 1:
+            self.register_buffer("atoms", torch.linspace(vmin, vmax, num_atoms))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        obs = obs.float().reshape(*action.shape[:-1], -1)
+        x = self.head(self.torso(torch.cat([obs, action.clamp(-1.0, 1.0)], -1)))
+        return x if self.num_atoms > 1 else x[..., 0]
+
+    def set_support(self, vmin: float, vmax: float) -> None:
+        """Place the atoms evenly over ``[vmin, vmax]`` (in place, so copies follow)."""
+        with torch.no_grad():
+            self.atoms.copy_(torch.linspace(vmin, vmax, self.num_atoms))
+
+
+class ActorCritic(nn.Module):
+    """A policy and a critic, and the environment's action bounds (buffers, so every copy of the
+    networks rescales alike)."""
+
+    def __init__(self, spec: EnvSpec, policy: nn.Module, critic: Critic):
+        super().__init__()
+        self.policy, self.critic = policy, critic
+        self.register_buffer("action_low", torch.as_tensor(spec.action_low, dtype=torch.float32))
+        self.register_buffer("action_high", torch.as_tensor(spec.action_high, dtype=torch.float32))
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        """Canonical ``[-1, 1]`` actions (clipped) as the environment's."""
+        half = (self.action_high - self.action_low) / 2
+        return self.action_low + (action.clamp(-1.0, 1.0) + 1.0) * half
+
+    def from_env(self, action: torch.Tensor) -> torch.Tensor:
+        """The environment's actions in the canonical box."""
+        half = (self.action_high - self.action_low) / 2
+        return (action - self.action_low) / half - 1.0

@@ -1,0 +1,186 @@
+"""DDPG, D4PG, MPO and DMPO: their networks, acting, learner pieces, errors and resume."""
+
+import os
+import signal
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import rlherd
+from rlherd import envs as rl_envs
+from rlherd.agents import BUILDERS
+from rlherd.agents.d4pg.learning import dpg_loss
+from rlherd.agents.learning import SupportPlacer
+from rlherd.run.config import ConfigError
+from rlherd.run.rundir import RunDir
+from rlherd.run.train import resolve_config
+
+CONTINUOUS = ("ddpg", "d4pg", "mpo", "dmpo")
+REACH = "rlherd/Reach-v0"
+
+
+def builder_for(agent, env_id="Pendulum-v1", **overrides):
+    config, _ = resolve_config(agent, env_id, None, overrides)
+    return BUILDERS[agent](config), rl_envs.spec_for(env_id)
+
+
+def checkpoint(run_dir):
+    return RunDir(run_dir).load_checkpoint()
+
+
+@pytest.mark.parametrize("agent", CONTINUOUS)
+def test_actions_stay_in_the_environments_bounds_and_evaluation_is_deterministic(agent):
+    torch.manual_seed(0)
+    builder, spec = builder_for(agent)
+    net = builder.make_networks(spec)
+    obs, first = torch.randn(64, *spec.obs_shape), torch.zeros(64, dtype=torch.bool)
+
+    def act(evaluation, seed):
+        policy = builder.make_policy(net, evaluation=evaluation)
+        return policy(obs, first, (), torch.Generator().manual_seed(seed))[0]["action"]
+
+    greedy = act(True, 1)
+    torch.testing.assert_close(act(True, 2), greedy)  # the mean action: no draws
+    assert not torch.equal(act(False, 1), greedy)  # exploration: noise or samples
+    torch.testing.assert_close(act(False, 1), act(False, 1))  # from the given generator
+    with torch.no_grad():  # a policy far outside the box: acting clips to it
+        for p in net.policy.parameters():
+            p.add_(torch.randn_like(p) * 3)
+    action = act(False, 0)
+    assert action.shape == (64, 1) and action.abs().max() <= 2.0  # Pendulum's torque is +-2
+    assert (action.abs() == 2.0).any()
+    torch.testing.assert_close(net.from_env(net.to_env(torch.tensor([[-0.5], [0.25]]))),
+                               torch.tensor([[-0.5], [0.25]]))  # fmt: skip
+
+
+@pytest.mark.parametrize("agent", CONTINUOUS)
+def test_discrete_or_unbounded_action_spaces_are_clear_errors(agent, tmp_path):
+    with pytest.raises(ConfigError, match="continuous"):
+        rlherd.train(agent, "CartPole-v1", run_dir=tmp_path / "a", progress=False)
+    builder, spec = builder_for(agent)
+    unbounded = type(spec)(**{**spec.__dict__, "action_low": np.array([-np.inf])})
+    with pytest.raises(ConfigError, match="finite action bounds"):
+        builder.make_networks(unbounded)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(vmin=-10.0), "set both vmin and vmax"),
+        (dict(vmin=5.0, vmax=-5.0), "must be below vmax"),
+        (dict(min_replay_size=10, replay_size=5), "exceeds replay_size"),
+        (dict(discount=1.0), "discount must be in"),
+    ],
+)
+def test_bad_configs_name_the_field(overrides, message):
+    for agent in CONTINUOUS:
+        with pytest.raises(ValueError, match=message):
+            builder_for(agent, **overrides)
+
+
+def test_dpg_loss_gradient_is_the_clipped_action_gradient():
+    g = torch.Generator().manual_seed(0)
+    action = torch.randn(5, 3, generator=g, requires_grad=True)
+    dqda = torch.randn(5, 3, generator=g) * torch.tensor([[0.1], [3.0], [0.5], [10.0], [1.0]])
+    dpg_loss(action, dqda, clip=1.0).backward()
+    for i in range(5):
+        norm = dqda[i].norm().item()
+        expected = dqda[i] * (min(1.0, 1.0 / norm))  # clipped to norm 1
+        torch.testing.assert_close(action.grad[i], -expected / 5)
+    action.grad = None
+    dpg_loss(action, dqda, clip=None).backward()
+    torch.testing.assert_close(action.grad, -dqda / 5)
+
+
+class _Critic:
+    def __init__(self):
+        self.atoms = torch.linspace(-1, 1, 5)
+
+    def set_support(self, vmin, vmax):
+        self.atoms = torch.linspace(vmin, vmax, 5)
+
+
+def test_support_is_derived_from_the_rewards_and_overflow_warns_once():
+    config = BUILDERS["d4pg"].config_class(discount=0.9, n_step=2)
+    online, target = _Critic(), _Critic()
+    placer = SupportPlacer(config, (online, target), check_period=10)
+    # n-step returns from -3.8 = -(2 + 0.9 * 2) to 0.95 = 0.5 + 0.9 * 0.5: per-step rewards of
+    # -2 to 0.5, so returns of -20 to 5 (over 1 - 0.9), widened by a tenth of that span.
+    placer.place(torch.tensor([-3.8, 0.95, -1.0]))
+    assert online.atoms[0].item() == pytest.approx(-22.5)
+    assert target.atoms[-1].item() == pytest.approx(7.5)
+    placer.place(torch.tensor([-100.0]))  # placed once, at the first batch
+    assert online.atoms[-1].item() == pytest.approx(7.5)
+    zeros = SupportPlacer(config, (_Critic(),))
+    zeros.place(torch.zeros(3))  # no reward seen yet: unit rewards' span, +-10, widened
+    assert zeros.critics[0].atoms[-1].item() == pytest.approx(12.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        placer.check(torch.tensor(0.5), step=5)  # not a check step
+        placer.check(torch.tensor(0.01), step=10)  # within the support
+        assert not caught
+        placer.check(torch.tensor(0.5), step=20)
+        placer.check(torch.tensor(0.5), step=30)
+    assert len(caught) == 1 and "--set vmin=... vmax=..." in str(caught[0].message)
+    given = SupportPlacer(BUILDERS["d4pg"].config_class(vmin=-5.0, vmax=5.0), (online,))
+    given.place(torch.tensor([-1000.0]))  # a support the user set is kept
+    assert online.atoms[-1].item() == pytest.approx(7.5)
+
+
+@pytest.mark.parametrize("agent", ["d4pg", "mpo"])
+def test_learner_steps_on_a_real_batch_move_every_part(agent):
+    """One step updates policy, critic and (MPO) the multipliers; the targets follow only at
+    the copy period."""
+    builder, spec = builder_for(agent, REACH, batch_size=8, target_update_period=2,
+                                min_replay_size=8)  # fmt: skip
+    tables = builder.make_replay_tables(spec, insert_blocking=False)
+    adder = builder.make_adder(tables, 1)
+    env = rl_envs.make(REACH)
+    obs, _ = env.reset(seed=0)
+    adder.add_first(obs[None], np.ones(1, dtype=bool))
+    for _ in range(40):
+        action = env.action_space.sample()
+        obs, reward, term, trunc, _ = env.step(action)
+        adder.add(action[None], np.array([reward]), obs[None], np.array([term]),
+                  np.array([trunc]), np.zeros(1, dtype=bool))  # fmt: skip
+        if term or trunc:
+            obs, _ = env.reset()
+            adder.add_first(obs[None], np.ones(1, dtype=bool))
+    net = builder.make_networks(spec)
+    learner = builder.make_learner(net, builder.make_dataset(tables), 1000, tables)
+    before = {k: v.clone() for k, v in learner.state_dict()["net"].items()}
+    target_before = {k: v.clone() for k, v in learner.target.state_dict().items()}
+    metrics = learner.step()
+    assert all(torch.isfinite(torch.as_tensor(v)).all() for v in metrics.values())
+    after = learner.state_dict()["net"]
+    for part in ("policy.", "critic."):
+        assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith(part))
+    assert all(torch.equal(target_before[k], v) for k, v in learner.target.state_dict().items()
+               if not k.endswith("atoms"))  # fmt: skip
+    learner.step()
+    assert all(torch.equal(after[k], v) for k, v in learner.target.state_dict().items())
+    if agent == "mpo":
+        assert learner.state_dict()["duals"]["temperature"].item() != 10.0
+
+
+@pytest.mark.parametrize("agent", ["d4pg", "dmpo"])
+def test_interrupt_then_resume_continues_exactly(agent, tmp_path):
+    """Replay, adders, the derived support, optimisers, multipliers and RNGs are all in the
+    checkpoint: an interrupted and resumed run ends where an uninterrupted one does."""
+    kw = dict(total_steps=2_500, seed=3, progress=False)
+    straight = rlherd.train(agent, REACH, run_dir=tmp_path / "a", **kw)
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    stopped = rlherd.train(agent, REACH, run_dir=tmp_path / "b", **kw)
+    timer.join()
+    assert 300 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt missed"
+    resumed = rlherd.train(resume=tmp_path / "b", progress=False)
+    for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
+        assert resumed.summary[key] == straight.summary[key], key
+    a, b = checkpoint(tmp_path / "a"), checkpoint(tmp_path / "b")
+    for name in ("net", "target"):
+        for k, v in a["learner"][name].items():
+            torch.testing.assert_close(b["learner"][name][k], v, rtol=0, atol=0)
