@@ -13,10 +13,15 @@ Published figures at 1M steps (RL Zoo's benchmark.md, deterministic evaluation, 
 -v3 tasks): TD3 9,656 on HalfCheetah and 3,606 on Hopper; SAC 9,535 and 2,326. On Pendulum-v1
 at 20k steps: TD3 -152, SAC -157. Acme publishes no Gymnasium MuJoCo numbers for D4PG or MPO.
 
+``--alternative`` also trains Stable-Baselines3's TD3 (the strongest single-purpose peer; the
+``bench`` extra installs it) with RL Zoo's hyperparameters for the task, on the same machine in
+the same invocation, with one intra-op thread as rlherd's runs use, and prints its final
+training return (last 20 episodes), mean-action return and steps/s the same way.
+
 ``--quick`` is a CI-sized budget (5,000 steps on each task): it checks that every pair runs and
 prints its figures, not that it learns.
 
-Usage: python benchmarks/continuous_control.py [--steps 1000000] [--quick]
+Usage: python benchmarks/continuous_control.py [--steps 1000000] [--quick] [--alternative]
        [--agents d4pg mpo ppo] [--envs HalfCheetah-v5 Hopper-v5] [--seeds 0]
        [--out runs/continuous_control]
 A 1M-step run takes hours on a 2-core CPU; run environments or agents in separate invocations
@@ -29,8 +34,11 @@ import argparse
 import json
 import os
 import platform
+import time
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import torch
 
 import rlherd
@@ -65,6 +73,40 @@ def score(agent: str, env: str, steps: int, seed: int, out: Path, eval_episodes:
                 machine=MACHINE)  # fmt: skip
 
 
+# RL Zoo's TD3 settings (hyperparams/td3.yml) beyond SB3's TD3 defaults (Adam 1e-3, batch 256,
+# (400, 300) networks, one gradient step per environment step, polyak 0.005, policy delay 2):
+# uniform random actions for the first 10,000 steps, then Gaussian noise of 0.1.
+TD3_ZOO = {"Pendulum-v1": dict(gamma=0.98, buffer_size=200_000)}
+
+
+def sb3_td3(env_id: str, steps: int, seed: int, eval_episodes: int) -> dict:
+    """Stable-Baselines3's TD3 with RL Zoo's settings: the row ``score`` prints for rlherd."""
+    from stable_baselines3 import TD3
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    torch.set_num_threads(1)
+    env = Monitor(gym.make(env_id))
+    n = env.action_space.shape[0]
+    model = TD3("MlpPolicy", env, learning_starts=10_000, seed=seed,
+                action_noise=NormalActionNoise(np.zeros(n), 0.1 * np.ones(n)),
+                **TD3_ZOO.get(env_id, {}))  # fmt: skip
+    start = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - start
+    greedy, _ = evaluate_policy(model, Monitor(gym.make(env_id)), eval_episodes,
+                                deterministic=True)  # fmt: skip
+    returns = env.get_episode_rewards()[-20:]
+    td3, sac = PUBLISHED.get(env_id, (None, None))
+    return dict(bench="continuous_control", agent="sb3-td3", env=env_id, steps=steps, seed=seed,
+                learner_steps=int(model.num_timesteps - min(steps, 10_000)),
+                final_return_mean=float(np.mean(returns)) if returns else None,
+                mean_action_return=float(greedy), sps=round(steps / wall, 1),
+                wall_time_s=round(wall, 1), published_td3=td3, published_sac=sac,
+                machine=MACHINE)  # fmt: skip
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| agent | env | steps | seed | final training return | mean-action return "
              "| steps/s | wall time | RL Zoo TD3 / SAC |", "|---|---|---|---|---|---|---|---|---|"]
@@ -91,6 +133,8 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", default="runs/continuous_control", help="where runs are kept")
+    parser.add_argument("--alternative", action="store_true",
+                        help="also train Stable-Baselines3's TD3 (RL Zoo's settings)")  # fmt: skip
     args = parser.parse_args()
     steps = QUICK_STEPS if args.quick else args.steps
     rows = []
@@ -99,6 +143,9 @@ def main() -> None:
             for seed in args.seeds:
                 rows.append(score(agent, env, steps, seed, Path(args.out), args.eval_episodes))
                 print(json.dumps(rows[-1]), flush=True)
+        for seed in args.seeds if args.alternative else []:
+            rows.append(sb3_td3(env, steps, seed, args.eval_episodes))
+            print(json.dumps(rows[-1]), flush=True)
     print(table(rows))
 
 

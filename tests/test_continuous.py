@@ -172,7 +172,7 @@ def test_interrupt_then_resume_continues_exactly(agent, tmp_path):
     checkpoint: an interrupted and resumed run ends where an uninterrupted one does."""
     kw = dict(total_steps=2_500, seed=3, progress=False)
     straight = rlherd.train(agent, REACH, run_dir=tmp_path / "a", **kw)
-    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     stopped = rlherd.train(agent, REACH, run_dir=tmp_path / "b", **kw)
     timer.join()
@@ -184,3 +184,19 @@ def test_interrupt_then_resume_continues_exactly(agent, tmp_path):
     for name in ("net", "target"):
         for k, v in a["learner"][name].items():
             torch.testing.assert_close(b["learner"][name][k], v, rtol=0, atol=0)
+
+
+def test_control_suite_tasks_are_flat_float32_boxes_and_train_in_worker_processes(tmp_path):
+    """dm_control ids (Shimmy) come out as one float32 vector, and their actors run in mono's
+    worker processes as any other environment does."""
+    env_id = "dm_control/cartpole-swingup-v0"
+    spec = rl_envs.spec_for(env_id)
+    assert spec.obs_shape == (5,) and spec.obs_dtype == np.float32
+    assert spec.action_kind == "continuous" and BUILDERS["d4pg"].preset_for(env_id) == "control"
+    run = rlherd.train("d4pg", env_id, runtime="mono", total_steps=1_500, seed=0,
+                       run_dir=tmp_path / "run", progress=False, min_replay_size=500,
+                       num_actors=1)  # fmt: skip
+    assert run.summary["actor_steps"] >= 1_500 and run.summary["learner_steps"] > 0
+    assert run.summary["episodes"] == 1  # the Control Suite's 1000-step episodes, truncated
+    with pytest.raises(ConfigError, match="Did you mean: dm_control/cartpole-swingup-v0"):
+        rl_envs.make("dm_control/cartpole-swingupp-v0")

@@ -22,6 +22,38 @@ from rlherd.replay.selectors import Selector
 SAMPLE_TIMEOUT_S = 1.0  # a learner waiting on the rate limiter wakes this often (runtimes retry)
 
 
+def check_at_least_one(config: Any, *names: str) -> None:
+    """Counts and sizes a config cannot run with below 1."""
+    for name in names:
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
+
+
+def check_replay(config: Any) -> None:
+    """The fields :class:`TransitionReplayBuilder` reads."""
+    check_at_least_one(config, "n_step", "batch_size", "replay_size", "min_replay_size")
+    if config.min_replay_size > config.replay_size:
+        raise ValueError(
+            f"min_replay_size ({config.min_replay_size}) exceeds replay_size "
+            f"({config.replay_size}): sampling would never start"
+        )
+    if config.samples_per_insert <= 0:
+        raise ValueError(f"samples_per_insert must be > 0, got {config.samples_per_insert}")
+
+
+def check_critic(config: Any) -> None:
+    """A discount below 1 (the derived support divides by ``1 - discount``) and a categorical
+    critic's support: ``vmin`` and ``vmax`` both set or both derived, in order, 2+ atoms."""
+    if not 0.0 <= config.discount < 1.0:
+        raise ValueError(f"discount must be in [0, 1), got {config.discount}")
+    if (config.vmin is None) != (config.vmax is None):
+        raise ValueError("set both vmin and vmax, or neither (derived from the rewards)")
+    if config.vmin is not None and not config.vmin < config.vmax:
+        raise ValueError(f"vmin ({config.vmin}) must be below vmax ({config.vmax})")
+    if config.distributional and config.num_atoms < 2:
+        raise ValueError(f"a categorical critic needs num_atoms >= 2, got {config.num_atoms}")
+
+
 class AgentBuilder:
     """Subclasses set ``name``, ``config_class``, ``presets`` (config fields per preset),
     ``default_total_steps`` (per preset), ``dataflow`` (``"replay"`` or ``"rollout"``) and

@@ -164,7 +164,8 @@ def require_discrete(spec: EnvSpec, agent: str) -> None:
     if spec.action_kind != "discrete":
         raise ConfigError(
             f"{agent} acts in Discrete action spaces; {spec.env_id} has {spec.action_kind} "
-            f"actions of shape {spec.action_shape}; use ppo, which acts in every space."
+            f"actions of shape {spec.action_shape}; use ppo, which acts in every space, or "
+            "d4pg, ddpg, mpo or dmpo for continuous actions."
         )
 
 

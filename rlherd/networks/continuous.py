@@ -69,14 +69,13 @@ def require_bounded_box(spec: EnvSpec, agent: str) -> None:
     if spec.action_kind != "continuous":
         raise ConfigError(
             f"{agent} acts in continuous (Box) action spaces; {spec.env_id} has "
-            f"{spec.action_kind} actions; use dqn, impala or ppo, or mpo's discrete sibling "
-            "when one lands"
+            f"{spec.action_kind} actions; use dqn, impala or ppo"
         )
     if not (np.isfinite(spec.action_low).all() and np.isfinite(spec.action_high).all()):
         raise ConfigError(
             f"{agent} needs finite action bounds to rescale actions to [-1, 1]; {spec.env_id}'s "
-            f"are {spec.action_low} .. {spec.action_high}. Clip the actions with "
-            "gymnasium.wrappers.ClipAction on a bounded Box, or use ppo"
+            f"are {spec.action_low} .. {spec.action_high}; use ppo, whose Gaussian policy acts "
+            "in unbounded boxes"
         )
 
 

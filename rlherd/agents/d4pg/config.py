@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd import envs as rl_envs
+from rlherd.agents.base import check_at_least_one, check_critic, check_replay
 
 
 @dataclass
@@ -52,25 +53,9 @@ class D4PGConfig:
     variable_update_period: int = 1  # actor steps between parameter fetches
 
     def __post_init__(self) -> None:
-        for name in ("n_step", "batch_size", "replay_size", "min_replay_size", "num_atoms",
-                     "target_update_period", "variable_update_period"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.min_replay_size > self.replay_size:
-            raise ValueError(
-                f"min_replay_size ({self.min_replay_size}) exceeds replay_size "
-                f"({self.replay_size}): sampling would never start"
-            )
-        if self.samples_per_insert <= 0:
-            raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
-        if not 0.0 <= self.discount < 1.0:
-            raise ValueError(f"discount must be in [0, 1), got {self.discount}")
-        if (self.vmin is None) != (self.vmax is None):
-            raise ValueError("set both vmin and vmax, or neither (derived from the rewards)")
-        if self.vmin is not None and not self.vmin < self.vmax:
-            raise ValueError(f"vmin ({self.vmin}) must be below vmax ({self.vmax})")
-        if self.distributional and self.num_atoms < 2:
-            raise ValueError(f"a categorical critic needs num_atoms >= 2, got {self.num_atoms}")
+        check_replay(self)
+        check_critic(self)
+        check_at_least_one(self, "target_update_period", "variable_update_period")
         if self.sigma < 0:
             raise ValueError(f"sigma must be >= 0, got {self.sigma}")
 

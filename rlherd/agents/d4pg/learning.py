@@ -67,11 +67,13 @@ class D4PGLearner:
                                            data["reward"], data["discount"])  # fmt: skip
             return td.loss.mean(), td.overflow.mean()
         target = data["reward"] + data["discount"] * target_out
-        return 0.5 * (target - out).square().mean(), torch.zeros(())
+        return 0.5 * (target - out).square().mean(), torch.zeros((), device=out.device)
 
     def policy_loss(self, obs: torch.Tensor) -> torch.Tensor:
         """DPG at ``obs`` through the online critic; only the policy's parameters get gradients.
-        Acme improves the policy at the batch's next observations, as here."""
+        ``obs`` are the states the batch's actions were taken in. (Acme uses the next
+        observations, which include episodes' final ones, where the critic never learned what
+        an action does.)"""
         action = self.net.policy(obs)
         q = critic_value(self.net.critic, obs, action)
         (dqda,) = torch.autograd.grad(q.sum(), action)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlherd.agents.base import check_at_least_one, check_replay
+
 
 @dataclass
 class DQNConfig:
@@ -57,22 +59,13 @@ class DQNConfig:
     variable_update_period: int = 1  # actor steps between parameter fetches (Acme's DQN: 1)
 
     def __post_init__(self) -> None:
-        for name in ("n_step", "batch_size", "replay_size", "min_replay_size",
-                     "variable_update_period"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.min_replay_size > self.replay_size:
-            raise ValueError(
-                f"min_replay_size ({self.min_replay_size}) exceeds replay_size "
-                f"({self.replay_size}): sampling would never start"
-            )
+        check_replay(self)
+        check_at_least_one(self, "variable_update_period")
         if self.train_every < 0 or self.gradient_steps < 1:
             raise ValueError(
                 f"train_every must be >= 0 and gradient_steps >= 1, got {self.train_every} and "
                 f"{self.gradient_steps}"
             )
-        if self.samples_per_insert <= 0:
-            raise ValueError(f"samples_per_insert must be > 0, got {self.samples_per_insert}")
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
         if self.priority_exponent < 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlherd.agents.base import check_at_least_one, check_critic, check_replay
+
 # The same tasks as D4PG's presets, with the same budgets and runtime suggestions.
 from rlherd.agents.d4pg.config import DEFAULT_TOTAL_STEPS, RUNTIME_DEFAULTS, preset_for
 
@@ -63,28 +65,14 @@ class MPOConfig:
     variable_update_period: int = 1  # actor steps between parameter fetches
 
     def __post_init__(self) -> None:
-        for name in ("n_step", "batch_size", "num_samples", "replay_size", "min_replay_size",
-                     "num_atoms", "target_update_period", "variable_update_period"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.min_replay_size > self.replay_size:
-            raise ValueError(
-                f"min_replay_size ({self.min_replay_size}) exceeds replay_size "
-                f"({self.replay_size}): sampling would never start"
-            )
-        if not 0.0 <= self.discount < 1.0:
-            raise ValueError(f"discount must be in [0, 1), got {self.discount}")
-        for name in ("samples_per_insert", "epsilon", "epsilon_mean", "epsilon_stddev"):
+        check_replay(self)
+        check_critic(self)
+        check_at_least_one(self, "num_samples", "target_update_period", "variable_update_period")
+        for name in ("epsilon", "epsilon_mean", "epsilon_stddev"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.epsilon_penalty is not None and self.epsilon_penalty <= 0:
             raise ValueError(f"epsilon_penalty must be > 0 or None, got {self.epsilon_penalty}")
-        if (self.vmin is None) != (self.vmax is None):
-            raise ValueError("set both vmin and vmax, or neither (derived from the rewards)")
-        if self.vmin is not None and not self.vmin < self.vmax:
-            raise ValueError(f"vmin ({self.vmin}) must be below vmax ({self.vmax})")
-        if self.distributional and self.num_atoms < 2:
-            raise ValueError(f"a categorical critic needs num_atoms >= 2, got {self.num_atoms}")
 
 
 PRESETS: dict[str, dict] = {

@@ -7,9 +7,8 @@ observations and values them with the target critic once; those values serve twi
   the mixture of their distributions projected onto the atoms (DMPO, a categorical critic as
   D4PG's);
 - the policy's E-step weights: MPO's loss (:func:`rlherd.losses.mpo.gaussian_mpo_loss`) at those
-  same states, which is where Acme's D4PG improves its policy too. Acme's MPO improves it at both
-  observations of a transition; one set of samples halves the critic evaluations, the cost
-  that dominates a step on a CPU.
+  same states. Acme's MPO improves the policy at both observations of a transition; one set of
+  samples halves the critic evaluations, the cost that dominates a step on a CPU.
 """
 
 from __future__ import annotations
