@@ -72,7 +72,10 @@ def test_discrete_or_unbounded_action_spaces_are_clear_errors(agent, tmp_path):
         (dict(vmin=-10.0), "set both vmin and vmax"),
         (dict(vmin=5.0, vmax=-5.0), "must be below vmax"),
         (dict(min_replay_size=10, replay_size=5), "exceeds replay_size"),
-        (dict(discount=1.0), "discount must be in"),
+        (dict(discount=1.5), "discount must be in"),
+        (dict(discount=1.0, distributional=True), "a derived support needs discount < 1"),
+        (dict(learning_rate=0.0), "learning_rate must be > 0"),
+        (dict(grad_norm_clip=-1.0), "grad_norm_clip must be > 0"),
     ],
 )
 def test_bad_configs_name_the_field(overrides, message):
@@ -151,17 +154,19 @@ def test_learner_steps_on_a_real_batch_move_every_part(agent):
             adder.add_first(obs[None], np.ones(1, dtype=bool))
     net = builder.make_networks(spec)
     learner = builder.make_learner(net, builder.make_dataset(tables), 1000, tables)
-    before = {k: v.clone() for k, v in learner.state_dict()["net"].items()}
+    before = {k: v.clone() for k, v in learner.net.state_dict().items()}
     target_before = {k: v.clone() for k, v in learner.target.state_dict().items()}
     metrics = learner.step()
     assert all(torch.isfinite(torch.as_tensor(v)).all() for v in metrics.values())
-    after = learner.state_dict()["net"]
+    after = {k: v.clone() for k, v in learner.net.state_dict().items()}
     for part in ("policy.", "critic."):
         assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith(part))
     assert all(torch.equal(target_before[k], v) for k, v in learner.target.state_dict().items()
                if not k.endswith("atoms"))  # fmt: skip
-    learner.step()
-    assert all(torch.equal(after[k], v) for k, v in learner.target.state_dict().items())
+    learner.step()  # the second step copies the online networks (as they are now) into targets
+    now = learner.net.state_dict()
+    assert all(torch.equal(now[k], v) for k, v in learner.target.state_dict().items())
+    assert not all(torch.equal(after[k], v) for k, v in now.items())
     if agent == "mpo":
         assert learner.state_dict()["duals"]["temperature"].item() != 10.0
 
@@ -184,6 +189,16 @@ def test_interrupt_then_resume_continues_exactly(agent, tmp_path):
     for name in ("net", "target"):
         for k, v in a["learner"][name].items():
             torch.testing.assert_close(b["learner"][name][k], v, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("agent", ["dqn", "impala"])
+def test_a_discrete_agent_on_a_control_suite_task_points_to_the_continuous_ones(agent, tmp_path):
+    """The Control Suite is a family of its own; agents without a preset for it take their
+    ``classic`` one and then say why they cannot act there (once: 'unknown preset control')."""
+    with pytest.raises(ConfigError, match="d4pg, ddpg, mpo or dmpo for continuous actions"):
+        rlherd.train(agent, "dm_control/cartpole-swingup-v0", run_dir=tmp_path / "run",
+                     progress=False)  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
 
 def test_control_suite_tasks_are_flat_float32_boxes_and_train_in_worker_processes(tmp_path):

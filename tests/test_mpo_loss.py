@@ -5,15 +5,11 @@ import math
 
 import pytest
 import torch
-from torch.distributions import Normal
+from torch.distributions import Normal, kl_divergence
 
 from rlherd.losses.mpo import MPOBounds, categorical_mpo_loss, gaussian_mpo_loss, positive
 
 S, B, D = 5, 4, 2
-
-
-def softplus(x):
-    return math.log1p(math.exp(x)) + 1e-8
 
 
 def gaussian_batch(seed=0):
@@ -36,61 +32,60 @@ def duals(per_dim=True):
 
 
 def naive_gaussian_loss(om, os, tm, ts, actions, q, raws, bounds):
-    """Acme's MPO loss written state by state and sample by sample."""
-    eta, a_mean, a_std, eta_pen = (r.detach().tolist() for r in raws)
-    eta, eta_pen = softplus(eta), softplus(eta_pen)
-    per_dim = bounds.per_dim_constraining
-    a_mean = [softplus(v) for v in a_mean] if per_dim else softplus(a_mean)
-    a_std = [softplus(v) for v in a_std] if per_dim else softplus(a_std)
+    """Acme's MPO loss written state by state and sample by sample, with torch.distributions'
+    densities and KLs and Acme's stop-gradients (``detach``), so that its value and gradients
+    can be compared."""
+    eta, a_mean, a_std, eta_pen = (torch.nn.functional.softplus(r) + 1e-8 for r in raws)
 
     def e_step(values, temperature, epsilon):
+        """Per state: sample weights (no gradient) and the temperature's dual."""
         weights, lse_sum = [], 0.0
         for b in range(B):
-            col = [values[s][b] / temperature for s in range(S)]
-            top = max(col)
-            lse = top + math.log(sum(math.exp(c - top) for c in col))
-            lse_sum += lse
-            weights.append([math.exp(c - lse) for c in col])
+            tempered = torch.stack([values[s][b].detach() / temperature for s in range(S)])
+            lse_sum = lse_sum + torch.logsumexp(tempered, 0)
+            weights.append(torch.softmax(tempered, 0).detach())
         return weights, temperature * (epsilon + lse_sum / B - math.log(S))
 
-    weights, loss_eta = e_step(q.tolist(), eta, bounds.epsilon)
-    cost = [[-sum((a - min(max(a, -1.0), 1.0)) ** 2 for a in actions[s, b].tolist()) ** 0.5
-             for b in range(B)] for s in range(S)]  # fmt: skip
+    cost = [[-(actions[s, b] - actions[s, b].clamp(-1, 1)).norm() for b in range(B)]
+            for s in range(S)]  # fmt: skip
+    weights, loss_eta = e_step(q, eta, bounds.epsilon)
     pen_weights, loss_pen = e_step(cost, eta_pen, bounds.epsilon_penalty)
     loss = loss_eta + loss_pen
-    kl_mean = [[0.0] * D for _ in range(B)]
-    kl_std = [[0.0] * D for _ in range(B)]
+    kl_mean, kl_std = [], []
     for b in range(B):
-        fixed_std = Normal(om[b], ts[b])
-        fixed_mean = Normal(tm[b], os[b])
+        fixed_std, fixed_mean = Normal(om[b], ts[b]), Normal(tm[b], os[b])
         for s in range(S):
             w = weights[b][s] + pen_weights[b][s]
-            loss -= w * fixed_std.log_prob(actions[s, b]).sum().item() / B
-            loss -= w * fixed_mean.log_prob(actions[s, b]).sum().item() / B
-        for d in range(D):
-            kl_mean[b][d] = (tm[b, d] - om[b, d]).item() ** 2 / (2 * ts[b, d].item() ** 2)
-            ratio = (ts[b, d] / os[b, d]).item()
-            kl_std[b][d] = -math.log(ratio) + ratio**2 / 2 - 0.5
+            loss = loss - w * fixed_std.log_prob(actions[s, b]).sum() / B
+            loss = loss - w * fixed_mean.log_prob(actions[s, b]).sum() / B
+        target = Normal(tm[b], ts[b])
+        kl_mean.append(kl_divergence(target, fixed_std))  # [D]
+        kl_std.append(kl_divergence(target, fixed_mean))
     for kl, alpha, eps in ((kl_mean, a_mean, bounds.epsilon_mean),
                            (kl_std, a_std, bounds.epsilon_stddev)):  # fmt: skip
-        if per_dim:
-            for d in range(D):
-                mean_kl = sum(kl[b][d] for b in range(B)) / B
-                loss += alpha[d] * mean_kl + alpha[d] * (eps - mean_kl)
-        else:
-            mean_kl = sum(sum(kl[b]) for b in range(B)) / B
-            loss += alpha * mean_kl + alpha * (eps - mean_kl)
+        mean_kl = torch.stack(kl).mean(0)  # [D]
+        if not bounds.per_dim_constraining:
+            mean_kl = mean_kl.sum()
+        loss = loss + (alpha.detach() * mean_kl).sum() + (alpha * (eps - mean_kl.detach())).sum()
     return loss
 
 
 @pytest.mark.parametrize("per_dim", [True, False])
-def test_gaussian_loss_matches_reference(per_dim):
+def test_gaussian_loss_and_its_gradients_match_reference(per_dim):
+    """Values and gradients, with respect to the online Gaussian and every multiplier: a KL
+    taken the wrong way round or a distribution held fixed on the wrong side shows here."""
     bounds = MPOBounds(per_dim_constraining=per_dim)
-    batch = gaussian_batch()
-    raws = duals(per_dim)
-    got = gaussian_mpo_loss(*batch, *raws, bounds)
-    want = naive_gaussian_loss(*batch, raws, bounds)
-    assert got.loss.item() == pytest.approx(want, rel=1e-9)
+    om, os, tm, ts, actions, q = gaussian_batch()
+    got_inputs = [om.clone().requires_grad_(True), os.clone().requires_grad_(True)]
+    want_inputs = [om.clone().requires_grad_(True), os.clone().requires_grad_(True)]
+    got_raws, want_raws = duals(per_dim), duals(per_dim)
+    got = gaussian_mpo_loss(*got_inputs, tm, ts, actions, q, *got_raws, bounds).loss
+    want = naive_gaussian_loss(*want_inputs, tm, ts, actions, q, want_raws, bounds)
+    assert got.item() == pytest.approx(want.item(), rel=1e-9)
+    got.backward()
+    want.backward()
+    for g, w in zip([*got_inputs, *got_raws], [*want_inputs, *want_raws], strict=True):
+        torch.testing.assert_close(g.grad, w.grad, rtol=1e-9, atol=1e-12)
 
 
 def grads(**changes):
@@ -139,29 +134,34 @@ def test_action_penalty_pulls_the_mean_into_the_box():
 def test_categorical_loss_matches_reference_and_its_duals_move_the_right_way():
     g = torch.Generator().manual_seed(0)
     A = 3
-    online = torch.randn(B, A, generator=g, dtype=torch.float64, requires_grad=True)
+    online = torch.randn(B, A, generator=g, dtype=torch.float64)
     target = torch.randn(B, A, generator=g, dtype=torch.float64)
     q = torch.randn(A, B, generator=g, dtype=torch.float64)
-    t_raw, a_raw = raw(0.2), raw(-1.0)
-    got = categorical_mpo_loss(online, target, q, t_raw, a_raw, 0.1, 1e-3)
-    eta, alpha = softplus(0.2), softplus(-1.0)
+    got_in, want_in = online.clone().requires_grad_(True), online.clone().requires_grad_(True)
+    got_raws, want_raws = (raw(0.2), raw(-1.0)), (raw(0.2), raw(-1.0))
+    got = categorical_mpo_loss(got_in, target, q, *got_raws, 0.1, 1e-3).loss
+    # Reference, state by state: weights prior(a) exp(Q(a) / eta) normalised (no gradient),
+    # the temperature's dual, cross-entropy to the weights, KL(target || online) under alpha.
+    eta, alpha = (torch.nn.functional.softplus(r) + 1e-8 for r in want_raws)
     want, kl_sum = 0.0, 0.0
     for b in range(B):
-        prior = torch.softmax(target[b], -1).tolist()
-        log_pi = torch.log_softmax(online[b].detach(), -1).tolist()
-        scores = [math.log(prior[a]) + q[a, b].item() / eta for a in range(A)]
-        lse = math.log(sum(math.exp(s) for s in scores))
-        want += eta * (0.1 + lse) / B
-        want -= sum(math.exp(scores[a] - lse) * log_pi[a] for a in range(A)) / B
-        kl_sum += sum(prior[a] * (math.log(prior[a]) - log_pi[a]) for a in range(A))
-    want += alpha * kl_sum / B + alpha * (1e-3 - kl_sum / B)
-    assert got.loss.item() == pytest.approx(want, rel=1e-9)
-    got.loss.backward()
-    assert a_raw.grad < 0  # the online policy differs from the target: KL > 1e-3, alpha rises
+        log_prior = torch.log_softmax(target[b], -1)
+        log_pi = torch.log_softmax(want_in[b], -1)
+        scores = log_prior + q[:, b] / eta
+        want = want + eta * (0.1 + torch.logsumexp(scores, 0)) / B
+        want = want - (torch.softmax(scores, 0).detach() * log_pi).sum() / B
+        kl_sum = kl_sum + (log_prior.exp() * (log_prior - log_pi)).sum()
+    want = want + alpha.detach() * kl_sum / B + alpha * (1e-3 - kl_sum.detach() / B)
+    assert got.item() == pytest.approx(want.item(), rel=1e-9)
+    got.backward()
+    want.backward()
+    for mine, ref in zip([got_in, *got_raws], [want_in, *want_raws], strict=True):
+        torch.testing.assert_close(mine.grad, ref.grad, rtol=1e-9, atol=1e-12)
+    assert got_raws[1].grad < 0  # the online policy differs from the target: KL > 1e-3
     same = target.clone().requires_grad_(True)
-    a_raw2 = raw(-1.0)
-    categorical_mpo_loss(same, target, q, raw(0.2), a_raw2, 0.1, 1e-3).loss.backward()
-    assert a_raw2.grad > 0
+    a_raw = raw(-1.0)
+    categorical_mpo_loss(same, target, q, raw(0.2), a_raw, 0.1, 1e-3).loss.backward()
+    assert a_raw.grad > 0  # KL = 0 < 1e-3: alpha falls
 
 
 def test_multipliers_are_positive():

@@ -42,10 +42,18 @@ def check_replay(config: Any) -> None:
 
 
 def check_critic(config: Any) -> None:
-    """A discount below 1 (the derived support divides by ``1 - discount``) and a categorical
-    critic's support: ``vmin`` and ``vmax`` both set or both derived, in order, 2+ atoms."""
-    if not 0.0 <= config.discount < 1.0:
-        raise ValueError(f"discount must be in [0, 1), got {config.discount}")
+    """Learning rates and clipping thresholds above 0 (or None where None turns them off), a
+    discount in [0, 1] (below 1 for a derived support, which divides by ``1 - discount``), and
+    a categorical critic's support: ``vmin`` and ``vmax`` both set or both derived, in order,
+    2+ atoms."""
+    for name in ("learning_rate", "critic_learning_rate", "grad_norm_clip"):
+        value = getattr(config, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"{name} must be > 0 (or None), got {value}")
+    if not 0.0 <= config.discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {config.discount}")
+    if config.distributional and config.vmin is None and config.discount == 1.0:
+        raise ValueError("a derived support needs discount < 1; set vmin and vmax")
     if (config.vmin is None) != (config.vmax is None):
         raise ValueError("set both vmin and vmax, or neither (derived from the rewards)")
     if config.vmin is not None and not config.vmin < config.vmax:
@@ -67,7 +75,13 @@ class AgentBuilder:
     default_total_steps: dict[str, int]
     dataflow: str
     runtime_defaults: dict[str, dict[str, Any]] = {}
-    preset_for = staticmethod(rl_envs.family)  # the preset an env id gets unless one is named
+
+    @classmethod
+    def preset_for(cls, env_id: str) -> str:
+        """The preset an env id gets unless one is named: its family's (atari, minatar, toy,
+        ...), or ``classic`` where the agent has none for that family."""
+        family = rl_envs.family(env_id)
+        return family if family in cls.presets else "classic"
 
     def __init__(self, config: Any):
         self.config = config

@@ -32,7 +32,9 @@ import torch
 import torch.nn.functional as nnf
 
 MULTIPLIER_EPS = 1e-8
-MIN_RAW_MULTIPLIER = -18.0  # learners clamp raw multipliers here so softplus stays differentiable
+# Learners clamp raw multipliers here (Acme's floor): softplus's gradient, sigmoid(raw), would
+# otherwise vanish and leave a multiplier stuck near zero.
+MIN_RAW_MULTIPLIER = -18.0
 
 
 def positive(raw: torch.Tensor) -> torch.Tensor:

@@ -58,6 +58,8 @@ class D4PGConfig:
         check_at_least_one(self, "target_update_period", "variable_update_period")
         if self.sigma < 0:
             raise ValueError(f"sigma must be >= 0, got {self.sigma}")
+        if self.dqda_clip is not None and self.dqda_clip <= 0:
+            raise ValueError(f"dqda_clip must be > 0 (or None), got {self.dqda_clip}")
 
 
 PRESETS: dict[str, dict] = {

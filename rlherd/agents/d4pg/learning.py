@@ -28,10 +28,10 @@ def critic_value(critic: Critic, obs: torch.Tensor, action: torch.Tensor) -> tor
 
 
 def dpg_loss(action: torch.Tensor, dqda: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """Deterministic policy gradient as a loss (rlax's ``dpg_loss``):
-    ``0.5 ||a - sg(a + dq/da)||^2`` summed over the action and averaged over the batch, whose
-    gradient with respect to ``a`` is ``-dq/da``; ``dq/da`` is first clipped to norm ``clip``
-    per sample."""
+    """Deterministic policy gradient as a loss (Acme's TF ``losses.dpg`` with
+    ``clip_norm=True``): ``0.5 ||a - sg(a + dq/da)||^2`` summed over the action and averaged over
+    the batch, whose gradient with respect to ``a`` is ``-dq/da``; ``dq/da`` is first clipped to
+    norm ``clip`` per sample."""
     if clip is not None:
         norm = dqda.norm(dim=-1, keepdim=True)
         dqda = dqda * (clip / norm.clamp_min(clip))
@@ -50,7 +50,8 @@ class D4PGLearner:
         self.policy_params = list(net.policy.parameters())
         self.critic_params = list(net.critic.parameters())
         self.policy_optimizer = adam(self.policy_params, config.learning_rate)
-        critic_lr = config.critic_learning_rate or config.learning_rate
+        critic_lr = config.critic_learning_rate
+        critic_lr = config.learning_rate if critic_lr is None else critic_lr
         self.critic_optimizer = adam(self.critic_params, critic_lr)
         self.support = SupportPlacer(config, (net.critic, self.target.critic))
         self.num_steps = 0

@@ -68,7 +68,8 @@ class MPOConfig:
         check_replay(self)
         check_critic(self)
         check_at_least_one(self, "num_samples", "target_update_period", "variable_update_period")
-        for name in ("epsilon", "epsilon_mean", "epsilon_stddev"):
+        for name in ("epsilon", "epsilon_mean", "epsilon_stddev", "dual_learning_rate",
+                     "policy_init_scale"):  # fmt: skip
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.epsilon_penalty is not None and self.epsilon_penalty <= 0:

@@ -7,8 +7,13 @@ observations and values them with the target critic once; those values serve twi
   the mixture of their distributions projected onto the atoms (DMPO, a categorical critic as
   D4PG's);
 - the policy's E-step weights: MPO's loss (:func:`rlherd.losses.mpo.gaussian_mpo_loss`) at those
-  same states. Acme's MPO improves the policy at both observations of a transition; one set of
-  samples halves the critic evaluations, the cost that dominates a step on a CPU.
+  same states, as Acme's TF MPO learner does (its JAX one uses both observations of a
+  transition, for twice the critic evaluations, the cost that dominates a step on a CPU).
+
+Next observations include episodes' final ones, where the critic never learned what an action
+does. D4PG's learner avoids them because DPG follows the critic's gradient wherever it points;
+here the critic only reweighs samples near the target policy, and the fit is held within KL
+bounds of it, so a poorly informed critic at a few states can move the policy only a little.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ class MPOLearner:
         self.policy_params = list(net.policy.parameters())
         self.critic_params = list(net.critic.parameters())
         self.policy_optimizer = adam(self.policy_params, c.learning_rate)
-        self.critic_optimizer = adam(self.critic_params, c.critic_learning_rate or c.learning_rate)
+        critic_lr = c.learning_rate if c.critic_learning_rate is None else c.critic_learning_rate
+        self.critic_optimizer = adam(self.critic_params, critic_lr)
         self.dual_optimizer = adam(list(self.duals.values()), c.dual_learning_rate)
         self.support = SupportPlacer(c, (net.critic, self.target.critic))
         self.num_steps = 0
@@ -93,9 +99,13 @@ class MPOLearner:
             q_values = categorical_mean(sampled_out, self.target.critic.atoms)
         online_mean, online_std = self.net.policy(data["next_obs"])
         d = self.duals
-        mpo = gaussian_mpo_loss(online_mean, online_std, target_mean, target_std, actions,
-                                q_values, d["temperature"], d["alpha_mean"], d["alpha_stddev"],
-                                d["penalty_temperature"], self.bounds)  # fmt: skip
+        mpo = gaussian_mpo_loss(
+            online_mean=online_mean, online_std=online_std, target_mean=target_mean,
+            target_std=target_std, actions=actions, q_values=q_values,
+            raw_temperature=d["temperature"], raw_alpha_mean=d["alpha_mean"],
+            raw_alpha_stddev=d["alpha_stddev"], raw_penalty_temperature=d["penalty_temperature"],
+            bounds=self.bounds,
+        )  # fmt: skip
         self.policy_optimizer.zero_grad()
         self.dual_optimizer.zero_grad()
         mpo.loss.backward()
