@@ -171,10 +171,10 @@ def test_learner_steps_on_a_real_batch_move_every_part(agent):
         assert learner.state_dict()["duals"]["temperature"].item() != 10.0
 
 
-@pytest.mark.parametrize("agent", ["d4pg", "dmpo"])
+@pytest.mark.parametrize("agent", ["d4pg", "mpo"])
 def test_interrupt_then_resume_continues_exactly(agent, tmp_path):
-    """Replay, adders, the derived support, optimisers, multipliers and RNGs are all in the
-    checkpoint: an interrupted and resumed run ends where an uninterrupted one does."""
+    """Replay, adders, the derived support (D4PG), optimisers, multipliers (MPO) and RNGs are
+    all in the checkpoint: an interrupted and resumed run ends where an uninterrupted one does."""
     kw = dict(total_steps=2_500, seed=3, progress=False)
     straight = rlherd.train(agent, REACH, run_dir=tmp_path / "a", **kw)
     timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
