@@ -17,6 +17,7 @@ so replay holds the actions the environments took and a learner rescales them on
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -147,6 +148,16 @@ class Critic(nn.Module):
         """Place the atoms evenly over ``[vmin, vmax]`` (in place, so copies follow)."""
         with torch.no_grad():
             self.atoms.copy_(torch.linspace(vmin, vmax, self.num_atoms))
+
+
+def make_critic(spec: EnvSpec, config: Any) -> Critic:
+    """The critic a config describes (``critic_sizes``; ``distributional`` over ``num_atoms``
+    on ``[vmin, vmax]``). A derived support (no ``vmin`` / ``vmax``) starts at +-1; the learner
+    places it at its first batch."""
+    atoms = config.num_atoms if config.distributional else 1
+    vmin, vmax = (config.vmin, config.vmax) if config.vmin is not None else (-1.0, 1.0)
+    return Critic(obs_dim(spec), spec.action_shape[0], tuple(config.critic_sizes), atoms, vmin,
+                  vmax)  # fmt: skip
 
 
 class ActorCritic(nn.Module):

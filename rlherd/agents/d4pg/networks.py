@@ -7,21 +7,14 @@ from rlherd.agents.d4pg.config import D4PGConfig
 from rlherd.core import EnvSpec
 from rlherd.networks.continuous import (
     ActorCritic,
-    Critic,
     DeterministicPolicy,
+    make_critic,
     obs_dim,
     require_bounded_box,
 )
 
 
 def make_networks(spec: EnvSpec, config: D4PGConfig, agent: str = "d4pg") -> ActorCritic:
-    """A derived support (no ``vmin`` / ``vmax``) starts at +-1; the learner places it at its
-    first batch."""
     require_bounded_box(spec, agent)
-    c = config
-    in_dim, action_dim = obs_dim(spec), spec.action_shape[0]
-    atoms = c.num_atoms if c.distributional else 1
-    vmin, vmax = (c.vmin, c.vmax) if c.vmin is not None else (-1.0, 1.0)
-    policy = DeterministicPolicy(in_dim, action_dim, tuple(c.policy_sizes))
-    critic = Critic(in_dim, action_dim, tuple(c.critic_sizes), atoms, vmin, vmax)
-    return ActorCritic(spec, policy, critic)
+    policy = DeterministicPolicy(obs_dim(spec), spec.action_shape[0], tuple(config.policy_sizes))
+    return ActorCritic(spec, policy, make_critic(spec, config))

@@ -43,14 +43,13 @@ class MPOLearner:
         c = config
         action_dim = int(net.action_low.numel())
         per_dim = (action_dim,) if c.per_dim_constraining else ()
-        self.duals = dict(
-            temperature=torch.tensor(c.init_log_temperature),
-            alpha_mean=torch.full(per_dim, c.init_log_alpha_mean),
-            alpha_stddev=torch.full(per_dim, c.init_log_alpha_stddev),
-            penalty_temperature=torch.tensor(c.init_log_temperature),
-        )
         device = net.action_low.device
-        self.duals = {k: v.to(device).requires_grad_(True) for k, v in self.duals.items()}
+        raw = dict(temperature=((), c.init_log_temperature),
+                   alpha_mean=(per_dim, c.init_log_alpha_mean),
+                   alpha_stddev=(per_dim, c.init_log_alpha_stddev),
+                   penalty_temperature=((), c.init_log_temperature))  # fmt: skip
+        self.duals = {k: torch.full(shape, value, device=device, requires_grad=True)
+                      for k, (shape, value) in raw.items()}  # fmt: skip
         self.bounds = MPOBounds(c.epsilon, c.epsilon_mean, c.epsilon_stddev, c.epsilon_penalty,
                                 c.per_dim_constraining)  # fmt: skip
         self.policy_params = list(net.policy.parameters())
