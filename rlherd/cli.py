@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--video", help="record the first episode to FILE (.gif or .mp4)")
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
+    ev.add_argument("--opponent", help="two-player games: random, mcts:N or perfect (the "
+                    "other side of --episodes games; win/draw/loss rates)")  # fmt: skip
 
     sub.add_parser(
         "serve-env", add_help=False, help="serve an environment over gRPC (see serve-env -h)"
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "eval":
             from rlherd.run.evaluate import evaluate
 
-            print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample)))
+            print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample,
+                                      opponent=args.opponent)))  # fmt: skip
         elif args.command == "check-env":
             from rlherd.envs.device import ConsistencyError, check_consistency, make_device
 

@@ -145,6 +145,10 @@ class Actor(Protocol):
     With next-step autoreset, a step whose environment was resetting is not a transition: the
     loop passes those environments as ``skip`` to ``observe`` and then calls ``observe_first``
     with their new first observation.
+
+    An actor that plans with the environments themselves (MCTS's simulator) also defines
+    ``bind_environments(envs)``: the loop hands it the ``gymnasium.Env`` of each row, or None
+    where they live in other processes.
     """
 
     def select_action(self, obs: np.ndarray) -> np.ndarray: ...

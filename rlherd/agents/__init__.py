@@ -6,6 +6,7 @@
 from rlherd.agents.d4pg import D4PGBuilder, DDPGBuilder
 from rlherd.agents.dqn import DQNBuilder
 from rlherd.agents.impala import ImpalaBuilder
+from rlherd.agents.mcts import MCTSBuilder
 from rlherd.agents.mpo import DMPOBuilder, MPOBuilder
 from rlherd.agents.ppo import PPOBuilder
 
@@ -15,6 +16,7 @@ BUILDERS = {
     "dmpo": DMPOBuilder,
     "dqn": DQNBuilder,
     "impala": ImpalaBuilder,
+    "mcts": MCTSBuilder,
     "mpo": MPOBuilder,
     "ppo": PPOBuilder,
 }

@@ -66,7 +66,8 @@ class AgentBuilder:
     """Subclasses set ``name``, ``config_class``, ``presets`` (config fields per preset),
     ``default_total_steps`` (per preset), ``dataflow`` (``"replay"`` or ``"rollout"``) and
     ``runtime_defaults`` (per preset: settings this agent suggests to whichever runtime uses
-    them, e.g. ``num_actors``; what a user sets wins), and add the ``make_*`` methods of
+    them, e.g. ``num_actors``; what a user sets wins), may narrow the runtimes it runs on
+    (``runtimes``, saying why in ``why_not``), and add the ``make_*`` methods of
     :class:`rlherd.core.ReplayBuilder` or :class:`rlherd.core.RolloutBuilder`."""
 
     name: str
@@ -75,6 +76,8 @@ class AgentBuilder:
     default_total_steps: dict[str, int]
     dataflow: str
     runtime_defaults: dict[str, dict[str, Any]] = {}
+    runtimes: tuple[str, ...] | None = None  # fewer runtimes than its dataflow allows, and why
+    why_not: str = ""
 
     @classmethod
     def preset_for(cls, env_id: str) -> str:
@@ -130,13 +133,18 @@ class TransitionReplayBuilder(AgentBuilder):
     def sampler(self) -> Selector:
         return Uniform()
 
+    def extras_signature(self, spec: EnvSpec) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """Fields the actor stores with each transition beyond the standard ones (MCTS's search
+        policy); none here."""
+        return {}
+
     def make_replay_tables(self, spec: EnvSpec, insert_blocking: bool = True) -> list[Table]:
         """One table of n-step transitions. In one process (``insert_blocking=False``) inserts
         never wait and the learner steps whenever the rate limiter lets it sample."""
         limiter = self.rate_limiter()
         if not insert_blocking:
             limiter = limiter.without_insert_blocking()
-        signature = NStepTransitionAdder.signature(spec)
+        signature = NStepTransitionAdder.signature(spec, self.extras_signature(spec))
         return [Table("replay", signature, self.config.replay_size, self.sampler(), Fifo(), 0,
                       limiter)]  # fmt: skip
 

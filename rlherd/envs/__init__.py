@@ -7,8 +7,10 @@ Families, by id:
 - MinAtar, ``MinAtar/<Game>-v1``, observations as ``[C, 10, 10]`` uint8;
 - the DeepMind Control Suite, ``dm_control/<domain>-<task>-v0`` (Shimmy's Gymnasium bindings),
   observations flattened into one float32 vector;
-- rlherd's tiny test environments, ``rlherd/Bandit-v0``, ``rlherd/Corridor-v0`` and
-  ``rlherd/Reach-v0`` (continuous actions);
+- OpenSpiel's two-player board games, ``open_spiel/<game>`` (``tic_tac_toe``, ``connect_four``,
+  ...), both players in one environment for self-play (see :mod:`rlherd.envs.openspiel`);
+- rlherd's tiny test environments, ``rlherd/Bandit-v0``, ``rlherd/Corridor-v0``,
+  ``rlherd/Reach-v0`` (continuous actions) and ``rlherd/DeepSea-v0`` (bsuite's exploration test);
 
 ``make_vector`` builds a batch of environments with Gymnasium's next-step autoreset (DESIGN.md):
 ale-py's native ``AtariVectorEnv`` for Atari, Gymnasium's ``SyncVectorEnv`` otherwise.
@@ -28,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlherd.core import EnvSpec
-from rlherd.envs import toy
+from rlherd.envs import openspiel, toy
 from rlherd.envs.atari import make_atari, make_atari_vector
 from rlherd.run.config import ConfigError, MissingExtra
 
@@ -84,9 +86,9 @@ MUJOCO_TASKS = (
 
 def family(env_id: str) -> str:
     """The family of an id, which picks an agent's preset: atari, minatar, control (the DeepMind
-    Control Suite), toy or classic."""
+    Control Suite), openspiel, toy or classic."""
     for prefix, name in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("rlherd/", "toy"),
-                         ("dm_control/", "control")):  # fmt: skip
+                         ("dm_control/", "control"), ("open_spiel/", "openspiel")):  # fmt: skip
         if env_id.startswith(prefix):
             return name
     return "classic"
@@ -105,6 +107,9 @@ def known_ids() -> list[str]:
 def _check_id(env_id: str) -> None:
     if env_id in gym.registry:
         return
+    if env_id.startswith(openspiel.PREFIX):  # any OpenSpiel game, registered on first use
+        openspiel.register(env_id)
+        return
     _register_optional_families()
     if env_id in gym.registry:
         return
@@ -121,8 +126,8 @@ def _check_id(env_id: str) -> None:
         f" Did you mean: {', '.join(close)}?"
         if close
         else " Known families: Gymnasium ids (CartPole-v1), ALE/<Game>-v5, MinAtar/<Game>-v1,"
-        " dm_control/<domain>-<task>-v0,"
-        " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0."
+        " dm_control/<domain>-<task>-v0, open_spiel/<game>,"
+        " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0, rlherd/DeepSea-v0."
     )
     raise ConfigError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
 

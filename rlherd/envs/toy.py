@@ -132,12 +132,61 @@ class Reach(gym.Env):
         return self._obs(), reward, terminated, self._t >= self.max_steps and not terminated, {}
 
 
+class DeepSea(gym.Env):
+    """bsuite's deep sea (Osband et al. 2019), deterministic: an ``size`` x ``size`` grid whose
+    agent starts at the top left and falls one row per step. One action moves it a column right,
+    at a cost of ``0.01 / size``; the other moves it left for free; which is which is drawn per
+    cell from ``mapping_seed``. Moving right in the bottom-right cell pays +1, and the episode ends
+    after ``size`` steps. The optimal return is 0.99, reached only by going right every step
+    (probability ``2 ** -size`` for random actions), and every myopic signal says go left: the
+    exploration test that dithering agents (epsilon-greedy DQN) fail and search with a perfect
+    simulator solves. The observation is the one-hot grid of the agent's cell."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, size: int = 10, mapping_seed: int = 0, render_mode: str | None = None):
+        if size < 2:
+            raise ValueError(f"DeepSea size must be >= 2, got {size}")
+        self.size, self.render_mode = size, render_mode
+        self.mapping = np.random.default_rng(mapping_seed).integers(0, 2, (size, size))
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(size, size), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._row, self._column = 0, 0
+
+    @property
+    def optimal_return(self) -> float:
+        return 0.99
+
+    def _obs(self, row: int) -> np.ndarray:
+        obs = np.zeros((self.size, self.size), dtype=np.float32)
+        obs[row, self._column] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._row, self._column = 0, 0
+        return self._obs(0), {}
+
+    def step(self, action):
+        right = int(action) == self.mapping[self._row, self._column]
+        reward = 1.0 if right and self._column == self.size - 1 else 0.0
+        if right:
+            self._column = min(self._column + 1, self.size - 1)
+            reward -= 0.01 / self.size
+        else:
+            self._column = max(self._column - 1, 0)
+        self._row += 1
+        terminated = self._row == self.size
+        return self._obs(self._row - 1 if terminated else self._row), reward, terminated, False, {}
+
+
 def register() -> None:
     """Register the toy environments with Gymnasium (idempotent)."""
     toys = (
         ("rlherd/Bandit-v0", Bandit),
         ("rlherd/Corridor-v0", Corridor),
         ("rlherd/Reach-v0", Reach),
+        ("rlherd/DeepSea-v0", DeepSea),
         ("rlherd/Faulty-v0", Faulty),
     )
     for name, entry in toys:

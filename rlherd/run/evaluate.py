@@ -30,6 +30,8 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
     """Returns and lengths of ``episodes`` episodes of ``actor`` (an :class:`~rlherd.core.Actor`
     acting in a batch of one) in ``env``; the frames of the first one if ``record``."""
     returns, lengths, frames = [], [], []
+    if hasattr(actor, "bind_environments"):  # a search's simulator copies the environment
+        actor.bind_environments([env])
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
         actor.observe_first(np.asarray(obs)[None], np.ones(1, dtype=bool))
@@ -44,6 +46,34 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
         returns.append(ret)
         lengths.append(length)
     return returns, lengths, frames
+
+
+def play_against(env, actor, opponent, games: int) -> dict[str, float]:
+    """``games`` games of a two-player OpenSpiel ``env`` between ``actor`` and ``opponent``
+    (:mod:`rlherd.envs.openspiel`), the actor moving first in every other game: its win, draw
+    and loss rates, overall and as the first and second player."""
+    game_env = env.unwrapped
+    actor.bind_environments([env])
+    outcomes: dict[int, list[float]] = {0: [], 1: []}
+    for g in range(games):
+        me = g % 2
+        obs, _ = env.reset(seed=g)
+        actor.observe_first(np.asarray(obs)[None], np.ones(1, dtype=bool))
+        terminated = False
+        while not terminated:
+            if game_env.current_player == me:
+                action = actor.select_action(np.asarray(obs)[None])[0]
+            else:
+                action = opponent(game_env)
+            obs, _, terminated, _, _ = env.step(action)
+        outcomes[me].append(float(game_env.state.returns()[me]))
+    result: dict[str, float] = {}
+    for name, scores in (("", outcomes[0] + outcomes[1]), ("first_", outcomes[0]),
+                         ("second_", outcomes[1])):  # fmt: skip
+        scores_ = np.asarray(scores)
+        for outcome, value in (("win", 1.0), ("draw", 0.0), ("loss", -1.0)):
+            result[f"{name}{outcome}_rate"] = float(np.mean(scores_ == value))
+    return result
 
 
 def _eval_actor(builder, spec, net, greedy: bool, seed: int):
@@ -117,13 +147,22 @@ def evaluate(
     video: str | Path | None = None,
     greedy: bool = True,
     seed: int = 1_000_000,
+    opponent: str | None = None,
 ) -> dict[str, Any]:
     """Mean return of the run's latest policy over ``episodes`` episodes; the first episode is
     recorded to ``video`` (.gif or .mp4) if given. The result is added to summary.json as
-    ``eval_return_mean``."""
+    ``eval_return_mean``. In a two-player game, ``opponent`` (``random``, ``mcts:N`` or
+    ``perfect``) plays the other side of ``episodes`` games, and the result holds the win, draw
+    and loss rates (:func:`play_against`)."""
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     meta, builder, checkpoint = load_run(run_dir)
+    if (opponent is not None) != (rl_envs.family(meta["env"]) == "openspiel"):
+        raise ConfigError(
+            f"--opponent plays the other side of a two-player game; {meta['env']} "
+            + ("is not one" if opponent is not None else "is one: name an opponent, e.g. "
+               "--opponent random, mcts:200 or perfect")  # fmt: skip
+        )
     if meta["runtime"] == "device":  # the device runtime plays its own (multi-agent) games
         from rlherd.runtime.device import evaluate_device
 
@@ -138,6 +177,15 @@ def evaluate(
         meta["env"], render_mode="rgb_array" if video else None, **meta["env_kwargs"]
     )
     actor = _eval_actor(builder, spec, net, greedy, seed)
+    if opponent is not None:
+        from rlherd.envs.openspiel import make_opponent
+
+        rival = make_opponent(opponent, env.unwrapped.game, seed)
+        rates = play_against(env, actor, rival, episodes)
+        result = dict(opponent=opponent, games=episodes, **rates)
+        env.close()
+        _add_to_summary(run_dir, {f"vs_{opponent}": result})
+        return result
     returns, lengths, frames = run_episodes(env, actor, episodes, seed, record=bool(video))
     env.close()
     if video:

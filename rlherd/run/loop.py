@@ -87,12 +87,23 @@ class EnvironmentLoop:
         if not isinstance(algorithm, BatchedAlgorithm):
             algorithm = ActorAlgorithm(algorithm)
         self.envs, self.algorithm, self.recorder = envs, algorithm, recorder
+        self.bind()
         obs, _ = envs.reset(seed=seed)
         self.obs = np.asarray(obs)
         n = envs.num_envs
         self.beginning = np.ones(n, dtype=bool)  # these begin an episode at the next step
         self.resetting = np.zeros(n, dtype=bool)  # this env's next step is an autoreset
         self.episodes = EpisodeTracker(np.zeros(n), np.zeros(n, dtype=np.int64))
+
+    def bind(self) -> None:
+        """Hand an actor that asks (``bind_environments``: a search's simulator) the environments
+        it plays, one per row: Gymnasium's in-process ones, or None where they live elsewhere
+        (BatchEnv processes, ale-py's native vector env, environment servers)."""
+        actor = getattr(self.algorithm, "actor", self.algorithm)
+        bind = getattr(actor, "bind_environments", None)
+        if bind is not None:
+            envs = self.envs.envs if isinstance(self.envs, gym.vector.SyncVectorEnv) else None
+            bind(envs)
 
     def step(self) -> int:
         """One step of every environment; returns the number of agent steps taken."""
@@ -133,6 +144,7 @@ class EnvironmentLoop:
             return
         self.envs.close()
         self.envs = pickle.loads(state["envs"])
+        self.bind()
         self.episodes.load_state_dict(state["episodes"])
         for k in ("obs", "beginning", "resetting"):
             setattr(self, k, state[k])

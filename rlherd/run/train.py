@@ -47,16 +47,24 @@ def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str
 
 
 def check_runtime(agent: str, runtime: str) -> None:
-    """An agent runs on every runtime whose dataflow it uses; anything else fails here."""
+    """An agent runs on every runtime whose dataflow it uses, unless its builder names fewer
+    (``runtimes``, with the reason in ``why_not``); anything else fails here."""
     if runtime not in RUNTIMES:
         raise ConfigError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
-    dataflow = BUILDERS[agent].dataflow
+    builder = BUILDERS[agent]
+    dataflow = builder.dataflow
+    allowed = [r for r in runtimes_for(dataflow) if r in (builder.runtimes or RUNTIMES)]
     if dataflow not in RUNTIMES[runtime].dataflows:
         why = RUNTIMES[runtime].why_not
         raise ConfigError(
             f"{agent} is a {dataflow} agent and the {runtime} runtime runs "
             f"{' and '.join(RUNTIMES[runtime].dataflows)} agents only"
-            f"{f' ({why})' if why else ''}. {agent} runs on: {', '.join(runtimes_for(dataflow))}"
+            f"{f' ({why})' if why else ''}. {agent} runs on: {', '.join(allowed)}"
+        )
+    if runtime not in allowed:
+        raise ConfigError(
+            f"{agent} does not run on the {runtime} runtime ({builder.why_not}); it runs on: "
+            f"{', '.join(allowed)}"
         )
 
 
@@ -150,6 +158,11 @@ def train(
         agent_overrides, given = _split(agent, overrides)
         config, preset = resolve_config(agent, env, preset, agent_overrides)
         check_runtime(agent, runtime)
+        if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
+            raise ConfigError(
+                f"{env} is a two-player game, played by self-play with values negated between "
+                "players; train it with mcts (its openspiel preset sets two_player=True)"
+            )
         suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
         settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
         meta = dict(agent=agent, env=env, runtime=runtime, seed=seed,

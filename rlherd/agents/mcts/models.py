@@ -1,0 +1,157 @@
+"""The models a search steps (``model=`` in MCTS's config).
+
+:class:`Simulator` is the environment itself: a node's state is a copy of the environment taken
+at that node, and stepping a node copies it again and steps the copy, so the environments being
+played never move. :class:`LearnedModel` is Acme's MLP transition model: a node's state is a
+predicted observation.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlherd.agents.mcts.search import ModelStep
+from rlherd.run.config import ConfigError
+
+
+class Snapshot(NamedTuple):
+    """An environment as it was at a node. ALE environments share their emulator with their
+    copies (copying one boots a new console: 0.1 s); its state, random generator included,
+    travels beside them."""
+
+    env: gym.Env
+    emulator: Any
+
+
+def _emulator(env: gym.Env):
+    return getattr(env.unwrapped, "ale", None)
+
+
+def _shared(env: gym.Env) -> dict[int, Any]:
+    """A ``deepcopy`` memo of what a step never changes (spaces, specs), so copies share them:
+    copying CartPole falls from 230 to 130 microseconds. An ALE game is shared whole: its
+    Python side keeps no state of its own, and its emulator's is saved apart."""
+    memo: dict[int, Any] = {}
+    layer = env
+    while True:
+        for value in vars(layer).values():
+            if isinstance(value, gym.Space | gym.envs.registration.EnvSpec):
+                memo[id(value)] = value
+        if not isinstance(layer, gym.Wrapper):
+            break
+        layer = layer.env
+    if _emulator(env) is not None:
+        memo[id(env.unwrapped)] = env.unwrapped
+    return memo
+
+
+def legal_actions(env: gym.Env) -> np.ndarray | None:
+    """The actions legal now, where the environment says (``legal_action_mask()``: board games);
+    None: every action."""
+    mask = getattr(env.unwrapped, "legal_action_mask", None)
+    return None if mask is None else np.asarray(mask(), dtype=bool)
+
+
+class Simulator:
+    """``model=simulator``: searches step copies of the environments the actor plays, which it
+    is handed (``bind``) by the environment loop. The search is exact for deterministic
+    environments; a stochastic one is sampled once per edge."""
+
+    def __init__(self) -> None:
+        self.envs: list[gym.Env] | None = None
+        self.memos: list[dict[int, Any]] = []
+
+    def bind(self, envs: list[gym.Env] | None) -> None:
+        if envs is None:
+            raise ConfigError(
+                "model=simulator searches with copies of the environments it plays, and these "
+                "live in other processes here (env_workers > 0, or the poly runtime's servers); "
+                "set env_workers 0 on single, or use mono or distributed, or --set model=learned"
+            )
+        self.envs, self.memos = list(envs), [_shared(env) for env in envs]
+        for env, memo in zip(self.envs, self.memos, strict=True):
+            try:
+                copy.deepcopy(env, dict(memo))
+            except Exception as e:
+                raise ConfigError(
+                    f"model=simulator copies the environment at every node, and "
+                    f"{env.spec.id if env.spec else type(env).__name__} cannot be copied "
+                    f"({type(e).__name__}: {e}); use --set model=learned"
+                ) from e
+
+    def _snapshot(self, env: gym.Env, i: int) -> Snapshot:
+        emulator = _emulator(env)
+        state = emulator.cloneState(include_rng=True) if emulator is not None else None
+        return Snapshot(copy.deepcopy(env, dict(self.memos[i])), state)
+
+    def roots(self, indices: np.ndarray, obs: np.ndarray):
+        """The snapshots of environments ``indices`` now, and their legal actions."""
+        if self.envs is None:
+            raise RuntimeError("bind the environments first (the environment loop does)")
+        roots = [(i, self._snapshot(self.envs[i], i)) for i in indices]
+        masks = [legal_actions(self.envs[i]) for i in indices]
+        return roots, None if masks[0] is None else np.stack(masks)
+
+    def step(self, states: list[tuple[int, Snapshot]], actions: np.ndarray) -> ModelStep:
+        out, obs, reward, terminal, truncated, legal = [], [], [], [], [], []
+        for (i, snap), action in zip(states, actions, strict=True):
+            env = copy.deepcopy(snap.env, dict(self.memos[i]))
+            if snap.emulator is not None:
+                _emulator(env).restoreState(snap.emulator)
+            o, r, term, trunc, _ = env.step(action)
+            out.append((i, self._snapshot_stepped(env, snap)))
+            obs.append(o)
+            reward.append(r)
+            terminal.append(term)
+            truncated.append(trunc)
+            legal.append(legal_actions(env))
+        legal_mask = None if legal[0] is None else np.stack(legal)
+        reward_, terminal_ = np.asarray(reward, np.float64), np.asarray(terminal, bool)
+        truncated_ = np.asarray(truncated, bool)
+        return ModelStep(out, np.stack(obs), reward_, terminal_, truncated_, legal_mask)
+
+    @staticmethod
+    def _snapshot_stepped(env: gym.Env, parent: Snapshot) -> Snapshot:
+        """The copy just stepped is the child's state; nothing else holds it."""
+        if parent.emulator is None:
+            return Snapshot(env, None)
+        return Snapshot(env, _emulator(env).cloneState(include_rng=True))
+
+    def after_search(self, roots: list[tuple[int, Snapshot]]) -> None:
+        """Put the shared emulators back where the played environments were."""
+        for i, snap in roots:
+            if snap.emulator is not None:
+                _emulator(self.envs[i]).restoreState(snap.emulator)
+
+
+class LearnedModel:
+    """``model=learned``: the transition network (learned with the policy and value, from the same
+    replay) predicts the next observation, the reward and whether the episode ends there
+    (continuation probability below one half)."""
+
+    def __init__(self, net: torch.nn.Module):
+        self.net = net
+
+    def bind(self, envs: list[gym.Env] | None) -> None:
+        """A learned model needs no environment."""
+
+    def roots(self, indices: np.ndarray, obs: np.ndarray):
+        return list(np.asarray(obs, dtype=np.float32)), None
+
+    @torch.no_grad()
+    def step(self, states: list[np.ndarray], actions: np.ndarray) -> ModelStep:
+        device = next(self.net.parameters()).device
+        obs = torch.as_tensor(np.stack(states), device=device)
+        next_obs, reward, continues = self.net(obs, torch.as_tensor(actions, device=device))
+        next_obs = next_obs.cpu().numpy()
+        terminal = (continues < 0).cpu().numpy()  # logit < 0: continuation below one half
+        return ModelStep(list(next_obs), next_obs, reward.cpu().numpy().astype(np.float64),
+                         terminal, np.zeros_like(terminal), None)  # fmt: skip
+
+    def after_search(self, roots: list[Any]) -> None:
+        """Nothing to put back."""

@@ -1,0 +1,353 @@
+"""MCTS: the batched search against hand computation, the models, the losses against naive
+references, the agent's errors, and learning (DeepSea with a perfect simulator)."""
+
+import math
+import os
+import signal
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import rlherd
+from rlherd import envs as rl_envs
+from rlherd.agents.mcts.config import MCTSConfig
+from rlherd.agents.mcts.models import LearnedModel, Simulator
+from rlherd.agents.mcts.networks import MCTSNetworks
+from rlherd.agents.mcts.search import (
+    Paths,
+    SearchSettings,
+    Tree,
+    backup,
+    puct_scores,
+    search,
+    select,
+    visit_policy,
+)
+from rlherd.losses.search import search_policy_kl, transition_model_loss, value_td_loss
+from rlherd.run.config import ConfigError
+from rlherd.run.evaluate import evaluate
+from rlherd.run.rundir import RunDir
+
+DEEP_SEA = "rlherd/DeepSea-v0"  # size 10: random actions find its treasure once in 1,024 episodes
+
+
+def _hand_tree() -> Tree:
+    """Root (3 visits, value sum 3) whose action 0 led to node 1 (reward 1, 2 visits, value sum
+    1); action 1 never taken. Priors 0.3 / 0.7."""
+    tree = Tree(1, 4, 2)
+    tree.prior[0, 0] = [0.3, 0.7]
+    tree.children[0, 0, 0] = 1
+    tree.num_nodes[0] = 2
+    tree.visits[0, :2] = [3, 2]
+    tree.value_sum[0, :2] = [3.0, 1.0]
+    tree.reward[0, 1] = 1.0
+    return tree
+
+
+def test_puct_scores_match_hand_computation():
+    tree, rows, root = _hand_tree(), np.array([0]), np.array([0])
+    # Q(root, 0) = 1 + 0.9 * 1/2; an untried action is worth 0.
+    settings = SearchSettings(discount=0.9, puct_c=1.5)
+    q0, n = 1 + 0.9 * 0.5, 3
+    expected = [q0 + 1.5 * math.sqrt(n) * 0.3 / 3, 0 + 1.5 * math.sqrt(n) * 0.7 / 1]
+    np.testing.assert_allclose(puct_scores(tree, rows, root, settings)[0], expected)
+    tree.legal[0, 0, 1] = False  # illegal actions are never chosen
+    assert puct_scores(tree, rows, root, settings)[0, 1] == -np.inf
+
+
+def test_select_descends_by_puct_to_a_new_edge():
+    rng = np.random.default_rng(0)
+    # With weight 1 the tried action scores 1.62 against 1.21: down to node 1, where nothing was
+    # tried (ties break at random).
+    paths = select(_hand_tree(), SearchSettings(discount=0.9, puct_c=1.0), rng)
+    assert paths.depth[0] == 1 and paths.nodes[0, 1] == 1 and paths.new_edge[0]
+    # With weight 3 the untried action wins (0 + 3.64 against 1.45 + 0.52): a new edge at the root.
+    paths = select(_hand_tree(), SearchSettings(discount=0.9, puct_c=3.0), rng)
+    assert paths.depth[0] == 0 and paths.new_edge[0] and paths.action[0] == 1
+
+
+@pytest.mark.parametrize("discount", [0.9, -0.9])
+def test_backup_adds_discounted_returns_up_the_path(discount):
+    """Leaf value 2 at node 2 (reward 0.5), through node 1 (reward 1) to the root; a negative
+    discount (two players) negates the value for each player up the path."""
+    tree = _hand_tree()
+    tree.children[0, 1, 0], tree.num_nodes[0], tree.reward[0, 2] = 2, 3, 0.5
+    nodes = np.zeros((1, 5), np.int64)
+    nodes[0, :3] = [0, 1, 2]
+    backup(tree, Paths(nodes, np.array([2]), np.array([False]), np.array([0])), np.array([2.0]),
+           discount)  # fmt: skip
+    at_1 = 0.5 + discount * 2.0
+    at_root = 1.0 + discount * at_1
+    np.testing.assert_allclose(tree.value_sum[0, :3], [3.0 + at_root, 1.0 + at_1, 2.0])
+    np.testing.assert_array_equal(tree.visits[0, :3], [4, 3, 1])
+
+
+class Trap(gym.Env):
+    """Action 0 at the start pays 0.1 and ends; action 1 pays nothing, but three more 1s pay 10.
+    Every other step ends the episode with 0. One-step greed takes the 0.1."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, shape=(5,), dtype=np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.depth = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return np.eye(5, dtype=np.float32)[self.depth]
+
+    def step(self, action):
+        if int(action) == 0:
+            return self._obs(), (0.1 if self.depth == 0 else 0.0), True, False, {}
+        self.depth += 1
+        done = self.depth == 4
+        return self._obs(), (10.0 if done else 0.0), done, False, {}
+
+
+def _uniform(obs):
+    """A network that knows nothing: uniform priors, zero values."""
+    return np.zeros((len(obs), 2)), np.zeros(len(obs))
+
+
+def test_search_with_an_exact_model_finds_what_greed_misses():
+    """Acme's PUCT with a network that knows nothing: the search must reach four steps down."""
+    envs = [Trap() for _ in range(3)]
+    obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    bait, probe = Trap(), Trap()
+    bait.reset(), probe.reset()
+    assert bait.step(0)[1] > probe.step(1)[1]  # one-step greed takes the bait
+    model = Simulator()
+    model.bind(envs)
+    roots, legal = model.roots(np.arange(3), obs)
+    settings = SearchSettings(num_simulations=100)
+    tree = search(roots, obs, legal, model, _uniform, settings, np.random.default_rng(0))
+    assert (visit_policy(tree, 0.0).argmax(-1) == 1).all(), tree.visits[:, :3]
+    assert all(env.depth == 0 for env in envs)  # the played environments never moved
+
+
+def test_simulator_copies_round_trip_the_environment():
+    """A copy stepped by the model sees what the environment then sees, and the environment
+    itself is where it was (CartPole under its time limit and checker wrappers)."""
+    env = rl_envs.make("CartPole-v1")
+    obs, _ = env.reset(seed=3)
+    model = Simulator()
+    model.bind([env])
+    roots, legal = model.roots(np.array([0]), obs[None])
+    assert legal is None
+    state = env.unwrapped.state.copy()
+    first = model.step([roots[0]], np.array([1]))
+    second = model.step(first.states, np.array([0]))
+    np.testing.assert_array_equal(env.unwrapped.state, state)
+    np.testing.assert_array_equal(env.step(1)[0], first.obs[0])
+    np.testing.assert_array_equal(env.step(0)[0], second.obs[0])
+    assert second.states[0][1].env._elapsed_steps == 2
+
+
+def test_simulator_restores_a_shared_atari_emulator():
+    pytest.importorskip("ale_py")
+    env = rl_envs.make("ALE/Breakout-v5")
+    obs, _ = env.reset(seed=0)
+    model = Simulator()
+    model.bind([env])
+    ram = env.unwrapped.ale.getRAM().copy()
+    roots, _ = model.roots(np.array([0]), obs[None])
+    child = model.step([roots[0]], np.array([1]))
+    model.step(child.states, np.array([2]))
+    model.after_search(roots)
+    np.testing.assert_array_equal(env.unwrapped.ale.getRAM(), ram)
+    np.testing.assert_array_equal(env.step(1)[0], child.obs[0])
+
+
+def test_simulator_errors_name_the_fix():
+    with pytest.raises(ConfigError, match="model=learned"):
+        Simulator().bind(None)
+
+    class Uncopyable(Trap):
+        def __deepcopy__(self, memo):
+            raise TypeError("a live connection")
+
+    with pytest.raises(ConfigError, match="cannot be copied.*model=learned"):
+        Simulator().bind([Uncopyable()])
+
+
+def test_learned_model_steps_its_network():
+    spec = rl_envs.spec_for("CartPole-v1")
+    net = MCTSNetworks(spec, MCTSConfig(model="learned"))
+    model = LearnedModel(net.model)
+    obs = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    roots, legal = model.roots(np.arange(3), obs)
+    step = model.step(roots, np.array([0, 1, 0]))
+    with torch.no_grad():
+        next_obs, reward, logit = net.model(torch.as_tensor(obs), torch.tensor([0, 1, 0]))
+    np.testing.assert_allclose(step.obs, next_obs.numpy())
+    np.testing.assert_allclose(step.reward, reward.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(step.terminal, logit.numpy() < 0)
+
+
+# ------------------------------------------------------------------------------ losses
+def test_losses_match_naive_references():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 3, generator=g, requires_grad=True)
+    search_policy = torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0], [0.2, 0.3, 0.5],
+                                  [0.0, 0.0, 1.0], [1 / 3, 1 / 3, 1 / 3]])  # fmt: skip
+    kl = search_policy_kl(logits, search_policy)
+    for b in range(5):
+        q = torch.softmax(logits[b].detach(), -1)
+        ref = sum(p * math.log(p / q[a]) for a, p in enumerate(search_policy[b].tolist()) if p > 0)
+        assert kl[b].item() == pytest.approx(float(ref), rel=1e-5)
+    # Its gradient is the cross-entropy's: softmax(logits) - pi.
+    kl.sum().backward()
+    torch.testing.assert_close(logits.grad, torch.softmax(logits, -1).detach() - search_policy)
+
+    value = torch.tensor([1.0, 2.0], requires_grad=True)
+    next_value = torch.tensor([3.0, 4.0], requires_grad=True)
+    loss = value_td_loss(value, torch.tensor([0.5, 1.0]), torch.tensor([0.9, 0.0]), next_value)
+    torch.testing.assert_close(loss, torch.tensor([(0.5 + 0.9 * 3 - 1) ** 2, (1.0 - 2.0) ** 2]))
+    loss.sum().backward()
+    assert next_value.grad is None or not next_value.grad.any()  # the target is fixed
+
+    pred = (torch.zeros(2, 3), torch.tensor([1.0, 0.0]), torch.tensor([0.0, 2.0]))
+    got = transition_model_loss(pred, torch.ones(2, 3), torch.tensor([0.0, 0.0]),
+                                torch.tensor([True, False]))  # fmt: skip
+    bce = (math.log(2) + (2 + math.log(1 + math.exp(-2)))) / 2  # -log sigmoid(0), -log(1 - s(2))
+    assert got.item() == pytest.approx(1.0 + 0.5 + bce, rel=1e-6)
+
+
+# ------------------------------------------------------------------------------ the agent
+def test_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="model must be one of"):
+        MCTSConfig(model="perfect")
+    with pytest.raises(ValueError, match="num_simulations"):
+        MCTSConfig(num_simulations=0)
+    with pytest.raises(ValueError, match="temperature"):
+        MCTSConfig(temperature=-1.0)
+
+
+def test_continuous_actions_and_poly_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="Discrete"):
+        rlherd.train("mcts", "rlherd/Reach-v0", total_steps=10, run_dir=tmp_path / "a",
+                     progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="runs on: single, mono, distributed"):
+        rlherd.train("mcts", DEEP_SEA, runtime="poly", run_dir=tmp_path / "b",
+                     progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="env_workers 0"):
+        rlherd.train("mcts", DEEP_SEA, total_steps=10, run_dir=tmp_path / "c",
+                     env_workers=1, progress=False)  # fmt: skip
+
+
+def test_deep_sea_pays_only_the_all_right_path():
+    env = rl_envs.make(DEEP_SEA, size=4)
+    env.reset(seed=0)
+    right = env.unwrapped.mapping
+    total, column = 0.0, 0
+    for row in range(4):
+        _, reward, terminated, _, _ = env.step(int(right[row, column]))
+        total, column = total + reward, min(column + 1, 3)
+    assert terminated and total == pytest.approx(0.99)
+    env.reset(seed=0)
+    lefts = [env.step(1 - int(right[row, 0]))[1] for row in range(4)]
+    assert lefts == [0.0] * 4
+
+
+def test_interrupt_then_resume_continues_exactly(tmp_path):
+    """The search's random stream, the adders, replay and the learner are in the checkpoint: an
+    interrupted and resumed run ends where an uninterrupted one does."""
+    kw = dict(total_steps=800, seed=3, progress=False, num_envs=2)
+    straight = rlherd.train("mcts", DEEP_SEA, run_dir=tmp_path / "a", **kw)
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    stopped = rlherd.train("mcts", DEEP_SEA, run_dir=tmp_path / "b", **kw)
+    timer.join()
+    assert 20 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt missed"
+    resumed = rlherd.train(resume=tmp_path / "b", progress=False)
+    for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
+        assert resumed.summary[key] == straight.summary[key], key
+    a, b = (RunDir(tmp_path / d).load_checkpoint()["learner"]["net"] for d in "ab")
+    for k, v in a.items():
+        torch.testing.assert_close(b[k], v, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_mcts_with_a_simulator_solves_deep_sea(tmp_path):
+    """bsuite's DeepSea 10 with a perfect simulator: the random walk finds the treasure with
+    probability 2^-10 per episode; the search finds it and the value network learns the way."""
+    run = rlherd.train("mcts", DEEP_SEA, total_steps=2_000, seed=1,
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["final_return_mean"] >= 0.9, run.summary
+
+
+# ------------------------------------------------------------------------------ board games
+def _tic_tac_toe(moves):
+    env = rl_envs.make("open_spiel/tic_tac_toe")
+    obs, _ = env.reset(seed=0)
+    for move in moves:
+        obs, *_ = env.step(move)
+    return env, obs
+
+
+def test_open_spiel_game_as_one_environment_for_both_players():
+    pytest.importorskip("pyspiel")
+    env, obs = _tic_tac_toe([0, 3, 1, 4])  # x: 0 1, o: 3 4; x to move, 2 wins
+    game = env.unwrapped
+    assert obs.shape == (27,) and game.current_player == 0
+    assert game.legal_action_mask().tolist() == [False] * 2 + [True] + [False] * 2 + [True] * 4
+    copy_ = __import__("copy").deepcopy(env)
+    _, reward, terminated, _, _ = env.step(2)
+    assert (reward, terminated) == (1.0, True)  # the mover's reward
+    assert copy_.unwrapped.state.history() == [0, 3, 1, 4]  # copies clone the state
+    with pytest.raises(ValueError, match="illegal.*legal_action_mask"):
+        copy_.step(0)
+    with pytest.raises(ConfigError, match="no game"):
+        rl_envs.make("open_spiel/tic_tac_tow")
+    with pytest.raises(ConfigError, match="two-player zero-sum"):
+        rl_envs.make("open_spiel/kuhn_poker")
+
+
+def _search_move(moves, discount):
+    env, obs = _tic_tac_toe(moves)
+    model = Simulator()
+    model.bind([env])
+    roots, legal = model.roots(np.array([0]), obs[None])
+    uniform = lambda o: (np.zeros((len(o), 9)), np.zeros(len(o)))  # noqa: E731
+    settings = SearchSettings(num_simulations=200, discount=discount)
+    tree = search(roots, obs[None], legal, model, uniform, settings, np.random.default_rng(0))
+    return int(visit_policy(tree, 0.0).argmax())
+
+
+def test_two_player_search_negates_values_between_players():
+    """Cells 0-8 row by row. x to move with x on 0, 1 takes the win at 2. o to move, x on 0, 1,
+    must block at 2: only a search that counts x's reward against o (a negative discount) sees
+    that every other move loses; adding both players' rewards alike, x's win looks good to o."""
+    pytest.importorskip("pyspiel")
+    assert _search_move([0, 3, 1, 4], -1.0) == 2  # win now
+    assert _search_move([0, 4, 1], -1.0) == 2  # block x's line
+    assert _search_move([0, 4, 1], 1.0) != 2  # without negation, x's win looks good to o
+
+
+def test_only_search_agents_play_two_player_games(tmp_path):
+    pytest.importorskip("pyspiel")
+    with pytest.raises(ConfigError, match="two-player game.*mcts"):
+        rlherd.train("dqn", "open_spiel/tic_tac_toe", run_dir=tmp_path / "a", progress=False)
+    with pytest.raises(ConfigError, match="two-player game"):
+        rlherd.train("mcts", "open_spiel/tic_tac_toe", run_dir=tmp_path / "b", progress=False,
+                     two_player=False)  # fmt: skip
+
+
+def test_eval_against_opponents(tmp_path):
+    """A short self-play run, then games against each opponent: rates that add up, and the
+    opponents' errors."""
+    pytest.importorskip("pyspiel")
+    run = rlherd.train("mcts", "open_spiel/tic_tac_toe", total_steps=200, seed=0,
+                       run_dir=tmp_path / "run", progress=False, num_simulations=10)  # fmt: skip
+    for opponent in ("random", "mcts:20", "perfect"):
+        result = evaluate(run.path, episodes=4, opponent=opponent)
+        assert result["games"] == 4
+        assert result["win_rate"] + result["draw_rate"] + result["loss_rate"] == pytest.approx(1)
+    with pytest.raises(ConfigError, match="unknown opponent"):
+        evaluate(run.path, episodes=2, opponent="alphago")
+    with pytest.raises(ConfigError, match="name an opponent"):
+        evaluate(run.path, episodes=2)
