@@ -20,6 +20,18 @@ from rlherd.replay import BatchAdder
 from rlherd.replay.rollouts import RolloutWriter
 
 
+class FeedForwardPolicy:
+    """What the feed-forward :class:`~rlherd.core.Policy` s share: the network they call, its
+    device, no recurrent state, and ``greedy`` (an evaluation's: act without exploring)."""
+
+    def __init__(self, net: torch.nn.Module, greedy: bool = False):
+        self.net, self.greedy = net, greedy
+        self.device = next(net.parameters()).device
+
+    def initial_state(self, batch_size: int) -> tuple:
+        return ()
+
+
 class RolloutActor:
     """Acts in a batch of environments with ``policy`` (sampling from its own ``seed``) and, with
     a ``writer``, records each row: the observation, the policy's outputs and the recurrent

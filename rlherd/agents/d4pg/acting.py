@@ -7,20 +7,18 @@ from __future__ import annotations
 import torch
 
 from rlherd import types as F
+from rlherd.agents.acting import FeedForwardPolicy
 from rlherd.networks.continuous import ActorCritic
 
 
-class D4PGPolicy:
+class D4PGPolicy(FeedForwardPolicy):
     """A :class:`~rlherd.core.Policy`: ``pi(obs) + sigma * N(0, 1)`` in the canonical box, clipped
     to it and rescaled to the environment's bounds (Acme's ``ClippedGaussian`` then
     ``ClipToSpec``). ``greedy`` (evaluation) acts with ``pi(obs)`` alone."""
 
     def __init__(self, net: ActorCritic, sigma: float, greedy: bool = False):
-        self.net, self.sigma, self.greedy = net, sigma, greedy
-        self.device = next(net.parameters()).device
-
-    def initial_state(self, batch_size: int) -> tuple:
-        return ()
+        super().__init__(net, greedy)
+        self.sigma = sigma
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):

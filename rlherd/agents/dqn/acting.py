@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from rlherd import types as F
+from rlherd.agents.acting import FeedForwardPolicy
 from rlherd.core import VariableClient
 from rlherd.replay import BatchAdder
 
@@ -24,17 +25,10 @@ def linear_epsilon(start: float, end: float, decay_steps: int) -> Callable[[int]
     return epsilon
 
 
-class DQNPolicy:
+class DQNPolicy(FeedForwardPolicy):
     """A :class:`~rlherd.core.Policy`: Q-values, the greedy action (nothing random here) and the
     run's experience, which the actor's epsilon schedule reads. ``greedy`` tells an actor
     without an adder (an evaluation) whether to explore at all."""
-
-    def __init__(self, net: torch.nn.Module, greedy: bool = True):
-        self.net, self.greedy = net, greedy
-        self.device = next(net.parameters()).device
-
-    def initial_state(self, batch_size: int) -> tuple:
-        return ()
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):

@@ -11,23 +11,17 @@ import numpy as np
 import torch
 
 from rlherd import types as F
+from rlherd.agents.acting import FeedForwardPolicy
 from rlherd.agents.mcts.search import SearchSettings, search, visit_policy
 from rlherd.core import VariableClient
 from rlherd.replay import BatchAdder
 
 
-class MCTSPolicy:
+class MCTSPolicy(FeedForwardPolicy):
     """A :class:`~rlherd.core.Policy`: the network's prior logits and value for a batch of
     observations (its ``action``, the prior's argmax, is what acting without search would do).
     ``greedy`` tells an actor without an adder (an evaluation) to act on the most visited
     action."""
-
-    def __init__(self, net: torch.nn.Module, greedy: bool = True):
-        self.net, self.greedy = net, greedy
-        self.device = next(net.parameters()).device
-
-    def initial_state(self, batch_size: int) -> tuple:
-        return ()
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):

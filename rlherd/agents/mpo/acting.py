@@ -6,19 +6,12 @@ from __future__ import annotations
 import torch
 
 from rlherd import types as F
-from rlherd.networks.continuous import ActorCritic
+from rlherd.agents.acting import FeedForwardPolicy
 
 
-class MPOPolicy:
+class MPOPolicy(FeedForwardPolicy):
     """A :class:`~rlherd.core.Policy`: ``mean + std * N(0, 1)`` in the canonical box, clipped to
     it and rescaled to the environment's bounds; ``greedy`` (evaluation) acts with the mean."""
-
-    def __init__(self, net: ActorCritic, greedy: bool = False):
-        self.net, self.greedy = net, greedy
-        self.device = next(net.parameters()).device
-
-    def initial_state(self, batch_size: int) -> tuple:
-        return ()
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):

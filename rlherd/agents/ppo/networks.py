@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from rlherd import types as F
+from rlherd.agents.acting import FeedForwardPolicy
 from rlherd.agents.ppo.config import PPOConfig
 from rlherd.core import EnvSpec
 from rlherd.networks import MLPTorso, make_torso
@@ -105,16 +106,9 @@ class PPONet(nn.Module):
         yield from self.value_head.parameters()
 
 
-class PPOPolicy:
+class PPOPolicy(FeedForwardPolicy):
     """A :class:`~rlherd.core.Policy` over :class:`PPONet`: samples an action (the distribution's
     mode when ``greedy``) and returns what PPO's rollouts store."""
-
-    def __init__(self, net: PPONet, greedy: bool = False):
-        self.net, self.greedy = net, greedy
-        self.device = next(net.parameters()).device
-
-    def initial_state(self, batch_size: int) -> tuple:
-        return ()
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
