@@ -33,7 +33,7 @@ LEARNS = {
     **{(a, r): (REACH, 4_000, 0.3) for a in ("d4pg", "mpo") for r in HOSTS},
     # Searching with a simulator of DeepSea, MCTS goes right to the treasure once its value has
     # learned the way (seed 0 on single: 0.99 from episode ~120); a random policy gets ~0.
-    **{("mcts", r): (DEEP_SEA, 3_000, 0.5) for r in ("single", "mono", "distributed")},
+    **{("mcts", r): (DEEP_SEA, 2_000, 0.5) for r in ("single", "mono", "distributed")},
     ("ddpg", "single"): (REACH, 4_000, 0.3),
     ("dmpo", "single"): (REACH, 4_000, 0.3),
     # 150k steps was on the edge: seed 0 ended at 240 or 151 with Adam's plain or fused kernel
