@@ -225,6 +225,8 @@ def test_config_errors_name_the_field():
         MCTSConfig(num_simulations=0)
     with pytest.raises(ValueError, match="temperature"):
         MCTSConfig(temperature=-1.0)
+    with pytest.raises(ValueError, match="model=simulator"):
+        MCTSConfig(two_player=True, model="learned")
 
 
 def test_continuous_actions_and_poly_are_refused(tmp_path):

@@ -48,11 +48,12 @@ class MCTSActor:
         temperature: float,
         adder: BatchAdder | None,
         seed: int,
+        num_actions: int,
         client: VariableClient | None = None,
         record_steps: bool = False,
     ):
         self.policy, self.model, self.settings = policy, model, settings
-        self.record_steps = record_steps
+        self.num_actions, self.record_steps = num_actions, record_steps
         self.temperature, self.adder, self.client = temperature, adder, client
         self.rng = np.random.default_rng(seed)
         self.ended: np.ndarray | None = None  # this env's last step ended its episode
@@ -73,21 +74,18 @@ class MCTSActor:
             self.ended = np.zeros(len(obs), dtype=bool)
         live = np.flatnonzero(~self.ended)  # an ended env's next step only resets it
         action = np.zeros(len(obs), dtype=np.int64)
-        policy = None
+        self.search_policy = np.full((len(obs), self.num_actions), 1 / self.num_actions,
+                                     np.float32)  # fmt: skip
         if len(live):
             roots, legal = self.model.roots(live, obs[live])
             tree = search(roots, obs[live], legal, self.model, self.evaluate, self.settings,
                           self.rng)  # fmt: skip
             self.model.after_search(roots)
-            policy = visit_policy(tree, 1.0)
+            self.search_policy[live] = visit_policy(tree, 1.0)
             acting = visit_policy(tree, self.temperature)
             draws = self.rng.random((len(live), 1))
             chosen = (acting.cumsum(-1) < draws).sum(-1)
-            action[live] = np.minimum(chosen, acting.shape[-1] - 1)
-        num_actions = policy.shape[-1] if policy is not None else 1
-        self.search_policy = np.full((len(obs), num_actions), 1.0 / num_actions, np.float32)
-        if policy is not None:
-            self.search_policy[live] = policy
+            action[live] = np.minimum(chosen, self.num_actions - 1)
         return action
 
     def observe_first(self, obs: np.ndarray, envs: np.ndarray) -> None:

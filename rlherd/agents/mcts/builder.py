@@ -63,8 +63,8 @@ class MCTSBuilder(TransitionReplayBuilder):
         client = None
         if variable_source is not None:
             client = VariableClient(variable_source, policy.net, "policy", c.variable_update_period)
-        return MCTSActor(policy, model, c.search_settings(), temperature, adder, seed, client,
-                         record_steps=c.model == "learned")  # fmt: skip
+        return MCTSActor(policy, model, c.search_settings(), temperature, adder, seed,
+                         spec.num_actions, client, record_steps=c.model == "learned")  # fmt: skip
 
     def make_learner(self, networks: MCTSNetworks, dataset, total_steps: int, tables=None):
         return MCTSLearner(networks, self.config, dataset)

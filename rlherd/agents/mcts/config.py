@@ -49,6 +49,11 @@ class MCTSConfig:
         check_at_least_one(self, "num_simulations", "variable_update_period")
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, got {self.model!r}")
+        if self.two_player and self.model != "simulator":
+            raise ValueError(
+                "two-player games are searched with the game itself, which knows the legal moves; "
+                "set model=simulator"
+            )
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
         if self.temperature < 0 or not 0.0 <= self.dirichlet_fraction <= 1.0:
