@@ -147,6 +147,18 @@ def test_simulator_copies_round_trip_the_environment():
     assert second.states[0][1].env._elapsed_steps == 2
 
 
+def test_simulator_copies_an_environment_that_has_rendered():
+    """Rendering makes pygame objects that cannot be copied; the copies share them."""
+    env = rl_envs.make("CartPole-v1", render_mode="rgb_array")
+    obs, _ = env.reset(seed=0)
+    model = Simulator()
+    model.bind([env])
+    env.render()
+    roots, _ = model.roots(np.array([0]), obs[None])
+    step = model.step([roots[0]], np.array([0]))
+    np.testing.assert_array_equal(env.step(0)[0], step.obs[0])
+
+
 def test_simulator_restores_a_shared_atari_emulator():
     pytest.importorskip("ale_py")
     env = rl_envs.make("ALE/Breakout-v5")
