@@ -12,6 +12,7 @@ import torch
 
 from rlherd import types as F
 from rlherd.agents.acting import FeedForwardPolicy
+from rlherd.agents.mcts.models import LearnedModel, Simulator
 from rlherd.agents.mcts.search import SearchSettings, search, visit_policy
 from rlherd.core import VariableClient
 from rlherd.replay import BatchAdder
@@ -43,7 +44,7 @@ class MCTSActor:
     def __init__(
         self,
         policy: MCTSPolicy,
-        model,
+        model: Simulator | LearnedModel,
         settings: SearchSettings,
         temperature: float,
         adder: BatchAdder | None,
