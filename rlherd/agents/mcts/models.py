@@ -72,8 +72,9 @@ class Simulator:
         if envs is None:
             raise ConfigError(
                 "model=simulator searches with copies of the environments it plays, and these "
-                "live in other processes here (env_workers > 0, or the poly runtime's servers); "
-                "set env_workers 0 on single, or use mono or distributed, or --set model=learned"
+                "are out of its reach here (in BatchEnv processes with env_workers > 0, or in "
+                "ale-py's native vector env): set env_workers 0 and native_vector_env false, "
+                "or --set model=learned"
             )
         self.envs, self.memos = list(envs), [_shared(env) for env in envs]
         for env, memo in zip(self.envs, self.memos, strict=True):
