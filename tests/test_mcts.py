@@ -1,6 +1,7 @@
 """MCTS: the batched search against hand computation, the models, the losses against naive
 references, the agent's errors, and learning (DeepSea with a perfect simulator)."""
 
+import copy
 import math
 import os
 import signal
@@ -108,9 +109,9 @@ class Trap(gym.Env):
         return self._obs(), (10.0 if done else 0.0), done, False, {}
 
 
-def _uniform(obs):
+def _knows_nothing(num_actions: int):
     """A network that knows nothing: uniform priors, zero values."""
-    return np.zeros((len(obs), 2)), np.zeros(len(obs))
+    return lambda obs: (np.zeros((len(obs), num_actions)), np.zeros(len(obs)))
 
 
 def test_search_with_an_exact_model_finds_what_greed_misses():
@@ -124,7 +125,8 @@ def test_search_with_an_exact_model_finds_what_greed_misses():
     model.bind(envs)
     roots, legal = model.roots(np.arange(3), obs)
     settings = SearchSettings(num_simulations=100)
-    tree = search(roots, obs, legal, model, _uniform, settings, np.random.default_rng(0))
+    tree = search(roots, obs, legal, model, _knows_nothing(2), settings,
+                  np.random.default_rng(0))  # fmt: skip
     assert (visit_policy(tree, 0.0).argmax(-1) == 1).all(), tree.visits[:, :3]
     assert all(env.depth == 0 for env in envs)  # the played environments never moved
 
@@ -313,7 +315,7 @@ def test_open_spiel_game_as_one_environment_for_both_players():
     game = env.unwrapped
     assert obs.shape == (27,) and game.current_player == 0
     assert game.legal_action_mask().tolist() == [False] * 2 + [True] + [False] * 2 + [True] * 4
-    copy_ = __import__("copy").deepcopy(env)
+    copy_ = copy.deepcopy(env)
     _, reward, terminated, _, _ = env.step(2)
     assert (reward, terminated) == (1.0, True)  # the mover's reward
     assert copy_.unwrapped.state.history() == [0, 3, 1, 4]  # copies clone the state
@@ -330,9 +332,9 @@ def _search_move(moves, discount):
     model = Simulator()
     model.bind([env])
     roots, legal = model.roots(np.array([0]), obs[None])
-    uniform = lambda o: (np.zeros((len(o), 9)), np.zeros(len(o)))  # noqa: E731
     settings = SearchSettings(num_simulations=200, discount=discount)
-    tree = search(roots, obs[None], legal, model, uniform, settings, np.random.default_rng(0))
+    tree = search(roots, obs[None], legal, model, _knows_nothing(9), settings,
+                  np.random.default_rng(0))  # fmt: skip
     return int(visit_policy(tree, 0.0).argmax())
 
 

@@ -18,10 +18,29 @@ interval (:func:`rlherd.run.recorder.mean_metrics`), so a step never waits on a 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
+
+
+class NetworkLearner:
+    """What every agent's learner shares (a :class:`~rlherd.core.Learner`): ``step()`` hands the
+    dataset's next batch to the subclass's ``learn``, and as a variable source it serves ``net``
+    whole under every name, versioned by ``num_steps`` (actors fetch only after an update)."""
+
+    net: torch.nn.Module
+    dataset: Iterator[Any]
+    num_steps: int
+
+    def step(self) -> dict[str, Any]:
+        return self.learn(next(self.dataset))
+
+    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
+        return [self.net.state_dict() for _ in names]
+
+    def variables_version(self) -> int:
+        return self.num_steps
 
 
 def _fusable(params: list[torch.Tensor]) -> bool:

@@ -15,7 +15,13 @@ from typing import Any
 import torch
 
 from rlherd.agents.d4pg.config import D4PGConfig
-from rlherd.agents.learning import SupportPlacer, adam, clip_grad_norm, copy_parameters
+from rlherd.agents.learning import (
+    NetworkLearner,
+    SupportPlacer,
+    adam,
+    clip_grad_norm,
+    copy_parameters,
+)
 from rlherd.losses.distributional import categorical_cross_entropy, categorical_mean
 from rlherd.networks.continuous import ActorCritic, Critic
 from rlherd.replay import ReplaySample
@@ -39,7 +45,7 @@ def dpg_loss(action: torch.Tensor, dqda: torch.Tensor, clip: float | None) -> to
     return 0.5 * (target - action).square().sum(-1).mean()
 
 
-class D4PGLearner:
+class D4PGLearner(NetworkLearner):
     """One ``step()``: one batch, one critic update, one policy update, and a hard copy into the
     target networks every ``target_update_period`` steps (Acme's D4PG learner)."""
 
@@ -103,15 +109,6 @@ class D4PGLearner:
         return dict(critic_loss=critic_loss.detach(), policy_loss=policy_loss.detach(),
                     critic_grad_norm=critic_norm, policy_grad_norm=policy_norm,
                     support_overflow=overflow)  # fmt: skip
-
-    def step(self) -> dict[str, Any]:
-        return self.learn(next(self.dataset))
-
-    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
-        return [self.net.state_dict() for _ in names]
-
-    def variables_version(self) -> int:
-        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(

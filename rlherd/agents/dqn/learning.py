@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from rlherd.agents.dqn.config import DQNConfig
-from rlherd.agents.learning import adam, compile_step, copy_parameters, rmsprop
+from rlherd.agents.learning import NetworkLearner, adam, compile_step, copy_parameters, rmsprop
 from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
 from rlherd.replay import ReplaySample, Table
 from rlherd.run.config import TrainingDiverged
@@ -43,7 +43,7 @@ def dqn_loss(
     return loss, td.detach()
 
 
-class DQNLearner:
+class DQNLearner(NetworkLearner):
     """One ``step()``: one batch from ``dataset``, one optimiser update, new priorities.
 
     The importance exponent beta rises linearly from ``config.importance_beta`` to 1 over the
@@ -109,15 +109,6 @@ class DQNLearner:
             grad_norm=grad_norm,
             importance_beta=self.importance_beta(),
         )
-
-    def step(self) -> dict[str, Any]:
-        return self.learn(next(self.dataset))
-
-    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
-        return [self.net.state_dict() for _ in names]
-
-    def variables_version(self) -> int:
-        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(

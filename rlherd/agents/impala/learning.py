@@ -10,7 +10,7 @@ import torch
 from rlherd import types as F
 from rlherd.agents.impala.config import ImpalaConfig
 from rlherd.agents.impala.networks import CoreState, ImpalaNet
-from rlherd.agents.learning import adam, rmsprop
+from rlherd.agents.learning import NetworkLearner, adam, rmsprop
 from rlherd.losses.vtrace import (
     baseline_loss,
     entropy_loss,
@@ -62,7 +62,7 @@ def impala_loss(
     )
 
 
-class ImpalaLearner:
+class ImpalaLearner(NetworkLearner):
     """One ``step()`` takes one ``[T + 1, B]`` batch of rollouts from ``dataset`` (with the
     recurrent state before row 0 as ``core_state.*``) and applies one optimiser update.
 
@@ -116,15 +116,6 @@ class ImpalaLearner:
         self.consumed_steps += T * B
         self.num_steps += 1
         return dict(metrics, learning_rate=lr, grad_norm=grad_norm)
-
-    def step(self) -> dict[str, Any]:
-        return self.learn(next(self.dataset))
-
-    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
-        return [self.net.state_dict() for _ in names]
-
-    def variables_version(self) -> int:
-        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(

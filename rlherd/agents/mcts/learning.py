@@ -9,14 +9,14 @@ from typing import Any
 
 import torch
 
-from rlherd.agents.learning import adam
+from rlherd.agents.learning import NetworkLearner, adam
 from rlherd.agents.mcts.config import MCTSConfig
 from rlherd.agents.mcts.networks import MCTSNetworks
 from rlherd.losses.search import search_policy_kl, transition_model_loss, value_td_loss
 from rlherd.replay import ReplaySample
 
 
-class MCTSLearner:
+class MCTSLearner(NetworkLearner):
     """One ``step()``: one batch, one Adam update of the networks (and model) together."""
 
     def __init__(self, net: MCTSNetworks, config: MCTSConfig, dataset: Iterator[ReplaySample]):
@@ -24,7 +24,8 @@ class MCTSLearner:
         self.optimizer = adam(net.parameters(), config.learning_rate)
         self.num_steps = 0
 
-    def learn(self, data: dict[str, torch.Tensor]) -> dict[str, Any]:
+    def learn(self, sample: ReplaySample) -> dict[str, Any]:
+        data = sample.data
         logits, value = self.net(data["obs"])
         with torch.no_grad():
             _, next_value = self.net(data["next_obs"])
@@ -44,15 +45,6 @@ class MCTSLearner:
         self.optimizer.step()
         self.num_steps += 1
         return dict(loss=loss.detach(), **metrics)
-
-    def step(self) -> dict[str, Any]:
-        return self.learn(next(self.dataset).data)
-
-    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
-        return [self.net.state_dict() for _ in names]
-
-    def variables_version(self) -> int:
-        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(net=self.net.state_dict(), optimizer=self.optimizer.state_dict(),

@@ -92,14 +92,16 @@ class Tree:
         """Mean backed-up return of each node (0 before its first visit)."""
         return self.value_sum[trees, nodes] / np.maximum(self.visits[trees, nodes], 1)
 
-    def child_q(self, trees: np.ndarray, nodes: np.ndarray, discount: float):
-        """``Q(node, a)`` for every action ``[K, A]``, where taken, and which were taken."""
+    def child_stats(self, trees: np.ndarray, nodes: np.ndarray, discount: float):
+        """``Q(node, a)`` and ``N(node, a)`` for every action ``[K, A]``; both 0 for an action
+        never taken."""
         children = self.children[trees, nodes]
         taken = children >= 0
         safe = np.where(taken, children, 0)
         rows = trees[:, None]
+        visits = np.where(taken, self.visits[rows, safe], 0)
         q = self.reward[rows, safe] + discount * self.value(rows, safe)
-        return np.where(taken, q, 0.0), taken
+        return np.where(taken, q, 0.0), visits
 
 
 def puct_scores(tree: Tree, trees: np.ndarray, nodes: np.ndarray, s: SearchSettings) -> np.ndarray:
@@ -112,10 +114,8 @@ def puct_scores(tree: Tree, trees: np.ndarray, nodes: np.ndarray, s: SearchSetti
     first. (Scaling ``Q`` to [0, 1] per node as ``mctx`` does, with ``puct_c`` 1.25, reached
     120-145 on CartPole where the raw values with ``puct_c`` 100 reached 500: the scaling
     magnifies differences of a fraction of a step between nearly equal values.)"""
-    q, taken = tree.child_q(trees, nodes, s.discount)
+    q, n_child = tree.child_stats(trees, nodes, s.discount)
     n_parent = tree.visits[trees, nodes].astype(np.float64)
-    children = np.maximum(tree.children[trees, nodes], 0)
-    n_child = np.where(taken, tree.visits[trees[:, None], children], 0)
     u = s.puct_c * np.sqrt(n_parent)[:, None] * tree.prior[trees, nodes] / (n_child + 1.0)
     return np.where(tree.legal[trees, nodes], q + u, -np.inf)
 
@@ -244,9 +244,8 @@ def search(
 def visit_policy(tree: Tree, temperature: float = 1.0) -> np.ndarray:
     """The root's action distribution, ``N(root, a) ** (1 / temperature)`` normalised; the most
     visited action with ``temperature`` 0. Uniform over legal actions before any visit."""
-    children = tree.children[:, 0]
-    rows = np.arange(tree.batch)[:, None]
-    visits = np.where(children >= 0, tree.visits[rows, np.maximum(children, 0)], 0)
+    trees = np.arange(tree.batch)
+    _, visits = tree.child_stats(trees, np.zeros_like(trees), 1.0)
     visits = visits.astype(np.float64)
     visits = np.where(visits.sum(-1, keepdims=True) > 0, visits, tree.legal[:, 0])
     if temperature == 0:

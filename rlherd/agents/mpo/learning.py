@@ -24,7 +24,13 @@ from typing import Any
 
 import torch
 
-from rlherd.agents.learning import SupportPlacer, adam, clip_grad_norm, copy_parameters
+from rlherd.agents.learning import (
+    NetworkLearner,
+    SupportPlacer,
+    adam,
+    clip_grad_norm,
+    copy_parameters,
+)
 from rlherd.agents.mpo.config import MPOConfig
 from rlherd.losses.distributional import categorical_cross_entropy, categorical_mean
 from rlherd.losses.mpo import MIN_RAW_MULTIPLIER, MPOBounds, gaussian_mpo_loss
@@ -32,7 +38,7 @@ from rlherd.networks.continuous import ActorCritic
 from rlherd.replay import ReplaySample
 
 
-class MPOLearner:
+class MPOLearner(NetworkLearner):
     """One ``step()``: one batch, one update of critic, policy and Lagrange multipliers, and a
     hard copy into the target networks every ``target_update_period`` steps."""
 
@@ -122,15 +128,6 @@ class MPOLearner:
         return dict(critic_loss=critic_loss.detach(), critic_grad_norm=critic_norm,
                     policy_grad_norm=policy_norm, support_overflow=overflow,
                     **mpo.stats)  # fmt: skip
-
-    def step(self) -> dict[str, Any]:
-        return self.learn(next(self.dataset))
-
-    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
-        return [self.net.state_dict() for _ in names]
-
-    def variables_version(self) -> int:
-        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from rlherd import types as F
+from rlherd.agents.learning import NetworkLearner
 from rlherd.agents.ppo.config import PPOConfig
 from rlherd.agents.ppo.networks import PPONet
 from rlherd.losses.gae import gae
@@ -51,7 +52,7 @@ def flatten_valid(rollout: dict[str, torch.Tensor], config: PPOConfig) -> dict[s
     return rows
 
 
-class PPOLearner:
+class PPOLearner(NetworkLearner):
     """PPO-clip, BatchPPO's KL-penalty objective or A2C (``config.objective``), with one Adam for
     a shared network or one each for policy and value (``value_learning_rate``).
 
@@ -88,9 +89,6 @@ class PPOLearner:
 
     def progress_remaining(self) -> float:
         return max(0.0, 1.0 - self.consumed_steps / self.total_steps)
-
-    def step(self) -> dict[str, Any]:
-        return self.learn(next(self.dataset))
 
     def learn(self, rollout: dict[str, torch.Tensor]) -> dict[str, Any]:
         c = self.config
@@ -197,12 +195,6 @@ class PPOLearner:
             approx_kl=clipped.approx_kl.detach(),
             clip_fraction=clipped.clip_fraction.detach(),
         )
-
-    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
-        return [self.net.state_dict() for _ in names]
-
-    def variables_version(self) -> int:
-        return self.num_steps
 
     def state_dict(self) -> dict[str, Any]:
         return dict(
