@@ -1,4 +1,5 @@
-"""The ``rlherd`` command: ``train``, ``eval``, ``plot``, ``serve-env`` and ``check-env``."""
+"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``serve-env`` and
+``check-env``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("agent", nargs="?", choices=sorted(BUILDERS), help="agent to train")
     train.add_argument("--env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
     train.add_argument("--runtime", choices=RUNTIMES, default="single")
-    train.add_argument("--total-steps", type=int, help="agent steps to train for")
+    train.add_argument(
+        "--total-steps", type=int, help="agent steps to train for (offline: learner steps)"
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--preset", help="config preset (default: chosen from the env id)")
     train.add_argument(
@@ -31,7 +34,8 @@ def _parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace the run already in --run-dir"
     )
     train.add_argument(
-        "--eval-every", type=int, default=0, metavar="N", help="evaluate every N agent steps"
+        "--eval-every", type=int, default=0, metavar="N",
+        help="evaluate every N agent steps (offline: learner steps; default a tenth of the run)",
     )
     train.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation")
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -47,6 +51,17 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
     ev.add_argument("--opponent", help="two-player games: random, mcts:N or perfect (the "
                     "other side of --episodes games; win/draw/loss rates)")  # fmt: skip
+
+    col = sub.add_parser("collect", help="record a policy's episodes as an offline dataset")
+    col.add_argument("run_dir", nargs="?", help="the run whose policy acts (none: a random one)")
+    col.add_argument("--out", required=True, metavar="ID", help="Minari dataset id to write")
+    col.add_argument("--episodes", type=int, default=100)
+    col.add_argument("--env", help="environment id (for a random policy)")
+    col.add_argument("--env-kwargs", default=None, metavar="JSON", help="environment options")
+    col.add_argument("--epsilon", type=float, default=0.0,
+                     help="probability of a uniformly random action at each step")  # fmt: skip
+    col.add_argument("--seed", type=int, default=0)
+    col.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     sub.add_parser(
         "serve-env", add_help=False, help="serve an environment over gRPC (see serve-env -h)"
@@ -154,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
 
             print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample,
                                       opponent=args.opponent)))  # fmt: skip
+        elif args.command == "collect":
+            from rlherd.run.collect import collect
+
+            print(json.dumps(collect(args.run_dir, args.out, args.episodes, env=args.env,
+                                     env_kwargs=_env_kwargs(args.env_kwargs),
+                                     epsilon=args.epsilon, seed=args.seed,
+                                     progress=not args.no_progress)))  # fmt: skip
         elif args.command == "check-env":
             from rlherd.envs.device import ConsistencyError, check_consistency, make_device
 

@@ -250,7 +250,13 @@ class ReplayBuilder(Builder, Protocol):
     runtime places (in the learner's process, reached across processes, or as a service); the
     learner reads a dataset made from those tables."""
 
-    def make_replay_tables(self, spec: EnvSpec, insert_blocking: bool = True) -> list[Any]: ...
+    def make_replay_tables(
+        self, spec: EnvSpec, insert_blocking: bool = True, dataset_size: int | None = None
+    ) -> list[Any]:
+        """The tables actors write into. ``insert_blocking=False``: inserts never wait (one
+        process). ``dataset_size``: the tables will hold a fixed dataset of that many steps
+        (the offline runtime): room for all of it, and samples never limited."""
+        ...
 
     def make_adder(self, tables: list[Any], num_envs: int) -> Adder: ...
 

@@ -1,16 +1,24 @@
 import multiprocessing
+import os
 
+import numpy as np
 import pytest
 import torch
 
+# pytest-xdist runs the suite in two worker processes (pyproject's addopts); each keeps to one
+# intra-op thread so that the two together fit the two cores the suite is sized for.
+torch.set_num_threads(1)
+
 
 def pytest_collection_modifyitems(config, items):
-    if torch.cuda.is_available():
-        return
     skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip)
+        if "ray" in item.keywords:
+            # One worker runs every Ray test, one after another: two embedded Ray clusters at
+            # once would share the machine's ports and cores.
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(autouse=True)
@@ -19,3 +27,37 @@ def _no_leftover_processes():
     yield
     children = multiprocessing.active_children()
     assert not children, f"processes left running: {children}"
+
+
+# ------------------------------------------------------------------------ offline datasets
+def corridor_expert(obs):
+    return 1  # right, to the goal
+
+
+def reach_expert(obs):
+    return np.clip([(obs[1] - obs[0]) / 0.5], -1.0, 1.0).astype(np.float32)  # goal in one step
+
+
+def record_scripted(env_id: str, policy, episodes: int, epsilon: float, seed: int, out: str):
+    """Write a dataset of ``policy``'s episodes (a uniformly random action with probability
+    ``epsilon``) on ``env_id``, as ``rlherd collect`` records a run's."""
+    from rlherd import envs as rl_envs
+    from rlherd.replay.offline import write_dataset
+    from rlherd.run.collect import record_episodes
+
+    env = rl_envs.make(env_id)
+    recorded = record_episodes(env, lambda obs, first: policy(obs), episodes, epsilon, seed)
+    about = dict(env=env_id, env_kwargs={}, policy="scripted", epsilon=epsilon, seed=seed)
+    write_dataset(out, recorded, env.observation_space, env.action_space, about)
+    env.close()
+
+
+@pytest.fixture(scope="session")
+def offline_datasets(tmp_path_factory):
+    """Minari datasets of scripted experts that take a random action 30% of the time, in a
+    directory of this session's: ``{env id: dataset id}``. Corridor's return 0.93 (optimal
+    0.95), Reach's 0.63 (optimal about 0.88)."""
+    os.environ["MINARI_DATASETS_PATH"] = str(tmp_path_factory.mktemp("minari"))
+    record_scripted("rlherd/Corridor-v0", corridor_expert, 200, 0.3, 0, "corridor/mixed-v0")
+    record_scripted("rlherd/Reach-v0", reach_expert, 300, 0.3, 0, "reach/mixed-v0")
+    return {"rlherd/Corridor-v0": "corridor/mixed-v0", "rlherd/Reach-v0": "reach/mixed-v0"}

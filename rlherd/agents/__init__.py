@@ -3,6 +3,9 @@
 ``BUILDERS`` maps the names that ``rlherd train AGENT`` accepts to each agent's builder.
 """
 
+from rlherd.agents.bc import BCBuilder
+from rlherd.agents.cql import CQLBuilder
+from rlherd.agents.crr import CRRBuilder
 from rlherd.agents.d4pg import D4PGBuilder, DDPGBuilder
 from rlherd.agents.dqn import DQNBuilder
 from rlherd.agents.impala import ImpalaBuilder
@@ -11,6 +14,9 @@ from rlherd.agents.mpo import DMPOBuilder, MPOBuilder
 from rlherd.agents.ppo import PPOBuilder
 
 BUILDERS = {
+    "bc": BCBuilder,
+    "cql": CQLBuilder,
+    "crr": CRRBuilder,
     "d4pg": D4PGBuilder,
     "ddpg": DDPGBuilder,
     "dmpo": DMPOBuilder,

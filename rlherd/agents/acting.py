@@ -32,6 +32,36 @@ class FeedForwardPolicy:
         return ()
 
 
+class CategoricalPolicy(FeedForwardPolicy):
+    """A :class:`~rlherd.core.Policy` over a network's scores of each discrete action (BC's
+    logits, CQL's Q-values): the best action when ``greedy`` (evaluation), else a sample of
+    their softmax from the caller's generator (``rlherd eval --sample``)."""
+
+    @torch.no_grad()
+    def __call__(self, obs, first, state, generator):
+        scores = self.net(obs.to(self.device))
+        if self.greedy:
+            return {F.ACTION: scores.argmax(-1)}, state
+        action = torch.multinomial(scores.softmax(-1), 1, generator=generator)[:, 0]
+        return {F.ACTION: action}, state
+
+
+class GaussianSamplingPolicy(FeedForwardPolicy):
+    """A :class:`~rlherd.core.Policy` over a network whose ``policy(obs)`` gives a diagonal
+    Gaussian's ``(mean, std)`` in the canonical box and whose ``to_env`` rescales from it (MPO,
+    DMPO, CRR, continuous BC): ``mean + std * N(0, 1)`` from the caller's generator, clipped to
+    the box and rescaled to the environment's bounds; ``greedy`` (evaluation) acts with the
+    mean."""
+
+    @torch.no_grad()
+    def __call__(self, obs, first, state, generator):
+        mean, std = self.net.policy(obs.to(self.device))
+        action = mean
+        if not self.greedy:
+            action = mean + std * torch.randn(mean.shape, generator=generator, device=self.device)
+        return {F.ACTION: self.net.to_env(action)}, state
+
+
 class RolloutActor:
     """Acts in a batch of environments with ``policy`` (sampling from its own ``seed``) and, with
     a ``writer``, records each row: the observation, the policy's outputs and the recurrent

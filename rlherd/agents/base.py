@@ -10,6 +10,7 @@ from rlherd.core import EnvSpec
 from rlherd.replay import (
     BatchAdder,
     Fifo,
+    MinSize,
     NStepTransitionAdder,
     RateLimiter,
     ReplayDataset,
@@ -20,6 +21,13 @@ from rlherd.replay import (
 from rlherd.replay.selectors import Selector
 
 SAMPLE_TIMEOUT_S = 1.0  # a learner waiting on the rate limiter wakes this often (runtimes retry)
+
+# ``runtimes`` and ``why_not`` of the agents that learn from a dataset and nothing else.
+OFFLINE_ONLY = (
+    ("offline",),
+    "it learns from a fixed dataset only: pass --dataset ID (a Minari dataset; `rlherd collect "
+    "RUN --episodes N --out ID` records one)",
+)
 
 
 def check_at_least_one(config: Any, *names: str) -> None:
@@ -138,15 +146,20 @@ class TransitionReplayBuilder(AgentBuilder):
         policy); none here."""
         return {}
 
-    def make_replay_tables(self, spec: EnvSpec, insert_blocking: bool = True) -> list[Table]:
+    def make_replay_tables(
+        self, spec: EnvSpec, insert_blocking: bool = True, dataset_size: int | None = None
+    ) -> list[Table]:
         """One table of n-step transitions. In one process (``insert_blocking=False``) inserts
-        never wait and the learner steps whenever the rate limiter lets it sample."""
-        limiter = self.rate_limiter()
+        never wait and the learner steps whenever the rate limiter lets it sample. Holding a
+        fixed dataset (``dataset_size``), it has room for all of it and no rate limit."""
+        if dataset_size is not None:
+            size, limiter = max(1, dataset_size), MinSize(1)
+        else:
+            size, limiter = self.config.replay_size, self.rate_limiter()
         if not insert_blocking:
             limiter = limiter.without_insert_blocking()
         signature = NStepTransitionAdder.signature(spec, self.extras_signature(spec))
-        return [Table("replay", signature, self.config.replay_size, self.sampler(), Fifo(), 0,
-                      limiter)]  # fmt: skip
+        return [Table("replay", signature, size, self.sampler(), Fifo(), 0, limiter)]
 
     def make_dataset(self, tables: list[Table], device: str = "cpu") -> ReplayDataset:
         return ReplayDataset(tables[0], self.config.batch_size, device, timeout=SAMPLE_TIMEOUT_S)

@@ -10,6 +10,8 @@ so replay holds the actions the environments took and a learner rescales them on
 - :class:`DeterministicPolicy`: ``tanh`` of a near-zero-initialised linear head (D4PG, DDPG).
 - :class:`GaussianPolicy`: a diagonal Gaussian with an untransformed mean and a softplus scale
   starting at ``init_scale`` (MPO, DMPO); samples are clipped to the box when acted.
+- :class:`TanhGaussianPolicy`: a Gaussian squashed by ``tanh`` into the box (SAC, CQL), with
+  :func:`tanh_gaussian_sample` and :func:`tanh_gaussian_log_prob`.
 - :class:`Critic`: ``Q(s, a)`` as one value, or as logits over fixed ``atoms`` (a categorical
   distributional critic, ``num_atoms > 1``).
 """
@@ -116,6 +118,43 @@ class GaussianPolicy(nn.Module):
         return self.mean(x), std
 
 
+class TanhGaussianPolicy(nn.Module):
+    """``obs [B, ...] -> (mean [B, D], log_std [B, D])`` of a Gaussian whose samples ``tanh``
+    squashes into the canonical box (SAC's policy, Haarnoja et al. 2018); ``log_std`` is clipped
+    to ``[-20, 2]`` as SAC's code does."""
+
+    def __init__(self, in_dim: int, action_dim: int, sizes: tuple[int, ...]):
+        super().__init__()
+        self.torso = LayerNormMLP(in_dim, sizes)
+        self.mean = near_zero_linear(self.torso.out_dim, action_dim)
+        self.log_std = near_zero_linear(self.torso.out_dim, action_dim)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.torso(obs.float().flatten(1))
+        return self.mean(x), self.log_std(x).clamp(-20.0, 2.0)
+
+
+def _squashed_log_prob(mean, log_std, u: torch.Tensor) -> torch.Tensor:
+    """``log p(tanh(u))`` for ``u ~ N(mean, exp(log_std))``, summed over action dimensions:
+    the Gaussian's density less ``log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))``."""
+    gaussian = torch.distributions.Normal(mean, log_std.exp()).log_prob(u)
+    return (gaussian - 2.0 * (math.log(2.0) - u - nnf.softplus(-2.0 * u))).sum(-1)
+
+
+def tanh_gaussian_sample(mean: torch.Tensor, log_std: torch.Tensor, n: int | None = None):
+    """Reparameterised samples and their log-densities: ``([B, D], [B])``, or ``([n, B, D],
+    [n, B])``."""
+    shape = mean.shape if n is None else (n, *mean.shape)
+    u = mean + log_std.exp() * torch.randn(shape, device=mean.device)
+    return torch.tanh(u), _squashed_log_prob(mean, log_std, u)
+
+
+def tanh_gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor):
+    """The log-density of given actions in the box (a dataset's), kept off its edges."""
+    u = torch.atanh(action.clamp(-1.0 + 1e-6, 1.0 - 1e-6))
+    return _squashed_log_prob(mean, log_std, u)
+
+
 class Critic(nn.Module):
     """``(obs [..., *obs_shape], action [..., D]) -> value [...]`` (same leading dimensions),
     or ``logits [..., N]`` with ``num_atoms = N > 1``; then ``atoms [N]``, evenly spaced over
@@ -160,13 +199,14 @@ def make_critic(spec: EnvSpec, config: Any) -> Critic:
                   vmax)  # fmt: skip
 
 
-class ActorCritic(nn.Module):
-    """A policy and a critic, and the environment's action bounds (buffers, so every copy of the
-    networks rescales alike)."""
+class ActionBounds:
+    """For a network that keeps the environment's action bounds as buffers (so every copy of it
+    rescales alike): call :meth:`register_bounds` in ``__init__``."""
 
-    def __init__(self, spec: EnvSpec, policy: nn.Module, critic: Critic):
-        super().__init__()
-        self.policy, self.critic = policy, critic
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+
+    def register_bounds(self, spec: EnvSpec) -> None:
         self.register_buffer("action_low", torch.as_tensor(spec.action_low, dtype=torch.float32))
         self.register_buffer("action_high", torch.as_tensor(spec.action_high, dtype=torch.float32))
 
@@ -179,3 +219,12 @@ class ActorCritic(nn.Module):
         """The environment's actions in the canonical box."""
         half = (self.action_high - self.action_low) / 2
         return (action - self.action_low) / half - 1.0
+
+
+class ActorCritic(ActionBounds, nn.Module):
+    """A policy and a critic, and the environment's action bounds."""
+
+    def __init__(self, spec: EnvSpec, policy: nn.Module, critic: Critic):
+        super().__init__()
+        self.policy, self.critic = policy, critic
+        self.register_bounds(spec)

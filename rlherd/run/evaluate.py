@@ -76,7 +76,7 @@ def play_against(env, actor, opponent, games: int) -> dict[str, float]:
     return result
 
 
-def _eval_actor(builder, spec, net, greedy: bool, seed: int):
+def eval_actor(builder, spec, net, greedy: bool, seed: int):
     """An actor with no adder: it never writes to replay; its parameters are ``net``'s."""
     return builder.make_actor(seed, builder.make_policy(net, evaluation=greedy), spec, None, None)
 
@@ -95,7 +95,7 @@ class EvalEpisodes:
     def __call__(self, source) -> dict[str, float]:
         """Play with the parameters of ``source`` (a VariableSource); the evaluator.csv columns."""
         VariableClient(source, self.net).update(wait=True)
-        actor = _eval_actor(self.builder, self.spec, self.net, True, self.seed)
+        actor = eval_actor(self.builder, self.spec, self.net, True, self.seed)
         returns, lengths, _ = run_episodes(self.env, actor, self.episodes, self.seed)
         return dict(
             eval_return_mean=float(np.mean(returns)),
@@ -108,27 +108,28 @@ class EvalEpisodes:
 
 
 class Evaluator:
-    """Runs the evaluation policy (greedy) for ``episodes`` episodes every ``every_steps`` actor
-    steps (:class:`EvalEpisodes`), and logs ``metrics/evaluator.csv`` and ``eval_return_mean``.
+    """Runs the evaluation policy (greedy) for ``episodes`` episodes every ``every_steps`` steps
+    of what the run counts (actor steps; learner steps offline; :class:`EvalEpisodes`), and logs
+    ``metrics/evaluator.csv`` and ``eval_return_mean``.
     It has no adder: it never writes to replay, and it never changes the training actors' RNG
     streams."""
 
     def __init__(self, builder, spec, env_id, env_kwargs, recorder, every_steps, episodes, seed):
         self.recorder, self.every_steps = recorder, every_steps
         self.play = EvalEpisodes(builder, spec, env_id, env_kwargs, episodes, seed + 10_000_000)
-        steps = int(recorder.counters["actor_steps"])
+        steps = int(recorder.counters[recorder.counts])
         self.next_at = (steps // every_steps + 1) * every_steps
 
     def due(self) -> int | None:
-        """The actor steps now, if an evaluation is due (the next is then scheduled)."""
-        steps = int(self.recorder.counters["actor_steps"])
+        """The steps now, if an evaluation is due (the next is then scheduled)."""
+        steps = int(self.recorder.counters[self.recorder.counts])
         if steps < self.next_at:
             return None
         self.next_at = (steps // self.every_steps + 1) * self.every_steps
         return steps
 
     def log(self, steps: int, row: dict[str, float]) -> None:
-        self.recorder.rundir.log("evaluator", dict(actor_steps=steps, **row), step=steps)
+        self.recorder.rundir.log("evaluator", {self.recorder.counts: steps, **row}, step=steps)
         self.recorder.extra["eval_return_mean"] = row["eval_return_mean"]
 
     def maybe_run(self, source) -> None:
@@ -176,7 +177,7 @@ def evaluate(
     env = rl_envs.make(
         meta["env"], render_mode="rgb_array" if video else None, **meta["env_kwargs"]
     )
-    actor = _eval_actor(builder, spec, net, greedy, seed)
+    actor = eval_actor(builder, spec, net, greedy, seed)
     if opponent is not None:
         from rlherd.envs.openspiel import make_opponent
 

@@ -57,6 +57,9 @@ class Recorder:
     (from any thread), and :meth:`tick` from their main loop; ``tick`` writes the learner's row
     (the mean of its steps since the last one), rewrites ``summary.json`` and refreshes the
     progress bar every ``log_interval_s``, and says when a checkpoint is due.
+
+    ``counts`` is the counter that ``total_steps``, the progress bar, ``sps`` and the metric rows'
+    step axis count: ``actor_steps``, or ``learner_steps`` where no actor runs (offline).
     """
 
     def __init__(
@@ -67,8 +70,10 @@ class Recorder:
         progress: bool = True,
         log_interval_s: float = 5.0,
         checkpoint_interval_s: float = 60.0,
+        counts: str = "actor_steps",
     ):
         self.rundir = rundir
+        self.counts = counts
         self.meta = meta
         self.total_steps = total_steps
         self.log_interval_s = log_interval_s
@@ -113,7 +118,7 @@ class Recorder:
         now = time.monotonic()
         self._t0 = now
         self._wall0 = self.counters["wall_time_s"]
-        self._steps0 = self.counters["actor_steps"]
+        self._steps0 = self.counters[self.counts]
         self._first_learn: float | None = None
         self._learn_wall0 = self.counters["learner_walltime"]
         self._last_log = now
@@ -200,7 +205,7 @@ class Recorder:
                 sps=round(self.sps(), 1),
                 **metrics,
             )
-            self.rundir.log("learner", row, step=int(counts["actor_steps"]))
+            self.rundir.log("learner", row, step=int(counts[self.counts]))
         bad = [f"{k}={v}" for k, v in metrics.items()
                if isinstance(v, int | float) and not math.isfinite(v)]  # fmt: skip
         if bad:
@@ -211,7 +216,7 @@ class Recorder:
 
     # the main loop ---------------------------------------------------------------------------
     def done(self) -> bool:
-        return self.counters["actor_steps"] >= self.total_steps
+        return self.counters[self.counts] >= self.total_steps
 
     def tick(self) -> bool:
         """Log if due; return True when a checkpoint is due."""
@@ -235,7 +240,7 @@ class Recorder:
 
     def sps(self) -> float:
         elapsed = time.monotonic() - self._t0
-        return (self.counters["actor_steps"] - self._steps0) / elapsed if elapsed > 0 else 0.0
+        return (self.counters[self.counts] - self._steps0) / elapsed if elapsed > 0 else 0.0
 
     def _wall_time(self) -> float:
         return self._wall0 + time.monotonic() - self._t0
@@ -269,7 +274,7 @@ class Recorder:
             for name in self.policy_returns:
                 info += f"  {name} {summary[f'final_return_mean_{name}']:.2f}"
             info += f"  loss {loss:.3f}" if loss is not None else ""
-            self._progress.update(self._task, completed=summary["actor_steps"], info=info)
+            self._progress.update(self._task, completed=summary[self.counts], info=info)
         return summary
 
     def close(self) -> dict[str, Any]:

@@ -139,13 +139,14 @@ class RunDir:
             self._tb.close()
             self._tb = None
 
-    def truncate_metrics(self, actor_steps: int) -> None:
-        """Drop metric rows written after the checkpoint that a resumed run continues from."""
+    def truncate_metrics(self, steps: int, counts: str = "actor_steps") -> None:
+        """Drop metric rows written after the checkpoint that a resumed run continues from, at
+        ``steps`` of ``counts``."""
         for path in self.metrics_dir.glob("*.csv"):
             with open(path, newline="") as f:
                 reader = csv.DictReader(f)
                 fields = reader.fieldnames or []
-                rows = [r for r in reader if int(r.get("actor_steps") or 0) <= actor_steps]
+                rows = [r for r in reader if int(r.get(counts) or 0) <= steps]
             with open(path, "w", newline="") as f:
                 writer = csv.DictWriter(f, fields)
                 writer.writeheader()

@@ -135,7 +135,10 @@ def train(
     """Train ``agent`` on ``env`` with ``runtime`` and return the :class:`Run`.
 
     Keyword ``overrides`` set agent config fields or runtime settings
-    (:mod:`rlherd.runtime.settings`; strings are parsed like ``--set``). With ``resume``, the run
+    (:mod:`rlherd.runtime.settings`; strings are parsed like ``--set``). A ``dataset`` (a Minari
+    dataset id) trains offline: the ``offline`` runtime, where ``total_steps`` counts learner
+    steps and the policy is evaluated every ``eval_every`` of them (a tenth of the run unless
+    set). With ``resume``, the run
     directory's own config and settings are used and the run continues from its latest
     checkpoint; ``total_steps`` may be raised to extend it. ``eval_every > 0`` runs the greedy
     policy for ``eval_episodes`` episodes every ``eval_every`` agent steps
@@ -156,6 +159,8 @@ def train(
         checkpoint = rundir.load_checkpoint()
     else:
         agent_overrides, given = _split(agent, overrides)
+        if given.get("dataset") and runtime == "single":  # the default: --dataset alone suffices
+            runtime = "offline"
         config, preset = resolve_config(agent, env, preset, agent_overrides)
         check_runtime(agent, runtime)
         if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
@@ -165,9 +170,11 @@ def train(
             )
         suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
         settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
-        meta = dict(agent=agent, env=env, runtime=runtime, seed=seed,
-                    total_steps=BUILDERS[agent].default_total_steps[preset]
-                    if total_steps is None else total_steps,
+        if total_steps is None:
+            total_steps = BUILDERS[agent].default_total_steps[preset]
+        if runtime == "offline" and eval_every == 0:  # no training episodes: evaluations say it
+            eval_every = max(1, total_steps // 10)
+        meta = dict(agent=agent, env=env, runtime=runtime, seed=seed, total_steps=total_steps,
                     preset=preset, env_kwargs=env_kwargs or {}, eval_every=eval_every,
                     eval_episodes=eval_episodes, config=to_json(config),
                     settings=to_json(settings))  # fmt: skip
@@ -210,10 +217,11 @@ def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:
         progress=progress,
         log_interval_s=settings.log_interval_s,
         checkpoint_interval_s=settings.checkpoint_interval_s,
+        counts=RUNTIMES[meta["runtime"]].counts,
     )
     if checkpoint is not None:
         recorder.load_state_dict(checkpoint["recorder"])
-        rundir.truncate_metrics(int(recorder.counters["actor_steps"]))
+        rundir.truncate_metrics(int(recorder.counters[recorder.counts]), recorder.counts)
     else:
         seed_everything(meta["seed"])
 

@@ -12,6 +12,8 @@ through ``ctx.builder``; no runtime module imports an agent.
 - ``distributed``: Acme's distributed programs on Ray; replay, learner, actors, evaluator and
   counter are Ray actors, on an embedded local Ray or an existing cluster.
 - ``device``: WarpDrive; environments, sampling, rollouts and learning on one torch device.
+- ``offline``: Acme's offline agents; a learner reads a fixed dataset (``--dataset``), and only
+  the evaluator steps an environment.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Runtime:
     module: str  # has run(ctx: RunContext), and may have check(builder, settings)
     dataflows: tuple[str, ...]  # the builders' dataflows it runs ("replay", "rollout")
     why_not: str = ""  # said when an agent's dataflow is not among them
+    counts: str = "actor_steps"  # what --total-steps counts (and progress, evaluations, logs)
 
     def run(self, ctx: RunContext) -> None:
         importlib.import_module(self.module).run(ctx)
@@ -60,6 +63,13 @@ RUNTIMES: dict[str, Runtime] = {
         "rlherd.runtime.device",
         ("rollout",),
         "it keeps whole rollouts on the device and has no replay tables",
+    ),
+    "offline": Runtime(
+        "rlherd.runtime.offline",
+        ("replay",),
+        "it learns from a fixed dataset of transitions, and an on-policy agent learns from "
+        "rollouts of its current policy",
+        counts="learner_steps",
     ),
 }
 

@@ -32,6 +32,7 @@ class Single(Common):
     env_workers: int = 0  # processes stepping them (BatchEnv); 0: in this process
     native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
     checkpoint_replay: bool = True  # replay tables go into checkpoints (exact resume; large)
+    record_dataset: str = ""  # write every training episode as this Minari dataset at the end
 
 
 @dataclass
@@ -75,8 +76,13 @@ class Distributed(Common):
     checkpoint_replay: bool = True  # the replay node's tables go into checkpoints
 
 
+@dataclass
+class Offline(Common):
+    dataset: str = ""  # a Minari dataset id to learn from, offline (rlherd collect writes one)
+
+
 SETTINGS: dict[str, type] = {"single": Single, "mono": Mono, "poly": Poly, "device": Device,
-                             "distributed": Distributed}  # fmt: skip
+                             "distributed": Distributed, "offline": Offline}  # fmt: skip
 
 # Settings that only one dataflow's agents use (the other's would ignore them).
 DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay", "insert_chunk": "replay"}
@@ -144,6 +150,11 @@ def resolve(
 
 
 def _check(settings: Any) -> None:
+    if isinstance(settings, Offline) and not settings.dataset:
+        raise ConfigError(
+            "the offline runtime learns from a dataset: pass --dataset ID (a Minari dataset; "
+            "rlherd collect RUN --episodes N --out ID records one)"
+        )
     if getattr(settings, "num_buffers", 0) < 0 or getattr(settings, "env_workers", 0) < 0:
         raise ConfigError("num_buffers and env_workers must be >= 0")
     for name in ("num_actors", "envs_per_actor", "num_servers", "torch_threads", "num_envs",

@@ -10,13 +10,18 @@ the learner (its variable source) whenever the learner has stepped.
 Checkpoints hold everything (learner, actor, adders or rollout buffers, replay, environments when
 they pickle, RNGs), so ``--resume`` continues exactly; ale-py's native vector env does not
 pickle, so there the episodes restart.
+
+With ``record_dataset``, every episode the environments finish is kept (in checkpoints too) and
+written as that Minari dataset when the run completes: D4RL's "medium-replay" recipe.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rlherd.replay import offline
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
+from rlherd.run.collect import RecordingAlgorithm
 from rlherd.run.config import ConfigError
 from rlherd.run.loop import ActorAlgorithm, EnvironmentLoop
 from rlherd.runtime import (
@@ -54,6 +59,10 @@ def run(ctx: RunContext) -> None:
     actor = builder.make_actor(ctx.seed, policy, spec, adder, learner)
     actor.update(wait=True)
     algorithm = ActorAlgorithm(actor, learner, ready, on_learn=ctx.recorder.learner)
+    if settings.record_dataset:
+        if ctx.checkpoint is None:
+            offline.check_free(settings.record_dataset)
+        algorithm = RecordingAlgorithm(algorithm)
     envs = ctx.make_envs(num_envs, settings.env_workers)
     loop = EnvironmentLoop(envs, algorithm, ctx.recorder, ctx.seed)
     if ctx.checkpoint is not None:
@@ -63,16 +72,26 @@ def run(ctx: RunContext) -> None:
         load_tables(tables, ctx.checkpoint["tables"])
         loop.load_state_dict(ctx.checkpoint["loop"])
         set_rng_state(ctx.checkpoint["rng"])
+        if settings.record_dataset:
+            algorithm.load_state_dict(ctx.checkpoint["recording"])
 
     def state() -> dict[str, Any]:
+        recording = algorithm.state_dict() if settings.record_dataset else None
         return checkpoint_state(learner, ctx.recorder, actor=actor.state_dict(),
-                                loop=loop.state_dict(), tables=table_states(tables, settings))
+                                loop=loop.state_dict(), tables=table_states(tables, settings),
+                                recording=recording)  # fmt: skip
 
     try:
         while not ctx.recorder.done() and not ctx.stop.is_set():
             loop.step()
             ctx.tick(state, learner)
         ctx.write_checkpoint(state)
+        if settings.record_dataset and ctx.recorder.done():
+            about = dict(env=ctx.env_id, env_kwargs=ctx.env_kwargs, seed=ctx.seed,
+                         policy=f"training episodes of {ctx.builder.name}")  # fmt: skip
+            offline.write_dataset(settings.record_dataset, algorithm.finished,
+                                  loop.envs.single_observation_space,
+                                  loop.envs.single_action_space, about)  # fmt: skip
     finally:
         loop.envs.close()
         if hasattr(dataset, "close"):

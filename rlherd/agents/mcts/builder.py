@@ -24,7 +24,10 @@ class MCTSBuilder(TransitionReplayBuilder):
     # Its search needs the environments (a simulator) or the model beside the network in the
     # actor's process; poly's actors act through a shared inference server.
     runtimes = ("single", "mono", "distributed")
-    why_not = "its actors search, with the network and the model in their own process"
+    why_not = (
+        "its actors search, with the network and the model in their own process, and its "
+        "policy learns from those searches, which no offline dataset holds"
+    )
 
     def extras_signature(self, spec: EnvSpec) -> dict:
         """The search policy; with a learned model, also the first step of each n-step

@@ -3,9 +3,8 @@ learner. DMPO is MPO with a categorical critic: the same builder under another n
 
 from __future__ import annotations
 
-from rlherd.agents.acting import TransitionActor
+from rlherd.agents.acting import GaussianSamplingPolicy, TransitionActor
 from rlherd.agents.base import TransitionReplayBuilder
-from rlherd.agents.mpo.acting import MPOPolicy
 from rlherd.agents.mpo.config import (
     DEFAULT_TOTAL_STEPS,
     PRESETS,
@@ -31,13 +30,15 @@ class MPOBuilder(TransitionReplayBuilder):
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> ActorCritic:
         return make_networks(spec, self.config, self.name).to(device)
 
-    def make_policy(self, networks: ActorCritic, evaluation: bool = False) -> MPOPolicy:
-        return MPOPolicy(networks, greedy=evaluation)
+    def make_policy(
+        self, networks: ActorCritic, evaluation: bool = False
+    ) -> GaussianSamplingPolicy:
+        return GaussianSamplingPolicy(networks, greedy=evaluation)
 
     def make_actor(
         self,
         seed: int,
-        policy: MPOPolicy,
+        policy: GaussianSamplingPolicy,
         spec: EnvSpec,
         adder: BatchAdder | None,
         variable_source: VariableSource | None,

@@ -1,0 +1,42 @@
+"""Behaviour cloning's policy: logits over discrete actions, or a Gaussian over continuous ones
+in the canonical box ``[-1, 1]^D`` (rescaled from and to the environment's bounds)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from rlherd.agents.bc.config import BCConfig
+from rlherd.core import EnvSpec
+from rlherd.networks import make_torso
+from rlherd.networks.continuous import (
+    ActionBounds,
+    GaussianPolicy,
+    obs_dim,
+    require_bounded_box,
+)
+from rlherd.run.config import ConfigError
+
+
+class BCNetwork(ActionBounds, nn.Module):
+    """``forward(obs)``: ``logits [B, A]`` (discrete actions) or ``(mean, std) [B, D]`` in the
+    canonical box (continuous actions)."""
+
+    def __init__(self, spec: EnvSpec, config: BCConfig):
+        super().__init__()
+        self.discrete = spec.action_kind == "discrete"
+        if self.discrete:
+            if config.loss == "mse":
+                raise ConfigError("loss=mse is for continuous actions; use loss=logp")
+            torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+            self.policy = nn.Sequential(torso, nn.Linear(torso.out_dim, spec.num_actions))
+            return
+        if spec.action_kind != "continuous":
+            raise ConfigError(f"bc clones Discrete or Box actions; {spec.env_id} has "
+                              f"{spec.action_kind} actions")  # fmt: skip
+        require_bounded_box(spec, "bc")
+        self.policy = GaussianPolicy(obs_dim(spec), spec.action_shape[0],
+                                     tuple(config.hidden_sizes))  # fmt: skip
+        self.register_bounds(spec)
+
+    def forward(self, obs):
+        return self.policy(obs)

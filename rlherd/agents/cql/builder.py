@@ -1,0 +1,62 @@
+"""How the offline runtime assembles CQL: the networks for the task's actions (a Q-network, or a
+SAC-style actor-critic), a table holding the dataset's n-step transitions, the learner, and the
+policy an evaluator acts with (the best action, or the tanh of the Gaussian's mean)."""
+
+from __future__ import annotations
+
+import torch
+
+from rlherd import types as F
+from rlherd.agents.acting import CategoricalPolicy, FeedForwardPolicy, TransitionActor
+from rlherd.agents.base import OFFLINE_ONLY, TransitionReplayBuilder
+from rlherd.agents.cql.config import DEFAULT_TOTAL_STEPS, PRESETS, CQLConfig
+from rlherd.agents.cql.learning import ContinuousCQLLearner, DiscreteCQLLearner
+from rlherd.agents.cql.networks import DiscreteQ, SACNetworks, make_networks
+from rlherd.core import EnvSpec, VariableSource
+from rlherd.replay import BatchAdder
+
+
+class TanhGaussianSamplingPolicy(FeedForwardPolicy):
+    """A :class:`~rlherd.core.Policy`: ``tanh(mean + std * N(0, 1))`` from the caller's
+    generator, rescaled to the environment's bounds; ``greedy`` (evaluation): ``tanh(mean)``."""
+
+    @torch.no_grad()
+    def __call__(self, obs, first, state, generator):
+        mean, log_std = self.net.policy(obs.to(self.device))
+        u = mean
+        if not self.greedy:
+            u = mean + log_std.exp() * torch.randn(mean.shape, generator=generator,
+                                                   device=self.device)  # fmt: skip
+        return {F.ACTION: self.net.to_env(torch.tanh(u))}, state
+
+
+class CQLBuilder(TransitionReplayBuilder):
+    name = "cql"
+    config_class = CQLConfig
+    presets = PRESETS
+    default_total_steps = DEFAULT_TOTAL_STEPS
+    runtimes, why_not = OFFLINE_ONLY
+
+    def make_networks(self, spec: EnvSpec, device: str = "cpu") -> DiscreteQ | SACNetworks:
+        return make_networks(spec, self.config).to(device)
+
+    def make_policy(self, networks, evaluation: bool = False) -> FeedForwardPolicy:
+        kind = CategoricalPolicy if networks.discrete else TanhGaussianSamplingPolicy
+        return kind(networks, greedy=evaluation)
+
+    def make_actor(
+        self,
+        seed: int,
+        policy: FeedForwardPolicy,
+        spec: EnvSpec,
+        adder: BatchAdder | None,
+        variable_source: VariableSource | None,
+    ) -> TransitionActor:
+        return TransitionActor.build(policy, adder, seed, variable_source, 1)
+
+    def make_learner(self, networks, dataset, total_steps: int, tables=None):
+        learner = DiscreteCQLLearner if networks.discrete else ContinuousCQLLearner
+        return learner(networks, self.config, dataset)
+
+
+__all__ = ["CQLBuilder"]

@@ -1,0 +1,57 @@
+"""CQL's networks: a Q-network over discrete actions, or a SAC-style actor-critic (a
+tanh-Gaussian policy and twin critics) over continuous ones in the canonical box."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rlherd.agents.cql.config import CQLConfig
+from rlherd.core import EnvSpec
+from rlherd.networks import make_torso
+from rlherd.networks.continuous import (
+    ActionBounds,
+    Critic,
+    TanhGaussianPolicy,
+    obs_dim,
+    require_bounded_box,
+)
+from rlherd.run.config import ConfigError
+
+
+class DiscreteQ(nn.Module):
+    """``forward(obs [B, ...]) -> q [B, num_actions]``."""
+
+    discrete = True
+
+    def __init__(self, spec: EnvSpec, config: CQLConfig):
+        super().__init__()
+        torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+        self.q = nn.Sequential(torso, nn.Linear(torso.out_dim, spec.num_actions))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q(obs)
+
+
+class SACNetworks(ActionBounds, nn.Module):
+    """A tanh-Gaussian ``policy`` and two critics, ``q1`` and ``q2``."""
+
+    discrete = False
+
+    def __init__(self, spec: EnvSpec, config: CQLConfig):
+        super().__init__()
+        require_bounded_box(spec, "cql")
+        dim, actions = obs_dim(spec), spec.action_shape[0]
+        self.policy = TanhGaussianPolicy(dim, actions, tuple(config.policy_sizes))
+        self.q1 = Critic(dim, actions, tuple(config.critic_sizes))
+        self.q2 = Critic(dim, actions, tuple(config.critic_sizes))
+        self.register_bounds(spec)
+
+
+def make_networks(spec: EnvSpec, config: CQLConfig) -> DiscreteQ | SACNetworks:
+    if spec.action_kind == "discrete":
+        return DiscreteQ(spec, config)
+    if spec.action_kind == "continuous":
+        return SACNetworks(spec, config)
+    raise ConfigError(f"cql acts in Discrete or Box action spaces; {spec.env_id} has "
+                      f"{spec.action_kind} actions")  # fmt: skip

@@ -1,0 +1,55 @@
+"""How the offline runtime assembles CRR: a Gaussian policy and a critic, a table holding the
+dataset's n-step transitions, the learner, and the policy an evaluator acts with (the mean)."""
+
+from __future__ import annotations
+
+from rlherd.agents.acting import GaussianSamplingPolicy, TransitionActor
+from rlherd.agents.base import OFFLINE_ONLY, TransitionReplayBuilder
+from rlherd.agents.crr.config import DEFAULT_TOTAL_STEPS, PRESETS, CRRConfig
+from rlherd.agents.crr.learning import CRRLearner
+from rlherd.core import EnvSpec, VariableSource
+from rlherd.networks.continuous import (
+    ActorCritic,
+    Critic,
+    GaussianPolicy,
+    obs_dim,
+    require_bounded_box,
+)
+from rlherd.replay import BatchAdder
+
+
+class CRRBuilder(TransitionReplayBuilder):
+    name = "crr"
+    config_class = CRRConfig
+    presets = PRESETS
+    default_total_steps = DEFAULT_TOTAL_STEPS
+    runtimes, why_not = OFFLINE_ONLY
+
+    def make_networks(self, spec: EnvSpec, device: str = "cpu") -> ActorCritic:
+        require_bounded_box(spec, "crr")
+        c, dim = self.config, obs_dim(spec)
+        policy = GaussianPolicy(dim, spec.action_shape[0], tuple(c.policy_sizes),
+                                c.policy_init_scale, c.policy_min_scale)  # fmt: skip
+        critic = Critic(dim, spec.action_shape[0], tuple(c.critic_sizes))
+        return ActorCritic(spec, policy, critic).to(device)
+
+    def make_policy(
+        self, networks: ActorCritic, evaluation: bool = False
+    ) -> GaussianSamplingPolicy:
+        return GaussianSamplingPolicy(networks, greedy=evaluation)
+
+    def make_actor(
+        self,
+        seed: int,
+        policy: GaussianSamplingPolicy,
+        spec: EnvSpec,
+        adder: BatchAdder | None,
+        variable_source: VariableSource | None,
+    ) -> TransitionActor:
+        return TransitionActor.build(policy, adder, seed, variable_source, 1)
+
+    def make_learner(self, networks: ActorCritic, dataset, total_steps: int, tables=None):
+        return CRRLearner(networks, self.config, dataset)
+
+
+__all__ = ["CRRBuilder"]

@@ -1,0 +1,165 @@
+"""Offline datasets in Minari's format (the Acme paper's offline RL, sections 2.6 and 3.7).
+
+A dataset is a Minari dataset: episodes of ``observations`` (``T + 1`` rows: the last is the
+final observation), ``actions``, ``rewards``, ``terminations`` and ``truncations`` (``T`` rows),
+kept by id (``cartpole/expert-v0``) under Minari's root: ``$MINARI_DATASETS_PATH``, else
+``~/.minari/datasets``. Datasets from elsewhere (``minari download D4RL/...``) read the same way.
+
+rlherd writes them with :func:`write_dataset` (``rlherd collect``) and reads them into an agent's
+replay tables through the agent's own adder (:func:`fill`), so an offline learner samples the
+same items (n-step transitions, sequences) that it samples online, from the same table code.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlherd.core import EnvSpec
+from rlherd.run.config import ConfigError
+
+ABOUT_KEY = "rlherd"  # metadata: the env id, env kwargs and policy a dataset was recorded with
+
+
+@dataclass
+class Episode:
+    """One recorded episode (``T`` steps)."""
+
+    observations: np.ndarray  # [T + 1, ...]: the last row is the episode's final observation
+    actions: np.ndarray  # [T, ...]
+    rewards: np.ndarray  # [T] float
+    terminations: np.ndarray  # [T] bool
+    truncations: np.ndarray  # [T] bool
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+
+def _minari():
+    try:
+        import minari
+    except ImportError:
+        raise ConfigError(
+            "offline datasets are Minari datasets: pip install 'rlherd[offline]'"
+        ) from None
+    return minari
+
+
+def write_dataset(
+    dataset_id: str,
+    episodes: list[Episode],
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    about: dict[str, Any],
+) -> Any:
+    """Write ``episodes`` as the Minari dataset ``dataset_id`` and return it. Arrays are stored
+    as they are (no JPEG encoding of images), so reading back gives exactly what was recorded.
+    ``about`` (the env id and kwargs, the policy) goes into the metadata under ``rlherd``."""
+    minari = _minari()
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    buffers = [
+        EpisodeBuffer(id=i, observations=e.observations, actions=e.actions,
+                      rewards=list(e.rewards), terminations=list(e.terminations),
+                      truncations=list(e.truncations), infos={})  # fmt: skip
+        for i, e in enumerate(episodes)
+    ]
+    try:
+        with warnings.catch_warnings():  # Minari's advice on authors and permalinks
+            warnings.filterwarnings("ignore", category=UserWarning, module="minari")
+            dataset = minari.create_dataset_from_buffers(
+                dataset_id, buffers, observation_space=observation_space,
+                action_space=action_space, algorithm_name=about.get("policy"),
+                description=json.dumps(about), jpeg_encoding=False,
+            )  # fmt: skip
+    except ValueError as e:  # a malformed id, or one that is taken
+        raise ConfigError(
+            f"cannot write dataset {dataset_id!r}: {e} (ids look like name-v0 or "
+            "namespace/name-v0; `minari delete ID` removes a dataset)"
+        ) from None
+    dataset.storage.update_metadata({ABOUT_KEY: json.dumps(about)})
+    return dataset
+
+
+def check_free(dataset_id: str) -> None:
+    """Refuse, before a run records anything, an id that is malformed or taken."""
+    _minari()  # a clear error without the extra
+    from minari.dataset.minari_dataset import parse_dataset_id
+    from minari.storage.datasets_root_dir import get_dataset_path
+
+    try:
+        parse_dataset_id(dataset_id)
+    except ValueError as e:
+        raise ConfigError(f"{e} (ids look like name-v0 or namespace/name-v0)") from None
+    if get_dataset_path(dataset_id).exists():
+        raise ConfigError(f"dataset {dataset_id!r} exists; choose another id, or remove it with "
+                          f"`minari delete {dataset_id}`")  # fmt: skip
+
+
+def load_dataset(dataset_id: str) -> Any:
+    """The local Minari dataset ``dataset_id`` (a :class:`minari.MinariDataset`)."""
+    minari = _minari()
+    try:
+        return minari.load_dataset(dataset_id)
+    except (FileNotFoundError, ValueError) as e:
+        from minari.storage.datasets_root_dir import get_dataset_path
+
+        raise ConfigError(
+            f"no dataset {dataset_id!r} under {get_dataset_path()} ({e}). Record one with "
+            "`rlherd collect RUN --episodes N --out ID`, fetch one with `minari download ID`, "
+            "or point MINARI_DATASETS_PATH at the directory that holds it"
+        ) from None
+
+
+def about(dataset: Any) -> dict[str, Any]:
+    """What rlherd recorded about ``dataset`` (``{}`` for datasets from elsewhere)."""
+    return json.loads(dataset.storage.metadata.get(ABOUT_KEY, "{}"))
+
+
+def episodes(dataset: Any) -> Iterator[Episode]:
+    """The dataset's episodes, in order."""
+    for e in dataset.iterate_episodes():
+        yield Episode(np.asarray(e.observations), np.asarray(e.actions),
+                      np.asarray(e.rewards, dtype=np.float32),
+                      np.asarray(e.terminations, dtype=bool),
+                      np.asarray(e.truncations, dtype=bool))  # fmt: skip
+
+
+def check_matches(dataset: Any, spec: EnvSpec, env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Refuse a dataset recorded on another environment than the run's: by the env id and
+    kwargs rlherd recorded, and by the observation and action spaces."""
+    recorded = about(dataset)
+    if recorded and (recorded.get("env"), recorded.get("env_kwargs", {})) != (env_id, env_kwargs):
+        raise ConfigError(
+            f"dataset {dataset.id!r} was recorded on {recorded['env']} "
+            f"{recorded.get('env_kwargs') or ''}, not {env_id} {env_kwargs or ''}; train with "
+            f"--env {recorded['env']}"
+        )
+    theirs = EnvSpec.from_spaces(env_id, dataset.observation_space, dataset.action_space)
+    for name in ("obs_shape", "obs_dtype", "action_kind", "num_actions", "action_shape"):
+        if getattr(theirs, name) != getattr(spec, name):
+            raise ConfigError(
+                f"dataset {dataset.id!r} has {name} {getattr(theirs, name)}, but {env_id} has "
+                f"{getattr(spec, name)}: it was recorded on another environment"
+            )
+
+
+def fill(adder: Any, dataset: Any) -> int:
+    """Write every step of ``dataset`` through ``adder`` (a builder's adder for one environment,
+    a :class:`~rlherd.replay.adders.BatchAdder`); the number of steps written."""
+    steps = 0
+    first, no_skip = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
+    for episode in episodes(dataset):
+        obs = episode.observations
+        adder.add_first(obs[:1], first)
+        for t in range(len(episode)):
+            adder.add(episode.actions[t:t + 1], episode.rewards[t:t + 1], obs[t + 1:t + 2],
+                      episode.terminations[t:t + 1], episode.truncations[t:t + 1], no_skip)
+        steps += len(episode)
+    return steps

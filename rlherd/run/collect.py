@@ -1,0 +1,162 @@
+"""``rlherd collect``: record a policy's episodes as an offline dataset (Minari's format).
+
+The policy is a run's latest (its evaluation policy: greedy, or the mean action) or, with no
+run, a uniformly random one. ``epsilon`` replaces each action, with that probability, by a
+uniformly random one; D4RL's datasets are made this way from policies of chosen quality (see the
+README's "Offline RL" section for the recipe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.progress import Progress
+
+from rlherd import envs as rl_envs
+from rlherd.replay.offline import Episode, write_dataset
+from rlherd.run.config import ConfigError
+from rlherd.run.evaluate import eval_actor, load_run
+
+
+def collect(
+    run_dir: str | Path | None,
+    out: str,
+    episodes: int,
+    *,
+    env: str | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    epsilon: float = 0.0,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Record ``episodes`` episodes of ``run_dir``'s policy (or of a random policy on ``env``
+    when ``run_dir`` is None) as the Minari dataset ``out``; what was recorded, as a dict."""
+    if episodes < 1:
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
+    if not 0.0 <= epsilon <= 1.0:
+        raise ConfigError(f"epsilon must be in [0, 1], got {epsilon}")
+    act = None
+    if run_dir is not None:
+        meta, builder, checkpoint = load_run(run_dir)
+        if env is not None and env != meta["env"]:
+            raise ConfigError(f"{run_dir} was trained on {meta['env']}; drop --env {env}")
+        env, env_kwargs = meta["env"], meta["env_kwargs"]
+        spec = rl_envs.spec_for(env, **env_kwargs)
+        net = builder.make_networks(spec, device="cpu")
+        net.load_state_dict(checkpoint["learner"]["net"])
+        net.eval()
+        act = actor_policy(eval_actor(builder, spec, net, True, seed))
+    elif env is None:
+        raise ConfigError("name a run to record its policy, or --env ENV for a random policy")
+    env_kwargs = env_kwargs or {}
+    environment = rl_envs.make(env, **env_kwargs)
+    recorded = record_episodes(environment, act, episodes, epsilon, seed, progress, out)
+    policy = f"run {run_dir}" if run_dir is not None else "random"
+    about = dict(env=env, env_kwargs=env_kwargs, policy=policy, epsilon=epsilon, seed=seed)
+    write_dataset(out, recorded, environment.observation_space, environment.action_space, about)
+    environment.close()
+    returns = np.array([e.rewards.sum() for e in recorded])
+    return dict(dataset=out, episodes=episodes, steps=int(sum(len(e) for e in recorded)),
+                return_mean=float(returns.mean()), return_std=float(returns.std()),
+                return_min=float(returns.min()), return_max=float(returns.max()),
+                **about)  # fmt: skip
+
+
+# (observation, first call in its episode) -> action
+Act = Callable[[np.ndarray, bool], Any]
+
+
+def actor_policy(actor: Any) -> Act:
+    """An :class:`~rlherd.core.Actor` acting in one environment, as an :data:`Act`."""
+
+    def act(obs: np.ndarray, first: bool) -> Any:
+        if first:
+            actor.observe_first(np.asarray(obs)[None], np.ones(1, dtype=bool))
+        return actor.select_action(np.asarray(obs)[None])[0]
+
+    return act
+
+
+def record_episodes(
+    env: Any,
+    act: Act | None,
+    episodes: int,
+    epsilon: float = 0.0,
+    seed: int = 0,
+    progress: bool = False,
+    name: str = "",
+) -> list[Episode]:
+    """``episodes`` episodes of ``act`` in ``env`` (episode ``i`` reset with ``seed + i``). A
+    uniformly random action replaces ``act``'s with probability ``epsilon``, and always when
+    ``act`` is None."""
+    env.action_space.seed(seed)
+    rng = np.random.default_rng(seed)
+    recorded = []
+    with Progress(disable=not progress) as bar:
+        task = bar.add_task(f"collect {name}", total=episodes)
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed + i)
+            rows: dict[str, list] = dict(obs=[obs], action=[], reward=[], term=[], trunc=[])
+            done, first = False, True
+            while not done:
+                if act is None or rng.random() < epsilon:
+                    action = env.action_space.sample()
+                else:
+                    action, first = act(obs, first), False
+                obs, reward, terminated, truncated, _ = env.step(action)
+                for key, value in (("obs", obs), ("action", action), ("reward", reward),
+                                   ("term", terminated), ("trunc", truncated)):  # fmt: skip
+                    rows[key].append(value)
+                done = terminated or truncated
+            recorded.append(Episode(
+                np.stack(rows["obs"]), np.stack(rows["action"]).astype(env.action_space.dtype),
+                np.asarray(rows["reward"], np.float32), np.asarray(rows["term"], bool),
+                np.asarray(rows["trunc"], bool)))  # fmt: skip
+            bar.advance(task)
+    return recorded
+
+
+class RecordingAlgorithm:
+    """A :class:`~rlherd.core.BatchedAlgorithm` that hands everything on to ``algorithm`` and
+    keeps every episode its environments finish, exploration and all: what a training run saw,
+    which D4RL's medium-replay datasets are (the ``record_dataset`` setting of ``single``)."""
+
+    def __init__(self, algorithm: Any):
+        self.algorithm = algorithm
+        self.actor = getattr(algorithm, "actor", algorithm)  # the loop binds environments to it
+        self.open: dict[int, dict[str, list]] = {}  # environment -> its episode so far
+        self.finished: list[Episode] = []
+
+    def begin_episodes(self, indices: np.ndarray) -> None:
+        self.algorithm.begin_episodes(indices)
+
+    def perform(self, obs: np.ndarray) -> np.ndarray:
+        return self.algorithm.perform(obs)
+
+    def experience(self, obs, action, reward, next_obs, terminated, truncated, skip) -> None:
+        self.algorithm.experience(obs, action, reward, next_obs, terminated, truncated, skip)
+        for i in np.flatnonzero(~np.asarray(skip)).tolist():
+            rows = self.open.setdefault(i, dict(obs=[obs[i]], action=[], reward=[], term=[],
+                                                trunc=[]))  # fmt: skip
+            for key, value in (("obs", next_obs[i]), ("action", action[i]),
+                               ("reward", reward[i]), ("term", terminated[i]),
+                               ("trunc", truncated[i])):  # fmt: skip
+                rows[key].append(value)
+            if terminated[i] or truncated[i]:
+                rows = self.open.pop(i)
+                self.finished.append(Episode(
+                    np.stack(rows["obs"]), np.stack(rows["action"]),
+                    np.asarray(rows["reward"], np.float32), np.asarray(rows["term"], bool),
+                    np.asarray(rows["trunc"], bool)))  # fmt: skip
+
+    def end_episodes(self, indices: np.ndarray) -> None:
+        self.algorithm.end_episodes(indices)
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(open=self.open, finished=self.finished)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.open, self.finished = state["open"], state["finished"]

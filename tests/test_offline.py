@@ -1,0 +1,372 @@
+"""Offline RL: datasets in Minari's format (written, read back exactly, recorded by ``rlherd
+collect``), the offline runtime (no environment stepped but the evaluator's, exact resume, clear
+errors) and behaviour cloning (its losses against naive references; cloning a PPO expert)."""
+
+import json
+import math
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+import torch
+from conftest import corridor_expert, record_scripted
+
+import rlherd
+from rlherd import envs as rl_envs
+from rlherd import runtime as runtime_mod
+from rlherd.cli import main
+from rlherd.losses.offline import (
+    categorical_nll,
+    cql_gap_continuous,
+    cql_gap_discrete,
+    cql_lagrange_loss,
+    crr_weights,
+    gaussian_nll,
+    mean_squared_error,
+    weighted_likelihood_loss,
+)
+from rlherd.networks.continuous import tanh_gaussian_log_prob, tanh_gaussian_sample
+from rlherd.replay import offline
+from rlherd.run.collect import collect
+from rlherd.run.config import ConfigError
+from rlherd.run.evaluate import evaluate
+from rlherd.run.rundir import RunDir
+
+CORRIDOR = "rlherd/Corridor-v0"
+
+
+@pytest.fixture
+def minari_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    return tmp_path / "minari"
+
+
+# ------------------------------------------------------------------------------ the losses
+def test_categorical_nll_against_a_naive_reference():
+    logits, actions = torch.randn(7, 4), torch.randint(0, 4, (7,))
+    naive = 0.0
+    for row, a in zip(logits.tolist(), actions.tolist(), strict=True):
+        naive -= row[a] - math.log(sum(math.exp(x) for x in row))
+    assert categorical_nll(logits, actions).item() == pytest.approx(naive / 7, rel=1e-5)
+
+
+def test_gaussian_nll_and_mse_against_naive_references():
+    mean, std, actions = torch.randn(5, 3), torch.rand(5, 3) + 0.1, torch.randn(5, 3)
+    nll = mse = 0.0
+    for b in range(5):
+        for d in range(3):
+            m, s, a = mean[b, d].item(), std[b, d].item(), actions[b, d].item()
+            nll += 0.5 * ((a - m) / s) ** 2 + math.log(s) + 0.5 * math.log(2 * math.pi)
+            mse += (a - m) ** 2
+    assert gaussian_nll(mean, std, actions).item() == pytest.approx(nll / 5, rel=1e-5)
+    assert mean_squared_error(mean, actions).item() == pytest.approx(mse / 5, rel=1e-5)
+
+
+@pytest.mark.parametrize("weighting", ["exp", "indicator"])
+def test_crr_weights_against_a_naive_reference(weighting):
+    q, q_samples = torch.randn(6) * 3, torch.randn(4, 6) * 3
+    q[0] = q_samples[:, 0] = 1.5  # an advantage of exactly 0
+    weights = crr_weights(q, q_samples, weighting, beta=0.5, upper_bound=20.0)
+    for b in range(6):
+        advantage = q[b].item() - sum(q_samples[k, b].item() for k in range(4)) / 4
+        if weighting == "exp":
+            naive = min(math.exp(advantage / 0.5), 20.0)
+        else:
+            naive = 1.0 if advantage > 0 else 0.0
+        assert weights[b].item() == pytest.approx(naive, rel=1e-5, abs=1e-6)
+    assert weights.max() <= 20.0
+
+
+def test_weighted_likelihood_loss_fits_only_through_the_log_likelihood():
+    log_prob = torch.randn(5, requires_grad=True)
+    weights = torch.rand(5, requires_grad=True)
+    loss = weighted_likelihood_loss(log_prob, weights)
+    naive = -sum(weights[i].item() * log_prob[i].item() for i in range(5)) / 5
+    assert loss.item() == pytest.approx(naive)
+    loss.backward()
+    assert weights.grad is None  # the weights are targets, not trained through
+    torch.testing.assert_close(log_prob.grad, -weights.detach() / 5)
+
+
+def test_cql_gaps_against_naive_references():
+    q, actions = torch.randn(4, 3), torch.tensor([2, 0, 1, 2])
+    for b in range(4):
+        naive = math.log(sum(math.exp(x) for x in q[b].tolist())) - q[b, actions[b]].item()
+        assert cql_gap_discrete(q, actions)[b].item() == pytest.approx(naive, rel=1e-5)
+    n, batch, dim = 3, 4, 2
+    q_data, q_rand, q_pi, log_pi, q_next, log_next = (torch.randn(*s) for s in
+        [(batch,), (n, batch), (n, batch), (n, batch), (n, batch), (n, batch)])  # fmt: skip
+    gap = cql_gap_continuous(q_data, q_rand, q_pi, log_pi, q_next, log_next, dim)
+    for b in range(batch):
+        terms = [q_rand[i, b].item() + dim * math.log(2) for i in range(n)]  # density 2^-D
+        terms += [q_pi[i, b].item() - log_pi[i, b].item() for i in range(n)]
+        terms += [q_next[i, b].item() - log_next[i, b].item() for i in range(n)]
+        naive = math.log(sum(math.exp(t) for t in terms)) - q_data[b].item()
+        assert gap[b].item() == pytest.approx(naive, rel=1e-5)
+
+
+@pytest.mark.parametrize("gap, rises", [(15.0, True), (5.0, False)])
+def test_cql_lagrange_coefficient_moves_toward_the_threshold(gap, rises):
+    """Above the threshold (10) the coefficient rises, so the penalty grows; below, it falls."""
+    log_alpha = torch.zeros((), requires_grad=True)
+    optimizer = torch.optim.Adam([log_alpha], lr=0.1)
+    penalty, alpha_loss = cql_lagrange_loss(log_alpha, torch.full((8,), gap), 10.0)
+    assert penalty.item() == pytest.approx(gap - 10.0)  # alpha = 1, held fixed
+    alpha_loss.backward()
+    optimizer.step()
+    assert (log_alpha.item() > 0) == rises
+
+
+def test_tanh_gaussian_log_prob_against_torch_distributions():
+    mean, log_std = torch.randn(5, 2), torch.randn(5, 2).clamp(-1, 1)
+    action, log_prob = tanh_gaussian_sample(mean, log_std)
+    reference = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.exp()),
+        torch.distributions.transforms.TanhTransform())
+    expected = reference.log_prob(action).sum(-1)
+    torch.testing.assert_close(log_prob, expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(tanh_gaussian_log_prob(mean, log_std, action), expected,
+                               rtol=1e-3, atol=1e-3)  # fmt: skip
+    assert action.abs().max() < 1.0
+
+
+# ------------------------------------------------------------------------------ datasets
+@pytest.mark.parametrize("kind", ["image-discrete", "vector-continuous"])
+def test_a_written_dataset_reads_back_exactly(minari_root, kind):
+    """Images are stored as they are (Minari would JPEG-encode them by default)."""
+    import gymnasium as gym
+
+    rng = np.random.default_rng(0)
+    if kind == "image-discrete":
+        obs_space = gym.spaces.Box(0, 255, (3, 10, 10), np.uint8)
+        act_space = gym.spaces.Discrete(5)
+    else:
+        obs_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        act_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    episodes = []
+    for length in (3, 1, 6):
+        obs = np.stack([obs_space.sample() for _ in range(length + 1)])
+        actions = np.stack([act_space.sample() for _ in range(length)]).astype(act_space.dtype)
+        ends = np.zeros(length, bool)
+        ends[-1] = True
+        episodes.append(offline.Episode(obs, actions, rng.normal(size=length).astype(np.float32),
+                                        ends, ~ends))  # fmt: skip
+    about = dict(env="x", env_kwargs={}, policy="test")
+    offline.write_dataset("test/exact-v0", episodes, obs_space, act_space, about)
+    dataset = offline.load_dataset("test/exact-v0")
+    read = list(offline.episodes(dataset))
+    assert len(read) == len(episodes) and dataset.total_steps == 10
+    for mine, theirs in zip(episodes, read, strict=True):
+        for field in ("observations", "actions", "rewards", "terminations", "truncations"):
+            a, b = getattr(mine, field), getattr(theirs, field)
+            assert a.dtype == b.dtype and np.array_equal(a, b), field
+    assert offline.about(dataset) == about
+
+
+def test_collect_records_what_the_environment_did(minari_root):
+    """Replaying a random policy's recorded actions from the recorded seeds gives back every
+    recorded observation, reward and flag."""
+    summary = collect(None, "cartpole/random-v0", 4, env="CartPole-v1", seed=3, progress=False)
+    dataset = offline.load_dataset("cartpole/random-v0")
+    assert summary["episodes"] == 4 and summary["steps"] == dataset.total_steps
+    env = rl_envs.make("CartPole-v1")
+    for i, episode in enumerate(offline.episodes(dataset)):
+        obs, _ = env.reset(seed=3 + i)
+        np.testing.assert_array_equal(obs, episode.observations[0])
+        for t, action in enumerate(episode.actions):
+            obs, reward, terminated, truncated, _ = env.step(action)
+            np.testing.assert_array_equal(obs, episode.observations[t + 1])
+            assert (reward, terminated, truncated) == (
+                episode.rewards[t], episode.terminations[t], episode.truncations[t])
+        assert episode.terminations[-1] or episode.truncations[-1]
+    assert offline.about(dataset)["policy"] == "random"
+
+
+def test_collect_records_a_runs_greedy_policy(minari_root, tmp_path):
+    run = rlherd.train("dqn", CORRIDOR, total_steps=3_000, seed=0, run_dir=tmp_path / "run",
+                       progress=False)  # fmt: skip
+    summary = collect(tmp_path / "run", "corridor/dqn-v0", 3, progress=False)
+    assert summary["env"] == CORRIDOR and summary["policy"] == f"run {tmp_path / 'run'}"
+    ret = evaluate(run.path, episodes=3)["eval_return_mean"]
+    assert summary["return_mean"] == pytest.approx(ret)  # the same greedy policy
+
+
+def test_collect_errors_name_the_fix(minari_root, tmp_path):
+    with pytest.raises(ConfigError, match="--env ENV for a random policy"):
+        collect(None, "test/taken-v0", 2, progress=False)
+    collect(None, "test/taken-v0", 2, env=CORRIDOR, progress=False)
+    with pytest.raises(ConfigError, match="minari delete"):
+        collect(None, "test/taken-v0", 2, env=CORRIDOR, progress=False)
+    with pytest.raises(ConfigError, match="ids look like"):
+        collect(None, "no version", 2, env=CORRIDOR, progress=False)
+    with pytest.raises(ConfigError, match="epsilon"):
+        collect(None, "test/eps-v0", 2, env=CORRIDOR, epsilon=1.5, progress=False)
+
+
+def test_a_run_records_its_training_episodes(minari_root, tmp_path):
+    """``record_dataset`` (D4RL's medium-replay): every training episode, exploration and all,
+    in the order the run finished them, survives an interrupt and resume, and is written when
+    the run completes."""
+    kw = dict(total_steps=6_000, seed=2, progress=False, record_dataset="corridor/replay-v0",
+              num_envs=2)  # fmt: skip
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    stopped = rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "run", **kw)
+    timer.join()
+    assert 0 < stopped.summary["actor_steps"] < 6_000, "the interrupt came too late"
+    with pytest.raises(ConfigError, match="no dataset"):
+        offline.load_dataset("corridor/replay-v0")  # not before the run completes
+    run = rlherd.train(resume=tmp_path / "run", progress=False)
+    trained = [float(line.split(",")[1]) for line in
+               (tmp_path / "run" / "metrics" / "train.csv").read_text().splitlines()[1:]]
+    recorded = list(offline.episodes(offline.load_dataset("corridor/replay-v0")))
+    assert len(recorded) == run.summary["episodes"] == len(trained)
+    np.testing.assert_allclose([e.rewards.sum() for e in recorded], trained, rtol=1e-5)
+    for episode in recorded:
+        assert episode.terminations[-1] or episode.truncations[-1]
+        assert not (episode.terminations[:-1] | episode.truncations[:-1]).any()
+    with pytest.raises(ConfigError, match="exists"):
+        rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "again", **kw)
+
+
+# ------------------------------------------------------------------------------ the runtime
+def test_an_offline_run_steps_no_environment_but_the_evaluators(offline_datasets, tmp_path,
+                                                               monkeypatch):  # fmt: skip
+    """Every environment step of an offline run is an evaluation's: the steps counted on every
+    environment made equal the evaluations' episode lengths, and no vector env is made."""
+    steps = []
+    make = rl_envs.make
+
+    def counting_make(env_id, **kwargs):
+        env = make(env_id, **kwargs)
+        step = env.step
+
+        def counted(action):
+            steps.append(1)
+            return step(action)
+
+        env.step = counted
+        return env
+
+    def no_vector_env(*args, **kwargs):
+        raise AssertionError("an offline run made training environments")
+
+    monkeypatch.setattr(rl_envs, "make", counting_make)
+    monkeypatch.setattr(rl_envs, "make_vector", no_vector_env)
+    monkeypatch.setattr(runtime_mod, "make_envs", no_vector_env)
+    run = rlherd.train("dqn", CORRIDOR, dataset=offline_datasets[CORRIDOR], total_steps=300,
+                       eval_every=100, eval_episodes=2, seed=0, run_dir=tmp_path / "run",
+                       progress=False)  # fmt: skip
+    assert run.summary["runtime"] == "offline" and run.summary["actor_steps"] == 0
+    assert run.summary["learner_steps"] == 300
+    rows = (tmp_path / "run" / "metrics" / "evaluator.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in rows] == [100, 200, 300]
+    evaluated = sum(float(r.split(",")[3]) * 2 for r in rows)  # eval_episode_length_mean
+    assert len(steps) == evaluated > 0
+
+
+def test_an_offline_run_evaluates_a_tenth_of_the_way_unless_told(offline_datasets, tmp_path):
+    run = rlherd.train("bc", CORRIDOR, dataset=offline_datasets[CORRIDOR], total_steps=50,
+                       eval_episodes=1, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.config["eval_every"] == 5 and run.summary["eval_return_mean"] is not None
+
+
+def test_interrupted_offline_run_resumes_exactly(offline_datasets, tmp_path):
+    """The tables' sampling state (with prioritised replay's priorities) is in the checkpoint
+    and the dataset fills the same slots again, so an interrupted and resumed run ends where an
+    uninterrupted one does."""
+    kw = dict(dataset=offline_datasets[CORRIDOR], total_steps=4_000, seed=4, progress=False,
+              eval_every=1_000, eval_episodes=1)  # fmt: skip
+    straight = rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "a", **kw)
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    stopped = rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "b", **kw)
+    timer.join()
+    assert 0 < stopped.summary["learner_steps"] < 4_000, "the interrupt came too late"
+    resumed = rlherd.train(resume=tmp_path / "b", progress=False)
+    assert resumed.summary["learner_steps"] == straight.summary["learner_steps"] == 4_000
+    assert resumed.summary["eval_return_mean"] == straight.summary["eval_return_mean"]
+    a, b = (RunDir(tmp_path / p).load_checkpoint() for p in "ab")
+    for name in ("net", "target_net"):
+        for k, v in a["learner"][name].items():
+            torch.testing.assert_close(b["learner"][name][k], v, rtol=0, atol=0)
+    np.testing.assert_array_equal(a["tables"][0]["priorities"], b["tables"][0]["priorities"])
+    assert "data/obs" not in a["tables"][0]  # the items stay in the dataset
+
+
+def test_offline_errors_name_the_fix(offline_datasets, tmp_path):
+    corridor = offline_datasets[CORRIDOR]
+    with pytest.raises(ConfigError, match="pass --dataset ID"):
+        rlherd.train("dqn", CORRIDOR, runtime="offline", run_dir=tmp_path / "a", progress=False)
+    with pytest.raises(ConfigError, match="setting of the offline runtime"):
+        rlherd.train("dqn", CORRIDOR, runtime="mono", dataset=corridor, run_dir=tmp_path / "b",
+                     progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="train with --env rlherd/Corridor-v0"):
+        rlherd.train("dqn", "CartPole-v1", dataset=corridor, run_dir=tmp_path / "c",
+                     progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="rlherd collect RUN"):
+        rlherd.train("dqn", CORRIDOR, dataset="corridor/missing-v0", run_dir=tmp_path / "d",
+                     progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="fixed dataset only: pass --dataset"):
+        rlherd.train("bc", CORRIDOR, run_dir=tmp_path / "e", progress=False)
+    with pytest.raises(ConfigError, match="loss=mse is for continuous actions"):
+        rlherd.train("bc", CORRIDOR, dataset=corridor, loss="mse", run_dir=tmp_path / "f",
+                     progress=False)  # fmt: skip
+    assert not any((tmp_path / p).exists() for p in "abcdef")
+
+
+def test_a_dataset_without_rlherds_record_is_checked_by_its_spaces(minari_root, tmp_path):
+    """Datasets from elsewhere carry no env id; their spaces must still be the run's."""
+    import gymnasium as gym
+
+    obs = np.zeros((2, 3), np.float32)
+    episode = offline.Episode(obs, np.zeros(1, np.int64), np.zeros(1, np.float32),
+                              np.ones(1, bool), np.zeros(1, bool))  # fmt: skip
+    offline.write_dataset("other/three-v0", [episode], gym.spaces.Box(0, 1, (3,), np.float32),
+                          gym.spaces.Discrete(2), {})  # fmt: skip
+    with pytest.raises(ConfigError, match=r"obs_shape \(3,\), but rlherd/Corridor-v0 has \(6,\)"):
+        rlherd.train("dqn", CORRIDOR, dataset="other/three-v0", run_dir=tmp_path / "run",
+                     progress=False)  # fmt: skip
+
+
+def test_the_command_line_collects_and_trains_offline(minari_root, tmp_path, capsys):
+    record_scripted(CORRIDOR, corridor_expert, 20, 0.0, 0, "corridor/expert-v0")
+    assert main(["collect", "--env", CORRIDOR, "--episodes", "3", "--out", "corridor/random-v0",
+                 "--no-progress"]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["episodes"] == 3
+    assert main(["train", "bc", "--env", CORRIDOR, "--dataset", "corridor/expert-v0",
+                 "--total-steps", "200", "--no-progress", "--run-dir",
+                 str(tmp_path / "run")]) == 0  # fmt: skip
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["runtime"] == "offline"
+    assert summary["eval_return_mean"] == pytest.approx(0.95)  # cloned the expert
+    assert evaluate(tmp_path / "run", episodes=2)["eval_return_mean"] == pytest.approx(0.95)
+
+
+# ------------------------------------------------------------------------------ learning
+@pytest.mark.slow
+@pytest.mark.parametrize("coefficient", [5.0, None])
+def test_continuous_cql_learns_reach(offline_datasets, tmp_path, coefficient):
+    """CQL's SAC-style path, fixed and Lagrange, on the scripted Reach dataset (0.63; optimal
+    about 0.88), with small networks and few samples to keep the test short (seed 0 at 2,000
+    steps: 0.81)."""
+    small = dict(critic_sizes=(64, 64), policy_sizes=(64, 64), cql_num_samples=4)
+    run = rlherd.train("cql", "rlherd/Reach-v0", dataset=offline_datasets["rlherd/Reach-v0"],
+                       total_steps=2_000, seed=0, cql_coefficient=coefficient,
+                       run_dir=tmp_path / "run", progress=False, **small)  # fmt: skip
+    assert run.summary["eval_return_mean"] >= 0.7, run.summary
+
+
+
+@pytest.mark.slow
+def test_bc_clones_a_ppo_expert_on_cartpole(minari_root, tmp_path):
+    """The issue's bar: 50 episodes of a trained PPO policy, cloned to a greedy return >= 475."""
+    expert = rlherd.train("ppo", "CartPole-v1", total_steps=100_000, seed=0,
+                          run_dir=tmp_path / "ppo", progress=False)  # fmt: skip
+    recorded = collect(expert.path, "cartpole/expert-v0", 50, progress=False)
+    assert recorded["return_mean"] >= 475, recorded
+    run = rlherd.train("bc", "CartPole-v1", dataset="cartpole/expert-v0", total_steps=5_000,
+                       seed=0, run_dir=tmp_path / "bc", progress=False)  # fmt: skip
+    assert run.summary["eval_return_mean"] >= 475, run.summary
