@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlherd import envs as rl_envs
+from rlherd.agents.acting import TransitionActor
 from rlherd.core import EnvSpec
 from rlherd.replay import (
     BatchAdder,
@@ -21,13 +22,6 @@ from rlherd.replay import (
 from rlherd.replay.selectors import Selector
 
 SAMPLE_TIMEOUT_S = 1.0  # a learner waiting on the rate limiter wakes this often (runtimes retry)
-
-# ``runtimes`` and ``why_not`` of the agents that learn from a dataset and nothing else.
-OFFLINE_ONLY = (
-    ("offline",),
-    "it learns from a fixed dataset only: pass --dataset ID (a Minari dataset; `rlherd collect "
-    "RUN --episodes N --out ID` records one)",
-)
 
 
 def check_at_least_one(config: Any, *names: str) -> None:
@@ -169,3 +163,25 @@ class TransitionReplayBuilder(AgentBuilder):
         return BatchAdder(
             [NStepTransitionAdder(tables[0], c.n_step, c.discount) for _ in range(num_envs)]
         )
+
+
+class OfflineBuilder(TransitionReplayBuilder):
+    """Agents that learn from a fixed dataset and nothing else (BC, CQL, CRR): the offline
+    runtime fills their table, and their actor only acts, for the evaluator, with the
+    parameters it fetches before every step."""
+
+    runtimes = ("offline",)
+    why_not = (
+        "it learns from a fixed dataset only: pass --dataset ID (a Minari dataset; `rlherd "
+        "collect RUN --episodes N --out ID` records one)"
+    )
+
+    def make_actor(
+        self,
+        seed: int,
+        policy: Any,
+        spec: EnvSpec,
+        adder: BatchAdder | None,
+        variable_source: Any,
+    ) -> TransitionActor:
+        return TransitionActor.build(policy, adder, seed, variable_source, 1)

@@ -27,11 +27,23 @@ import torch
 class NetworkLearner:
     """What every agent's learner shares (a :class:`~rlherd.core.Learner`): ``step()`` hands the
     dataset's next batch to the subclass's ``learn``, and as a variable source it serves ``net``
-    whole under every name, versioned by ``num_steps`` (actors fetch only after an update)."""
+    whole under every name, versioned by ``num_steps`` (actors fetch only after an update).
+    Its checkpoint is ``num_steps`` and the state of each attribute named in ``checkpointed``
+    (networks and optimisers), under that name."""
 
     net: torch.nn.Module
     dataset: Iterator[Any]
     num_steps: int
+    checkpointed: tuple[str, ...] = ()
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(num_steps=self.num_steps,
+                    **{name: getattr(self, name).state_dict() for name in self.checkpointed})
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in self.checkpointed:
+            getattr(self, name).load_state_dict(state[name])
+        self.num_steps = state["num_steps"]
 
     def step(self) -> dict[str, Any]:
         return self.learn(next(self.dataset))

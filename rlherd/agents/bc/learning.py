@@ -23,6 +23,8 @@ def clone_loss(net: BCNetwork, obs, action, loss: str):
 
 
 class BCLearner(NetworkLearner):
+    checkpointed = ("net", "optimizer")
+
     def __init__(self, net: BCNetwork, config: BCConfig, dataset: Iterator[ReplaySample]):
         self.net, self.config, self.dataset = net, config, dataset
         self.optimizer = adam(net.parameters(), config.learning_rate)
@@ -35,12 +37,3 @@ class BCLearner(NetworkLearner):
         self.optimizer.step()
         self.num_steps += 1
         return dict(total_loss=loss.detach())
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(net=self.net.state_dict(), optimizer=self.optimizer.state_dict(),
-                    num_steps=self.num_steps)  # fmt: skip
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_steps = state["num_steps"]

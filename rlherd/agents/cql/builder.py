@@ -7,13 +7,12 @@ from __future__ import annotations
 import torch
 
 from rlherd import types as F
-from rlherd.agents.acting import CategoricalPolicy, FeedForwardPolicy, TransitionActor
-from rlherd.agents.base import OFFLINE_ONLY, TransitionReplayBuilder
+from rlherd.agents.acting import CategoricalPolicy, FeedForwardPolicy
+from rlherd.agents.base import OfflineBuilder
 from rlherd.agents.cql.config import DEFAULT_TOTAL_STEPS, PRESETS, CQLConfig
 from rlherd.agents.cql.learning import ContinuousCQLLearner, DiscreteCQLLearner
 from rlherd.agents.cql.networks import DiscreteQ, SACNetworks, make_networks
-from rlherd.core import EnvSpec, VariableSource
-from rlherd.replay import BatchAdder
+from rlherd.core import EnvSpec
 
 
 class TanhGaussianSamplingPolicy(FeedForwardPolicy):
@@ -30,12 +29,11 @@ class TanhGaussianSamplingPolicy(FeedForwardPolicy):
         return {F.ACTION: self.net.to_env(torch.tanh(u))}, state
 
 
-class CQLBuilder(TransitionReplayBuilder):
+class CQLBuilder(OfflineBuilder):
     name = "cql"
     config_class = CQLConfig
     presets = PRESETS
     default_total_steps = DEFAULT_TOTAL_STEPS
-    runtimes, why_not = OFFLINE_ONLY
 
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> DiscreteQ | SACNetworks:
         return make_networks(spec, self.config).to(device)
@@ -43,16 +41,6 @@ class CQLBuilder(TransitionReplayBuilder):
     def make_policy(self, networks, evaluation: bool = False) -> FeedForwardPolicy:
         kind = CategoricalPolicy if networks.discrete else TanhGaussianSamplingPolicy
         return kind(networks, greedy=evaluation)
-
-    def make_actor(
-        self,
-        seed: int,
-        policy: FeedForwardPolicy,
-        spec: EnvSpec,
-        adder: BatchAdder | None,
-        variable_source: VariableSource | None,
-    ) -> TransitionActor:
-        return TransitionActor.build(policy, adder, seed, variable_source, 1)
 
     def make_learner(self, networks, dataset, total_steps: int, tables=None):
         learner = DiscreteCQLLearner if networks.discrete else ContinuousCQLLearner

@@ -3,11 +3,11 @@ dataset's n-step transitions, the learner, and the policy an evaluator acts with
 
 from __future__ import annotations
 
-from rlherd.agents.acting import GaussianSamplingPolicy, TransitionActor
-from rlherd.agents.base import OFFLINE_ONLY, TransitionReplayBuilder
+from rlherd.agents.acting import GaussianSamplingPolicy
+from rlherd.agents.base import OfflineBuilder
 from rlherd.agents.crr.config import DEFAULT_TOTAL_STEPS, PRESETS, CRRConfig
 from rlherd.agents.crr.learning import CRRLearner
-from rlherd.core import EnvSpec, VariableSource
+from rlherd.core import EnvSpec
 from rlherd.networks.continuous import (
     ActorCritic,
     Critic,
@@ -15,15 +15,13 @@ from rlherd.networks.continuous import (
     obs_dim,
     require_bounded_box,
 )
-from rlherd.replay import BatchAdder
 
 
-class CRRBuilder(TransitionReplayBuilder):
+class CRRBuilder(OfflineBuilder):
     name = "crr"
     config_class = CRRConfig
     presets = PRESETS
     default_total_steps = DEFAULT_TOTAL_STEPS
-    runtimes, why_not = OFFLINE_ONLY
 
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> ActorCritic:
         require_bounded_box(spec, "crr")
@@ -37,16 +35,6 @@ class CRRBuilder(TransitionReplayBuilder):
         self, networks: ActorCritic, evaluation: bool = False
     ) -> GaussianSamplingPolicy:
         return GaussianSamplingPolicy(networks, greedy=evaluation)
-
-    def make_actor(
-        self,
-        seed: int,
-        policy: GaussianSamplingPolicy,
-        spec: EnvSpec,
-        adder: BatchAdder | None,
-        variable_source: VariableSource | None,
-    ) -> TransitionActor:
-        return TransitionActor.build(policy, adder, seed, variable_source, 1)
 
     def make_learner(self, networks: ActorCritic, dataset, total_steps: int, tables=None):
         return CRRLearner(networks, self.config, dataset)

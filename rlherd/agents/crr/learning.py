@@ -24,6 +24,8 @@ def sample_actions(mean: torch.Tensor, std: torch.Tensor, k: int | None = None) 
 
 
 class CRRLearner(NetworkLearner):
+    checkpointed = ("net", "target_net", "optimizer")
+
     def __init__(self, net: ActorCritic, config: CRRConfig, dataset: Iterator[ReplaySample]):
         self.net, self.config, self.dataset = net, config, dataset
         self.target_net = copy.deepcopy(net)
@@ -57,13 +59,3 @@ class CRRLearner(NetworkLearner):
         return dict(critic_loss=critic_loss.detach(), policy_loss=policy_loss.detach(),
                     weight_mean=weights.mean(), q_mean=q.detach().mean(),
                     total_loss=(critic_loss + policy_loss).detach())  # fmt: skip
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(net=self.net.state_dict(), target_net=self.target_net.state_dict(),
-                    optimizer=self.optimizer.state_dict(), num_steps=self.num_steps)  # fmt: skip
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target_net.load_state_dict(state["target_net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_steps = state["num_steps"]

@@ -50,6 +50,8 @@ class DQNLearner(NetworkLearner):
     learner steps the run will take (``total_steps * samples_per_insert / batch_size``).
     """
 
+    checkpointed = ("net", "target_net", "optimizer")
+
     def __init__(
         self,
         net: torch.nn.Module,
@@ -109,17 +111,3 @@ class DQNLearner(NetworkLearner):
             grad_norm=grad_norm,
             importance_beta=self.importance_beta(),
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(
-            net=self.net.state_dict(),
-            target_net=self.target_net.state_dict(),
-            optimizer=self.optimizer.state_dict(),
-            num_steps=self.num_steps,
-        )
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target_net.load_state_dict(state["target_net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_steps = state["num_steps"]

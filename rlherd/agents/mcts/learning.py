@@ -19,6 +19,8 @@ from rlherd.replay import ReplaySample
 class MCTSLearner(NetworkLearner):
     """One ``step()``: one batch, one Adam update of the networks (and model) together."""
 
+    checkpointed = ("net", "optimizer")
+
     def __init__(self, net: MCTSNetworks, config: MCTSConfig, dataset: Iterator[ReplaySample]):
         self.net, self.config, self.dataset = net, config, dataset
         self.optimizer = adam(net.parameters(), config.learning_rate)
@@ -45,12 +47,3 @@ class MCTSLearner(NetworkLearner):
         self.optimizer.step()
         self.num_steps += 1
         return dict(loss=loss.detach(), **metrics)
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(net=self.net.state_dict(), optimizer=self.optimizer.state_dict(),
-                    num_steps=self.num_steps)  # fmt: skip
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.num_steps = state["num_steps"]
