@@ -29,7 +29,7 @@ from rlherd.losses.offline import (
 )
 from rlherd.networks.continuous import tanh_gaussian_log_prob, tanh_gaussian_sample
 from rlherd.replay import offline
-from rlherd.run.collect import collect
+from rlherd.run.collect import RecordingAlgorithm, collect
 from rlherd.run.config import ConfigError
 from rlherd.run.evaluate import evaluate
 from rlherd.run.rundir import RunDir
@@ -229,6 +229,30 @@ def test_a_run_records_its_training_episodes(minari_root, tmp_path):
         assert not (episode.terminations[:-1] | episode.truncations[:-1]).any()
     with pytest.raises(ConfigError, match="exists"):
         rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "again", **kw)
+
+
+def test_recording_drops_an_episode_its_environment_abandoned():
+    """A resumed run whose environments could not be checkpointed (ale-py's) begins fresh
+    episodes: the steps held of the unfinished ones must not join them."""
+
+    class Nothing:
+        def __getattr__(self, name):
+            return lambda *args: None
+
+    recording = RecordingAlgorithm(Nothing())
+    no, yes = np.zeros(1, bool), np.ones(1, bool)
+
+    def step(obs, reward, ends):
+        recording.experience(np.array([[obs]]), np.array([0]), np.array([reward]),
+                             np.array([[obs + 1.0]]), ends, no, no)  # fmt: skip
+
+    step(0.0, 5.0, no)  # an episode under way, then the environment starts afresh
+    recording.begin_episodes(np.array([0]))
+    step(10.0, 1.0, no)
+    step(11.0, 2.0, yes)
+    (episode,) = recording.finished
+    np.testing.assert_array_equal(episode.observations[:, 0], [10.0, 11.0, 12.0])
+    np.testing.assert_array_equal(episode.rewards, [1.0, 2.0])
 
 
 # ------------------------------------------------------------------------------ the runtime

@@ -131,7 +131,11 @@ class RecordingAlgorithm:
         self.finished: list[Episode] = []
 
     def begin_episodes(self, indices: np.ndarray) -> None:
+        """An environment that begins an episode drops what it held of an unfinished one (the
+        fresh environments of a resumed run whose environments could not be checkpointed)."""
         self.algorithm.begin_episodes(indices)
+        for i in np.asarray(indices).tolist():
+            self.open.pop(i, None)
 
     def perform(self, obs: np.ndarray) -> np.ndarray:
         return self.algorithm.perform(obs)
