@@ -393,5 +393,6 @@ def test_bc_clones_a_ppo_expert_on_cartpole(minari_root, tmp_path):
     recorded = collect(expert.path, "cartpole/expert-v0", 50, progress=False)
     assert recorded["return_mean"] >= 475, recorded
     run = rlherd.train("bc", "CartPole-v1", dataset="cartpole/expert-v0", total_steps=6_000,
-                       seed=0, run_dir=tmp_path / "bc", progress=False)  # fmt: skip
+                       eval_every=6_000, seed=0, run_dir=tmp_path / "bc",
+                       progress=False)  # fmt: skip
     assert run.summary["eval_return_mean"] >= 475, run.summary
