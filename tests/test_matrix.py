@@ -33,8 +33,8 @@ LEARNS = {
     **{(a, r): (REACH, 4_000, 0.3) for a in ("d4pg", "mpo") for r in HOSTS},
     # Searching with a simulator of DeepSea, MCTS goes right to the treasure once its value has
     # learned the way (seed 0 on single: 0.99 from episode ~120); a random policy gets ~0. With
-    # several actors a run is not deterministic, and 3 of 11 distributed runs never found the
-    # treasure in 2,000 steps (the others by episode 4): there, Corridor (0.93-0.95 in 3 of 3).
+    # several actors a run is not deterministic, and 3 of 13 distributed runs never found the
+    # treasure in 2,000 steps (passing ones within 4 episodes): there, Corridor (0.93-0.95, 3 of 3).
     ("mcts", "single"): (DEEP_SEA, 2_000, 0.5),
     **{("mcts", r): (CORRIDOR, 2_000, 0.9) for r in ("mono", "distributed")},
     ("ddpg", "single"): (REACH, 4_000, 0.3),
