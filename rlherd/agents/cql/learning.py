@@ -40,6 +40,11 @@ class _CQLLearner(NetworkLearner):
         self.log_alpha = torch.zeros((), device=self.device, requires_grad=True)
         self.num_steps = 0
 
+    def coefficient(self) -> torch.Tensor:
+        """The conservative coefficient in use (a metric)."""
+        fixed = self.config.cql_coefficient
+        return self.log_alpha.detach().exp() if fixed is None else torch.tensor(fixed)
+
     def penalty(self, gap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The critic's conservative penalty for per-state ``gap`` s, and the coefficient's own
         loss (zero when it is fixed)."""
@@ -88,7 +93,7 @@ class DiscreteCQLLearner(_CQLLearner):
         if self.num_steps % self.config.target_update_period == 0:
             copy_parameters(self.target_net, self.net)
         return dict(td_loss=td_loss.detach(), cql_gap=gap.detach().mean(),
-                    cql_alpha=self.log_alpha.detach().exp(),
+                    cql_coefficient=self.coefficient(),
                     total_loss=(td_loss + penalty).detach())  # fmt: skip
 
 
@@ -156,7 +161,7 @@ class ContinuousCQLLearner(_CQLLearner):
         with torch.no_grad():
             torch._foreach_lerp_(list(target.parameters()), list(net.parameters()), c.tau)
         return dict(critic_loss=td_loss.detach(), policy_loss=policy_loss.detach(),
-                    cql_gap=torch.stack(gaps).mean(), cql_alpha=self.log_alpha.detach().exp(),
+                    cql_gap=torch.stack(gaps).mean(), cql_coefficient=self.coefficient(),
                     entropy_coefficient=entropy, log_pi=new_log_pi.detach().mean(),
                     total_loss=(td_loss + penalty + policy_loss).detach())  # fmt: skip
 
