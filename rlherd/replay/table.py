@@ -266,13 +266,14 @@ class Table:
         return SampleBatch(data, *cols[:5])
 
     # ------------------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self, items: bool = True) -> dict[str, np.ndarray]:
         """The items (in insertion order), their priorities and counts, the limiter's counters
-        and the RNG: enough to continue exactly."""
+        and the RNG: enough to continue exactly. ``items=False`` leaves out the items' fields
+        (``data/...``), for a table whose items can be inserted again (an offline dataset)."""
         with self._cond:
             slots = np.flatnonzero(self.keys >= 0)
             slots = slots[np.argsort(self.keys[slots])]
-            state = {f"data/{k}": v[slots] for k, v in self.storage.items()}
+            state = {f"data/{k}": v[slots] for k, v in self.storage.items()} if items else {}
             state.update(
                 keys=self.keys[slots],
                 priorities=self.priorities[slots],

@@ -99,7 +99,7 @@ def record_episodes(
         task = bar.add_task(f"collect {name}", total=episodes)
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
-            rows: dict[str, list] = dict(obs=[obs], action=[], reward=[], term=[], trunc=[])
+            rows = EpisodeRows(obs)
             done, first = False, True
             while not done:
                 if act is None or rng.random() < epsilon:
@@ -107,16 +107,30 @@ def record_episodes(
                 else:
                     action, first = act(obs, first), False
                 obs, reward, terminated, truncated, _ = env.step(action)
-                for key, value in (("obs", obs), ("action", action), ("reward", reward),
-                                   ("term", terminated), ("trunc", truncated)):  # fmt: skip
-                    rows[key].append(value)
+                rows.add(action, reward, obs, terminated, truncated)
                 done = terminated or truncated
-            recorded.append(Episode(
-                np.stack(rows["obs"]), np.stack(rows["action"]).astype(env.action_space.dtype),
-                np.asarray(rows["reward"], np.float32), np.asarray(rows["term"], bool),
-                np.asarray(rows["trunc"], bool)))  # fmt: skip
+            recorded.append(rows.episode(env.action_space.dtype))
             bar.advance(task)
     return recorded
+
+
+class EpisodeRows:
+    """One episode's steps as they come, then as an :class:`Episode`."""
+
+    def __init__(self, obs: np.ndarray):
+        self.obs, self.action, self.reward, self.term, self.trunc = [obs], [], [], [], []
+
+    def add(self, action, reward, next_obs, terminated, truncated) -> None:
+        self.obs.append(next_obs)
+        self.action.append(action)
+        self.reward.append(reward)
+        self.term.append(terminated)
+        self.trunc.append(truncated)
+
+    def episode(self, action_dtype: Any) -> Episode:
+        return Episode(np.stack(self.obs), np.stack(self.action).astype(action_dtype),
+                       np.asarray(self.reward, np.float32), np.asarray(self.term, bool),
+                       np.asarray(self.trunc, bool))  # fmt: skip
 
 
 class RecordingAlgorithm:
@@ -127,7 +141,7 @@ class RecordingAlgorithm:
     def __init__(self, algorithm: Any):
         self.algorithm = algorithm
         self.actor = getattr(algorithm, "actor", algorithm)  # the loop binds environments to it
-        self.open: dict[int, dict[str, list]] = {}  # environment -> its episode so far
+        self.open: dict[int, EpisodeRows] = {}  # environment -> its episode so far
         self.finished: list[Episode] = []
 
     def begin_episodes(self, indices: np.ndarray) -> None:
@@ -143,18 +157,12 @@ class RecordingAlgorithm:
     def experience(self, obs, action, reward, next_obs, terminated, truncated, skip) -> None:
         self.algorithm.experience(obs, action, reward, next_obs, terminated, truncated, skip)
         for i in np.flatnonzero(~np.asarray(skip)).tolist():
-            rows = self.open.setdefault(i, dict(obs=[obs[i]], action=[], reward=[], term=[],
-                                                trunc=[]))  # fmt: skip
-            for key, value in (("obs", next_obs[i]), ("action", action[i]),
-                               ("reward", reward[i]), ("term", terminated[i]),
-                               ("trunc", truncated[i])):  # fmt: skip
-                rows[key].append(value)
+            rows = self.open.get(i)
+            if rows is None:
+                rows = self.open[i] = EpisodeRows(obs[i])
+            rows.add(action[i], reward[i], next_obs[i], terminated[i], truncated[i])
             if terminated[i] or truncated[i]:
-                rows = self.open.pop(i)
-                self.finished.append(Episode(
-                    np.stack(rows["obs"]), np.stack(rows["action"]),
-                    np.asarray(rows["reward"], np.float32), np.asarray(rows["term"], bool),
-                    np.asarray(rows["trunc"], bool)))  # fmt: skip
+                self.finished.append(self.open.pop(i).episode(np.asarray(action).dtype))
 
     def end_episodes(self, indices: np.ndarray) -> None:
         self.algorithm.end_episodes(indices)

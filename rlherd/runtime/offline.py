@@ -36,7 +36,8 @@ def run(ctx: RunContext) -> None:
         set_rng_state(ctx.checkpoint["rng"])
 
     def state() -> dict[str, Any]:
-        return checkpoint_state(learner, ctx.recorder, tables=[_sampling_state(t) for t in tables])
+        return checkpoint_state(learner, ctx.recorder,
+                                tables=[t.state_dict(items=False) for t in tables])
 
     try:
         while not ctx.recorder.done() and not ctx.stop.is_set():
@@ -47,7 +48,3 @@ def run(ctx: RunContext) -> None:
         if hasattr(dataset, "close"):
             dataset.close()
 
-
-def _sampling_state(table: Any) -> dict[str, Any]:
-    """A table's state without its items, which the dataset holds."""
-    return {k: v for k, v in table.state_dict().items() if not k.startswith("data/")}

@@ -4,29 +4,13 @@ policy an evaluator acts with (the best action, or the tanh of the Gaussian's me
 
 from __future__ import annotations
 
-import torch
-
-from rlherd import types as F
 from rlherd.agents.acting import CategoricalPolicy, FeedForwardPolicy
 from rlherd.agents.base import OfflineBuilder
+from rlherd.agents.cql.acting import TanhGaussianSamplingPolicy
 from rlherd.agents.cql.config import DEFAULT_TOTAL_STEPS, PRESETS, CQLConfig
 from rlherd.agents.cql.learning import ContinuousCQLLearner, DiscreteCQLLearner
 from rlherd.agents.cql.networks import DiscreteQ, SACNetworks, make_networks
 from rlherd.core import EnvSpec
-
-
-class TanhGaussianSamplingPolicy(FeedForwardPolicy):
-    """A :class:`~rlherd.core.Policy`: ``tanh(mean + std * N(0, 1))`` from the caller's
-    generator, rescaled to the environment's bounds; ``greedy`` (evaluation): ``tanh(mean)``."""
-
-    @torch.no_grad()
-    def __call__(self, obs, first, state, generator):
-        mean, log_std = self.net.policy(obs.to(self.device))
-        u = mean
-        if not self.greedy:
-            u = mean + log_std.exp() * torch.randn(mean.shape, generator=generator,
-                                                   device=self.device)  # fmt: skip
-        return {F.ACTION: self.net.to_env(torch.tanh(u))}, state
 
 
 class CQLBuilder(OfflineBuilder):
