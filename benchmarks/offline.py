@@ -94,7 +94,7 @@ def main() -> None:
             builder = BUILDERS[agent](config)
             start = time.perf_counter()
             tables = builder.make_replay_tables(spec, False, dataset_size=dataset.total_steps)
-            offline.fill(builder.make_adder(tables, 1), dataset)
+            offline.fill(builder.make_adder(tables, 1), offline.episodes(dataset))
             load_s = time.perf_counter() - start
             discount = getattr(config, "discount", 1.0)
             sources = {"table": builder.make_dataset(tables),

@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
     ev.add_argument("--opponent", help="two-player games: random, mcts:N or perfect (the "
                     "other side of --episodes games; win/draw/loss rates)")  # fmt: skip
+    ev.add_argument("--record-episodes", type=int, metavar="N",
+                    help="record N greedy episodes as demonstrations (a Minari dataset, --out) "
+                    "instead of evaluating; train with --demonstrations ID")  # fmt: skip
+    ev.add_argument("--out", metavar="ID", help="the dataset id --record-episodes writes")
 
     col = sub.add_parser("collect", help="record a policy's episodes as an offline dataset")
     col.add_argument("run_dir", nargs="?", help="the run whose policy acts (none: a random one)")
@@ -164,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(json.dumps(run.summary))
             print(f"run directory: {run.path}", file=sys.stderr)
+        elif args.command == "eval" and (args.record_episodes or args.out):
+            from rlherd.run.collect import collect
+
+            if not (args.record_episodes and args.out):
+                raise ConfigError("--record-episodes N and --out ID go together")
+            print(json.dumps(collect(args.run_dir, args.out, args.record_episodes)))
         elif args.command == "eval":
             from rlherd.run.evaluate import evaluate
 

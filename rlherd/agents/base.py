@@ -140,6 +140,11 @@ class TransitionReplayBuilder(AgentBuilder):
         policy); none here."""
         return {}
 
+    def item_signature(self, spec: EnvSpec) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """What one replay item holds: an n-step transition and its extras here; R2D2's
+        builder stores sequences instead, written by its own adder."""
+        return NStepTransitionAdder.signature(spec, self.extras_signature(spec))
+
     def make_replay_tables(
         self, spec: EnvSpec, insert_blocking: bool = True, dataset_size: int | None = None
     ) -> list[Table]:
@@ -152,7 +157,7 @@ class TransitionReplayBuilder(AgentBuilder):
             size, limiter = self.config.replay_size, self.rate_limiter()
         if not insert_blocking:
             limiter = limiter.without_insert_blocking()
-        signature = NStepTransitionAdder.signature(spec, self.extras_signature(spec))
+        signature = self.item_signature(spec)
         return [Table("replay", signature, size, self.sampler(), Fifo(), 0, limiter)]
 
     def make_dataset(self, tables: list[Table], device: str = "cpu") -> ReplayDataset:

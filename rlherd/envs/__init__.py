@@ -10,7 +10,8 @@ Families, by id:
 - OpenSpiel's two-player board games, ``open_spiel/<game>`` (``tic_tac_toe``, ``connect_four``,
   ...), both players in one environment for self-play (see :mod:`rlherd.envs.openspiel`);
 - rlherd's tiny test environments, ``rlherd/Bandit-v0``, ``rlherd/Corridor-v0``,
-  ``rlherd/Reach-v0`` (continuous actions) and ``rlherd/DeepSea-v0`` (bsuite's exploration test);
+  ``rlherd/Reach-v0`` (continuous actions), ``rlherd/DeepSea-v0`` (bsuite's exploration test)
+  and ``rlherd/MaskedCartPole-v1`` (CartPole without its velocities: a memory test);
 
 ``make_vector`` builds a batch of environments with Gymnasium's next-step autoreset (DESIGN.md):
 ale-py's native ``AtariVectorEnv`` for Atari, Gymnasium's ``SyncVectorEnv`` otherwise.
@@ -127,7 +128,8 @@ def _check_id(env_id: str) -> None:
         if close
         else " Known families: Gymnasium ids (CartPole-v1), ALE/<Game>-v5, MinAtar/<Game>-v1,"
         " dm_control/<domain>-<task>-v0, open_spiel/<game>,"
-        " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0, rlherd/DeepSea-v0."
+        " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0, rlherd/DeepSea-v0,"
+        " rlherd/MaskedCartPole-v1."
     )
     raise ConfigError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
 

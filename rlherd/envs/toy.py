@@ -11,6 +11,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 
 class Bandit(gym.Env):
@@ -81,6 +82,10 @@ class Corridor(gym.Env):
         super().reset(seed=seed)
         self._pos, self._t = 0, 0
         return self._obs(), {}
+
+    def expert_action(self) -> int:
+        """The optimal policy's action (right), for scripted demonstrations."""
+        return 1
 
     def step(self, action):
         self._pos = (
@@ -167,6 +172,11 @@ class DeepSea(gym.Env):
         self._row, self._column = 0, 0
         return self._obs(0), {}
 
+    def expert_action(self) -> int:
+        """The optimal policy's action here (the one that moves right): rlherd's scripted
+        expert, whose episodes are demonstrations (``--demonstrations expert``)."""
+        return int(self.mapping[self._row, self._column])
+
     def step(self, action):
         right = int(action) == self.mapping[self._row, self._column]
         reward = 1.0 if right and self._column == self.size - 1 else 0.0
@@ -178,6 +188,33 @@ class DeepSea(gym.Env):
         self._row += 1
         terminated = self._row == self.size
         return self._obs(self._row - 1 if terminated else self._row), reward, terminated, False, {}
+
+
+class MaskedCartPole(CartPoleEnv):
+    """CartPole with only the cart's position and the pole's angle observed: the velocities
+    are hidden, so a feed-forward agent cannot tell a pole falling left from one rising right,
+    and one that remembers (an LSTM over the last few observations) can. Dynamics, reward (+1
+    per step) and the 500-step limit are CartPole-v1's; the optimal return is 500."""
+
+    OBSERVED = (0, 2)  # cart position, pole angle (of x, x_dot, theta, theta_dot)
+
+    def __init__(self, render_mode: str | None = None):
+        super().__init__(render_mode=render_mode)
+        full = self.observation_space
+        keep = list(self.OBSERVED)
+        self.observation_space = gym.spaces.Box(full.low[keep], full.high[keep], dtype=np.float32)
+
+    @property
+    def optimal_return(self) -> float:
+        return 500.0
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs[list(self.OBSERVED)], info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs[list(self.OBSERVED)], reward, terminated, truncated, info
 
 
 def register() -> None:
@@ -192,6 +229,9 @@ def register() -> None:
     for name, entry in toys:
         if name not in gym.registry:
             gym.register(id=name, entry_point=entry)
+    if "rlherd/MaskedCartPole-v1" not in gym.registry:
+        gym.register(id="rlherd/MaskedCartPole-v1", entry_point=MaskedCartPole,
+                     max_episode_steps=500)  # fmt: skip
 
 
 class Faulty(gym.Env):

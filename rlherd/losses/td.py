@@ -70,3 +70,46 @@ def transformed_double_q_td(
     bootstrap = signed_parabolic(q_t_value.gather(-1, best)[:, 0], eps)
     target = signed_hyperbolic(reward + discount * bootstrap, eps)
     return target.detach() - q_tm1.gather(-1, a_tm1.long()[:, None])[:, 0]
+
+
+def n_step_sequence_returns(
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    ends: torch.Tensor,
+    values: torch.Tensor,
+    n: int,
+) -> torch.Tensor:
+    """n-step returns along ``[T, B]`` sequences of rows (R2D2's targets): for row ``t``,
+    ``r_t + d_t r_{t+1} + ... + (d_t ... d_{t+m-1}) v_{t+m}`` with ``m = n``, or fewer where the
+    episode ends first (``ends[t]``: the step from row ``t`` was its last) or the sequence does.
+
+    ``discounts[t]`` is the discount after row ``t``'s step (0 where it terminated); ``values``
+    are the bootstrap values of each row's observation. A window stops after an ended row and
+    bootstraps from the next row's value (0 after a termination, through the discount; the
+    final observation's value after a truncation). The last row has no step after it in the
+    sequence, so its "return" is its own value. Built as ``n`` rounds of one-step backups:
+    ``G^k_t = r_t + d_t (ends_t ? v_{t+1} : G^{k-1}_{t+1})``, ``G^0 = v``."""
+    returns = values
+    for _ in range(n):
+        following = torch.where(ends[:-1], values[1:], returns[1:])
+        returns = torch.cat([rewards[:-1] + discounts[:-1] * following, values[-1:]])
+    return returns
+
+
+def sequence_priorities(
+    td_abs: torch.Tensor, valid: torch.Tensor, max_weight: float = 0.9
+) -> torch.Tensor:
+    """R2D2's priority of each ``[T, B]`` sequence: ``w max_t |td| + (1 - w) mean_t |td|``
+    over its ``valid`` rows (0 for a sequence with none)."""
+    td_abs = td_abs * valid
+    count = valid.sum(0).clamp(min=1)
+    return max_weight * td_abs.max(0).values + (1 - max_weight) * td_abs.sum(0) / count
+
+
+def large_margin(q: torch.Tensor, action: torch.Tensor, margin: float = 0.8) -> torch.Tensor:
+    """DQfD's supervised loss on a demonstrated action (Hester et al. 2018, equation 2):
+    ``max_a [q(a) + l(a)] - q(a_E)`` with ``l = margin`` except 0 at the demonstrated ``a_E``;
+    zero once ``a_E`` leads every other action by ``margin``. ``q [B, A]``, ``action [B]``."""
+    action = action.long()[:, None]
+    bonus = torch.full_like(q, margin).scatter(-1, action, 0.0)
+    return (q + bonus).max(-1).values - q.gather(-1, action)[:, 0]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,12 +150,13 @@ def check_matches(dataset: Any, spec: EnvSpec, env_id: str, env_kwargs: dict[str
             )
 
 
-def fill(adder: Any, dataset: Any) -> int:
-    """Write every step of ``dataset`` through ``adder`` (a builder's adder for one environment,
-    a :class:`~rlherd.replay.adders.BatchAdder`); the number of steps written."""
+def fill(adder: Any, episodes: Iterable[Episode]) -> int:
+    """Write every step of ``episodes`` (a dataset's: :func:`episodes`) through ``adder`` (a
+    builder's adder for one environment, a :class:`~rlherd.replay.adders.BatchAdder`); the
+    number of steps written."""
     steps = 0
     first, no_skip = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
-    for episode in episodes(dataset):
+    for episode in episodes:
         obs = episode.observations
         adder.add_first(obs[:1], first)
         for t in range(len(episode)):

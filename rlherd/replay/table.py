@@ -200,7 +200,8 @@ class Table:
         return key
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
-        """Set new priorities; keys of items no longer in the table are ignored."""
+        """Set new priorities; keys of items no longer in the table are ignored, and so is -1
+        (an item of a batch that came from elsewhere, such as a demonstration)."""
         keys = np.asarray(keys, dtype=np.int64)
         priorities = np.asarray(priorities, dtype=np.float64)
         if keys.shape != priorities.shape:
@@ -209,7 +210,7 @@ class Table:
             raise ValueError("priorities must be finite and >= 0")
         with self._cond:
             slots = keys % self.max_size
-            live = self.keys[slots] == keys
+            live = (keys >= 0) & (self.keys[slots] == keys)  # a free slot's key is -1 too
             slots, priorities = slots[live], priorities[live]
             # A key may repeat within a batch (sampling with replacement): the last one wins.
             slots, last = np.unique(slots[::-1], return_index=True)

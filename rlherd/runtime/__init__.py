@@ -171,6 +171,23 @@ def _check_finite(value: Any, where: str) -> None:
             _check_finite(v, f"{where}[{i}]")
 
 
+def with_demonstrations(ctx: Any, dataset: Any, tables: list, seed: int) -> tuple[Any, list]:
+    """The learner's dataset and the tables to checkpoint, with the run's demonstrations mixed
+    in (``--demonstrations``; :mod:`rlherd.replay.demonstrations`) in the learner's process:
+    a ``MixedDataset``, and the demonstrations' table after the agent's own. ``ctx`` is a
+    :class:`RunContext` or a distributed node's setup (its builder, spec, env and settings)."""
+    source = getattr(ctx.settings, "demonstrations", "")
+    if not source or ctx.builder.dataflow != "replay":
+        return dataset, tables
+    from rlherd.replay import demonstrations
+
+    episodes = demonstrations.load(source, ctx.spec, ctx.env_id, ctx.env_kwargs, seed)
+    table = demonstrations.make_table(ctx.builder, ctx.spec, episodes)
+    theirs = ctx.builder.make_dataset([table], ctx.settings.device)
+    ratio = ctx.settings.demonstration_ratio
+    return demonstrations.MixedDataset(dataset, theirs, ratio), [*tables, table]
+
+
 def table_states(tables: list, settings: Any) -> list | None:
     """The replay tables' states for a checkpoint, unless ``checkpoint_replay`` is off."""
     if not tables or not settings.checkpoint_replay:

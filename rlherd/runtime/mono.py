@@ -48,6 +48,7 @@ from rlherd.runtime import (
     make_envs,
     set_rng_state,
     table_states,
+    with_demonstrations,
 )
 
 POLL_S = 0.5  # how often a waiting learner wakes to check for stop and dead actors
@@ -78,8 +79,8 @@ class RemoteTable:
     """The actor's side of a learner's table: items wait here until :meth:`flush` sends them
     in one message and waits until the learner's table took them (its rate limiter's say)."""
 
-    def __init__(self, index: int, channel: Channel):
-        self.index, self.channel = index, channel
+    def __init__(self, index: int, channel: Channel, signature: dict):
+        self.index, self.channel, self.signature = index, channel, signature
         self.items: list[tuple[dict, float]] = []
 
     def insert(self, item: dict, priority: float = 1.0, timeout: float | None = None) -> None:
@@ -118,7 +119,7 @@ class ActorSetup:
     settings: Any
     source: SharedVariables
     slots: list[dict] | None  # on-policy: the shared-memory rollout slots
-    num_tables: int  # replay: the learner's tables
+    signatures: list[dict]  # replay: the learner's tables' (adders may read them)
     stop: Any  # a multiprocessing Event
 
 
@@ -133,7 +134,7 @@ def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
         policy = builder.make_policy(builder.make_networks(setup.spec, "cpu"))
         tables: list[RemoteTable] = []
         if slots is None:
-            tables = [RemoteTable(i, channel) for i in range(setup.num_tables)]
+            tables = [RemoteTable(i, channel, s) for i, s in enumerate(setup.signatures)]
             adder = builder.make_adder(tables, k)
         else:
             first = channel.request(("slot", None, 0))
@@ -222,7 +223,8 @@ class ActorPool:
         self.mp = mp.get_context("spawn")  # fork would copy the learner's threads and locks
         self.stopping = threading.Event()
         self.setup = ActorSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
-                                source, slots, len(tables), self.mp.Event())  # fmt: skip
+                                source, slots, [t.signature for t in tables],
+                                self.mp.Event())  # fmt: skip
         self.free: queue.Queue[int] = queue.Queue()
         self.full: queue.Queue[tuple[int, int]] = queue.Queue()
         for i in range(len(slots or [])):
@@ -339,10 +341,11 @@ def run(ctx: RunContext) -> None:
         dataset = builder.make_dataset(tables, settings.device)
     else:
         dataset, slots = rollout_slots(builder, spec, settings, source)
+    dataset, checkpointed = with_demonstrations(ctx, dataset, tables, ctx.seed)
     learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
     if ctx.checkpoint is not None:
         learner.load_state_dict(ctx.checkpoint["learner"])
-        load_tables(tables, ctx.checkpoint["tables"])
+        load_tables(checkpointed, ctx.checkpoint["tables"])
         set_rng_state(ctx.checkpoint["rng"])
         source.publish(networks.state_dict())
     # A resumed run's actors get fresh seeds, so they do not replay the first run's episodes.
@@ -352,7 +355,7 @@ def run(ctx: RunContext) -> None:
         dataset.pool = pool
 
     def state() -> dict[str, Any]:
-        return checkpoint_state(learner, ctx.recorder, tables=table_states(tables, settings))
+        return checkpoint_state(learner, ctx.recorder, tables=table_states(checkpointed, settings))
 
     try:
         while not ctx.recorder.done() and not ctx.stop.is_set():

@@ -25,7 +25,7 @@ def run(ctx: RunContext) -> None:
     data = offline.load_dataset(settings.dataset)
     offline.check_matches(data, spec, ctx.env_id, ctx.env_kwargs)
     tables = builder.make_replay_tables(spec, insert_blocking=False, dataset_size=data.total_steps)
-    offline.fill(builder.make_adder(tables, 1), data)
+    offline.fill(builder.make_adder(tables, 1), offline.episodes(data))
     dataset = builder.make_dataset(tables, settings.device)
     networks = builder.make_networks(spec, settings.device)
     learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)

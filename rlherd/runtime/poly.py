@@ -44,6 +44,7 @@ from rlherd.runtime import (
     load_tables,
     set_rng_state,
     table_states,
+    with_demonstrations,
 )
 from rlherd.runtime.batching import BatchingQueue, Closed, DynamicBatcher
 
@@ -351,8 +352,9 @@ def _learner(ctx: RunContext) -> tuple:
         tables = builder.make_replay_tables(spec, insert_blocking=True)
         dataset = builder.make_dataset(tables, settings.device)
         thread_tables = [ThreadTable(t, ctx.stop) for t in tables]
+        dataset, checkpointed = with_demonstrations(ctx, dataset, tables, ctx.seed)
         learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
-        return learner, dataset, tables, lambda n: builder.make_adder(thread_tables, n), None
+        return learner, dataset, checkpointed, lambda n: builder.make_adder(thread_tables, n), None
     queue, writers = _rollout_queue(builder, spec, settings, networks)
     dataset = QueueDataset(queue)
     learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, [])

@@ -37,7 +37,7 @@ from rlherd.run.counting import StepReport
 from rlherd.run.evaluate import EvalEpisodes
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.run.recorder import mean_metrics
-from rlherd.runtime import make_envs
+from rlherd.runtime import make_envs, with_demonstrations
 
 POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its stop flag again
 STATS_PERIOD_S = 0.2  # actor nodes report steps and episodes at most this often
@@ -230,6 +230,8 @@ class LearnerNode(Node):
             names = ray.get(replay.names.remote())
             tables = [TableClient(replay, i, name) for i, name in enumerate(names)]
             dataset = builder.make_dataset(tables, device)
+            # Demonstrations live here, beside the learner; a resumed run reads them again.
+            dataset, _ = with_demonstrations(setup, dataset, tables, seed=0)
         else:
             queue = TableClient(replay, 0, "rollouts")
             dataset = QueueDataset(queue, per_batch, device, lambda: self.version)

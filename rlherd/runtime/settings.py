@@ -27,7 +27,15 @@ class Common:
 
 
 @dataclass
-class Single(Common):
+class Demonstrations:
+    """Replay agents on the host runtimes may mix demonstrations into their batches."""
+
+    demonstrations: str = ""  # mix in these episodes: a Minari dataset id, or expert[:N]
+    demonstration_ratio: float = 0.0  # share of each batch taken from the demonstrations
+
+
+@dataclass
+class Single(Demonstrations, Common):
     num_envs: int | None = None  # environments stepped together (on-policy: the agent's batch_size)
     env_workers: int = 0  # processes stepping them (BatchEnv); 0: in this process
     native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
@@ -36,7 +44,7 @@ class Single(Common):
 
 
 @dataclass
-class Mono(Common):
+class Mono(Demonstrations, Common):
     num_actors: int = 4  # actors: processes on mono, threads on poly (one server stream each)
     envs_per_actor: int = 8  # environments each actor steps
     num_buffers: int = 0  # on-policy: rollout slots (mono) / queued rollouts (poly); 0: auto
@@ -45,7 +53,7 @@ class Mono(Common):
 
 
 @dataclass
-class Poly(Common):
+class Poly(Demonstrations, Common):
     num_actors: int = 4  # actor threads in the learner process, one server stream each
     envs_per_actor: int = 8  # environments per stream
     num_servers: int = 2  # local environment servers to start (Unix sockets)
@@ -65,7 +73,7 @@ class Device(Common):
 
 
 @dataclass
-class Distributed(Common):
+class Distributed(Demonstrations, Common):
     num_actors: int = 4  # actor nodes (Ray actors), each stepping envs_per_actor environments
     envs_per_actor: int = 8  # environments each actor node steps
     num_buffers: int = 0  # on-policy: rollouts the queue table holds (bounds lag); 0: 2 batches
@@ -85,7 +93,8 @@ SETTINGS: dict[str, type] = {"single": Single, "mono": Mono, "poly": Poly, "devi
                              "distributed": Distributed, "offline": Offline}  # fmt: skip
 
 # Settings that only one dataflow's agents use (the other's would ignore them).
-DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay", "insert_chunk": "replay"}
+DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay", "insert_chunk": "replay",
+                 "demonstrations": "replay", "demonstration_ratio": "replay"}  # fmt: skip
 
 
 def names(cls: type) -> set[str]:
@@ -105,7 +114,7 @@ def field_help() -> dict[str, str]:
     import inspect
 
     helps: dict[str, str] = {}
-    for cls in (Common, *SETTINGS.values()):
+    for cls in (Common, Demonstrations, *SETTINGS.values()):
         for line in inspect.getsource(cls).splitlines():
             name, sep, rest = line.strip().partition(":")
             if sep and "#" in rest and name.isidentifier():
@@ -155,6 +164,18 @@ def _check(settings: Any) -> None:
             "the offline runtime learns from a dataset: pass --dataset ID (a Minari dataset; "
             "rlherd collect RUN --episodes N --out ID records one)"
         )
+    if isinstance(settings, Demonstrations):
+        ratio = settings.demonstration_ratio
+        if settings.demonstrations and not 0.0 < ratio < 1.0:
+            raise ConfigError(
+                f"demonstration_ratio must be in (0, 1) to mix in demonstrations, got {ratio}; "
+                "e.g. --demonstration-ratio 0.25"
+            )
+        if ratio and not settings.demonstrations:
+            raise ConfigError(
+                "demonstration_ratio needs demonstrations to mix in: --demonstrations ID (a "
+                "Minari dataset) or --demonstrations expert (the environment's scripted expert)"
+            )
     if getattr(settings, "num_buffers", 0) < 0 or getattr(settings, "env_workers", 0) < 0:
         raise ConfigError("num_buffers and env_workers must be >= 0")
     for name in ("num_actors", "envs_per_actor", "num_servers", "torch_threads", "num_envs",

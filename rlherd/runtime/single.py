@@ -30,6 +30,7 @@ from rlherd.runtime import (
     load_tables,
     set_rng_state,
     table_states,
+    with_demonstrations,
 )
 
 
@@ -42,6 +43,7 @@ def run(ctx: RunContext) -> None:
         num_envs = settings.num_envs or 1
         tables = builder.make_replay_tables(spec, insert_blocking=False)
         dataset = builder.make_dataset(tables, device)
+        dataset, checkpointed = with_demonstrations(ctx, dataset, tables, ctx.seed)
         adder = builder.make_adder(tables, num_envs)
         ready = dataset.ready
     else:
@@ -50,7 +52,7 @@ def run(ctx: RunContext) -> None:
             raise ConfigError(
                 f"batch_size ({builder.batch_size}) must be a multiple of num_envs ({num_envs})"
             )
-        tables = []
+        tables = checkpointed = []
         buffer = allocate_rollout(rollout_layout(spec, builder.rollout_fields(spec)),
                                   builder.unroll_length, num_envs, policy.initial_state(num_envs))
         dataset = adder = RolloutQueue(buffer, builder.batch_size // num_envs)  # fmt: skip
@@ -69,7 +71,7 @@ def run(ctx: RunContext) -> None:
         learner.load_state_dict(ctx.checkpoint["learner"])
         actor.load_state_dict(ctx.checkpoint["actor"])
         actor.update(wait=True)
-        load_tables(tables, ctx.checkpoint["tables"])
+        load_tables(checkpointed, ctx.checkpoint["tables"])
         loop.load_state_dict(ctx.checkpoint["loop"])
         set_rng_state(ctx.checkpoint["rng"])
         if settings.record_dataset:
@@ -78,7 +80,7 @@ def run(ctx: RunContext) -> None:
     def state() -> dict[str, Any]:
         recording = algorithm.state_dict() if settings.record_dataset else None
         return checkpoint_state(learner, ctx.recorder, actor=actor.state_dict(),
-                                loop=loop.state_dict(), tables=table_states(tables, settings),
+                                loop=loop.state_dict(), tables=table_states(checkpointed, settings),
                                 recording=recording)  # fmt: skip
 
     try:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from rlherd.agents.base import TransitionReplayBuilder
 from rlherd.agents.dqn.acting import DQNActor, DQNPolicy, linear_epsilon
-from rlherd.agents.dqn.config import DEFAULT_TOTAL_STEPS, PRESETS, RUNTIME_DEFAULTS, DQNConfig
+from rlherd.agents.dqn.config import (
+    DEFAULT_TOTAL_STEPS,
+    DQFD_DEFAULT_TOTAL_STEPS,
+    DQFD_PRESETS,
+    DQFD_RUNTIME_DEFAULTS,
+    PRESETS,
+    RUNTIME_DEFAULTS,
+    DQNConfig,
+)
 from rlherd.agents.dqn.learning import DQNLearner
 from rlherd.agents.dqn.networks import QNetwork
 from rlherd.core import EnvSpec, VariableClient, VariableSource
@@ -60,4 +68,20 @@ class DQNBuilder(TransitionReplayBuilder):
         return DQNLearner(networks, self.config, total_steps, dataset, table)
 
 
-__all__ = ["DQNBuilder"]
+class DQfDBuilder(DQNBuilder):
+    """DQfD: DQN whose batches mix in demonstrations (by default the environment's scripted
+    expert, half of each batch; ``--demonstrations ID`` names recorded ones), with DQfD's
+    large-margin loss on them when ``margin_loss_weight`` is set. It learns from its own
+    experience too, so it runs where actors do."""
+
+    name = "dqfd"
+    presets = DQFD_PRESETS
+    default_total_steps = DQFD_DEFAULT_TOTAL_STEPS
+    runtime_defaults = DQFD_RUNTIME_DEFAULTS
+    runtimes = ("single", "mono", "poly", "distributed")
+    why_not = (
+        "it mixes demonstrations into replay of its own acting; offline, train dqn --dataset ID"
+    )
+
+
+__all__ = ["DQNBuilder", "DQfDBuilder"]

@@ -26,6 +26,11 @@ class DQNConfig:
     grad_norm_clip: float = 10.0
     huber_delta: float = 1.0
     double_q: bool = True
+    # DQfD's large-margin loss on demonstrated transitions (Hester et al. 2018: weight 1, margin
+    # 0.8), added to the TD loss of batches with demonstrations (--demonstrations); 0: off, as
+    # in Acme's DQfD.
+    margin_loss_weight: float = 0.0
+    margin: float = 0.8
     target_update_period: int = 2000  # learner steps
     # torch.compile the optimiser step into one generated loop per parameter: RMSprop's update
     # becomes about 6x faster on a CPU (Adam's is a fused kernel already); a few seconds of
@@ -68,6 +73,11 @@ class DQNConfig:
             )
         if self.optimizer not in ("adam", "rmsprop"):
             raise ValueError(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
+        if self.margin_loss_weight < 0 or self.margin < 0:
+            raise ValueError(
+                f"margin_loss_weight and margin must be >= 0, got {self.margin_loss_weight} and "
+                f"{self.margin}"
+            )
         if self.priority_exponent < 0:
             raise ValueError(f"priority_exponent must be >= 0, got {self.priority_exponent}")
 
@@ -167,3 +177,31 @@ RUNTIME_DEFAULTS: dict[str, dict] = {
     "minatar": dict(num_envs=1, envs_per_actor=1),  # the MinAtar paper steps one environment
     "toy": dict(num_envs=2, num_actors=2, envs_per_actor=1),
 }
+
+# DQfD (Hester et al. 2018) as Acme has it: DQN with demonstrations mixed into every batch at a
+# fixed ratio (the runtime's --demonstrations / --demonstration-ratio, which the dqfd agent
+# sets by default: the environment's scripted expert, half of each batch). Acme's bsuite DQfD
+# (acme/agents/tf/dqfd/agent.py, examples/offline/run_dqfd.py): uniform replay, 5-step double
+# Q-learning, batch 256, lr 1e-3, samples_per_insert 8, target copies every 100 learner steps,
+# learning from 1,000 transitions, a constant epsilon of 0.05; no large-margin loss.
+DQFD_PRESETS: dict[str, dict] = {
+    **PRESETS,
+    "toy": dict(
+        n_step=5,
+        batch_size=256,
+        learning_rate=1e-3,
+        adam_eps=1e-8,
+        prioritized=False,
+        target_update_period=100,
+        replay_size=100_000,
+        min_replay_size=1_000,
+        samples_per_insert=8.0,
+        epsilon_start=0.05,
+        epsilon_end=0.05,
+        hidden_sizes=(64, 64),
+    ),
+}
+DQFD_DEFAULT_TOTAL_STEPS = {**DEFAULT_TOTAL_STEPS, "toy": 100_000}
+DEMONSTRATIONS = dict(demonstrations="expert", demonstration_ratio=0.5)  # Acme's bsuite DQfD
+DQFD_RUNTIME_DEFAULTS = {name: {**RUNTIME_DEFAULTS.get(name, {}), **DEMONSTRATIONS}
+                         for name in DQFD_PRESETS}  # fmt: skip

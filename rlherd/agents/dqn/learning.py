@@ -12,7 +12,7 @@ import torch
 
 from rlherd.agents.dqn.config import DQNConfig
 from rlherd.agents.learning import NetworkLearner, adam, compile_step, copy_parameters, rmsprop
-from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
+from rlherd.losses.td import double_q_learning_td, huber, large_margin, q_learning_td
 from rlherd.replay import ReplaySample, Table
 from rlherd.run.config import TrainingDiverged
 
@@ -27,7 +27,9 @@ def dqn_loss(
     """The (importance-weighted) Huber loss of a batch of n-step transitions, and its TD errors.
 
     With double Q the online network values ``obs`` and selects at ``next_obs`` in one forward
-    pass over both (half the calls of two passes; the selector's half carries no gradient)."""
+    pass over both (half the calls of two passes; the selector's half carries no gradient).
+    With ``margin_loss_weight`` and demonstrations in the batch (``data["demonstration"]``),
+    DQfD's large-margin loss, averaged over the demonstrated transitions, is added."""
     if config.double_q:
         batch = len(data["obs"])
         q_both = net(torch.cat([data["obs"], data["next_obs"]]))
@@ -40,6 +42,10 @@ def dqn_loss(
     td = double_q_learning_td(*args, q_t_selector) if config.double_q else q_learning_td(*args)
     loss = huber(td, config.huber_delta)
     loss = loss.mean() if weights is None else (weights * loss).mean()
+    if config.margin_loss_weight and "demonstration" in data:
+        demo = data["demonstration"].float()
+        margin = (large_margin(q_tm1, data["action"], config.margin) * demo).sum()
+        loss = loss + config.margin_loss_weight * margin / demo.sum().clamp(min=1)
     return loss, td.detach()
 
 

@@ -1,0 +1,133 @@
+"""Demonstrations mixed into a replay agent's batches at a fixed ratio (DQfD, R2D3).
+
+A run with ``--demonstrations SOURCE --demonstration-ratio r`` keeps a second table beside its
+replay, made by the agent's own builder and filled through its own adder (so demonstrations are
+the same items the agent samples from replay: n-step transitions for DQN, burn-in sequences for
+R2D2), and every batch takes ``round(r * batch_size)`` items from it and the rest from replay,
+as Acme's DQfD and R2D3 mix their datasets. ``SOURCE`` is:
+
+- a Minari dataset id (``rlherd eval RUN --record-episodes N --out ID`` or ``rlherd collect``
+  records one from a trained policy; ``minari download`` fetches published ones);
+- ``expert`` or ``expert:N``: N episodes (default 10) of the environment's scripted expert, for
+  environments that have one (``rlherd/DeepSea-v0``'s optimal policy; ``rlherd/Corridor-v0``).
+
+Demonstration items never get new priorities (their keys are -1 in the batch) and weigh 1 in
+the importance-weighted loss; ``data["demonstration"]`` marks them for losses that treat them
+apart (DQfD's large-margin loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlherd.core import EnvSpec
+from rlherd.replay import offline
+from rlherd.replay.dataset import ReplayDataset, ReplaySample
+from rlherd.replay.table import SampleBatch, Table
+from rlherd.run.config import ConfigError
+
+EXPERT = "expert"
+EXPERT_EPISODES = 10
+
+
+def demonstration_count(batch_size: int, ratio: float) -> int:
+    """Demonstrations per batch: ``round(ratio * batch_size)``, at least one and at most all
+    but one (a ratio of 0 or 1 is refused earlier)."""
+    return min(max(1, round(ratio * batch_size)), batch_size - 1)
+
+
+def expert_episodes(env_id: str, env_kwargs: dict[str, Any], episodes: int,
+                    seed: int) -> list[offline.Episode]:  # fmt: skip
+    """``episodes`` episodes of ``env_id``'s scripted expert: the ``expert_action()`` of its
+    unwrapped environment."""
+    from rlherd import envs as rl_envs
+    from rlherd.run.collect import record_episodes
+
+    env = rl_envs.make(env_id, **env_kwargs)
+    expert = getattr(env.unwrapped, "expert_action", None)
+    if expert is None:
+        env.close()
+        raise ConfigError(
+            f"{env_id} has no scripted expert (--demonstrations expert); record demonstrations "
+            "from a trained run with `rlherd eval RUN --record-episodes N --out ID` and pass "
+            "--demonstrations ID"
+        )
+    recorded = record_episodes(env, lambda obs, first: expert(), episodes, seed=seed)
+    env.close()
+    return recorded
+
+
+def load(source: str, spec: EnvSpec, env_id: str, env_kwargs: dict[str, Any],
+         seed: int) -> list[offline.Episode]:  # fmt: skip
+    """The episodes ``source`` names (see the module docstring)."""
+    name, _, count = source.partition(":")
+    if name == EXPERT:
+        try:
+            episodes = int(count) if count else EXPERT_EPISODES
+        except ValueError:
+            raise ConfigError(f"--demonstrations {source!r}: write expert:N, N a number") from None
+        if episodes < 1:
+            raise ConfigError(f"--demonstrations {source!r}: N must be >= 1")
+        return expert_episodes(env_id, env_kwargs, episodes, seed)
+    dataset = offline.load_dataset(source)
+    offline.check_matches(dataset, spec, env_id, env_kwargs)
+    return list(offline.episodes(dataset))
+
+
+def make_table(builder: Any, spec: EnvSpec, episodes: list[offline.Episode]) -> Table:
+    """The agent's own table, sized for ``episodes``, filled through its own adder."""
+    steps = sum(len(e) for e in episodes)
+    (table,) = builder.make_replay_tables(spec, insert_blocking=False, dataset_size=steps)[:1]
+    table.name = "demonstrations"
+    offline.fill(builder.make_adder([table], 1), episodes)
+    return table
+
+
+class MixedDataset:
+    """Batches of ``replay``'s items and ``demonstrations``' at a fixed ratio (two of a
+    builder's datasets, whose batch sizes this sets: ``batch_size - k`` and ``k``). The learner
+    sees one dataset: ``importance_beta`` goes to the replay part, ``ready()`` and ``close()``
+    to both."""
+
+    def __init__(self, replay: ReplayDataset, demonstrations: ReplayDataset, ratio: float):
+        k = demonstration_count(replay.batch_size, ratio)
+        replay.batch_size, demonstrations.batch_size = replay.batch_size - k, k
+        self.replay, self.demonstrations = replay, demonstrations
+
+    @property
+    def importance_beta(self) -> float | Callable[[], float] | None:
+        return self.replay.importance_beta
+
+    @importance_beta.setter
+    def importance_beta(self, beta: float | Callable[[], float] | None) -> None:
+        self.replay.importance_beta = beta
+
+    def ready(self) -> bool:
+        return self.replay.ready() and self.demonstrations.ready()
+
+    def __iter__(self) -> MixedDataset:
+        return self
+
+    def __next__(self) -> ReplaySample:
+        ours, theirs = next(self.replay), next(self.demonstrations)
+        data = {k: torch.cat([v, theirs.data[k]]) for k, v in ours.data.items()}
+        n, k = len(ours.info.keys), len(theirs.info.keys)
+        flags = torch.cat([torch.zeros(n, dtype=torch.bool), torch.ones(k, dtype=torch.bool)])
+        data["demonstration"] = flags.to(next(iter(ours.data.values())).device)
+        a, b = ours.info, theirs.info
+        info = SampleBatch({}, np.concatenate([a.keys, np.full(k, -1, dtype=np.int64)]),
+                           *(np.concatenate([getattr(a, f), getattr(b, f)])
+                             for f in ("probabilities", "table_size", "priorities",
+                                       "times_sampled")))  # fmt: skip
+        weights = ours.weights
+        if weights is not None:
+            weights = torch.cat([weights, torch.ones(k, device=weights.device)])
+        return ReplaySample(data, info, weights)
+
+    def close(self) -> None:
+        self.replay.close()
+        self.demonstrations.close()
