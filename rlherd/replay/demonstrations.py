@@ -79,7 +79,15 @@ def load(source: str, spec: EnvSpec, env_id: str, env_kwargs: dict[str, Any],
 
 
 def make_table(builder: Any, spec: EnvSpec, episodes: list[offline.Episode]) -> Table:
-    """The agent's own table, sized for ``episodes``, filled through its own adder."""
+    """The agent's own table, sized for ``episodes``, filled through its own adder. An agent
+    that stores more with each step than an episode records (MCTS's search policy) is
+    refused."""
+    extras = builder.extras_signature(spec) if hasattr(builder, "extras_signature") else {}
+    if extras:
+        raise ConfigError(
+            f"{builder.name} stores {', '.join(extras)} with every step, which demonstrations do "
+            "not record; it cannot mix them in (drop --demonstrations)"
+        )
     steps = sum(len(e) for e in episodes)
     (table,) = builder.make_replay_tables(spec, insert_blocking=False, dataset_size=steps)[:1]
     table.name = "demonstrations"
