@@ -21,7 +21,10 @@ import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch
+
+from rlherd.run.config import TrainingDiverged
 
 
 class NetworkLearner:
@@ -33,6 +36,7 @@ class NetworkLearner:
 
     net: torch.nn.Module
     dataset: Iterator[Any]
+    table: Any  # a replay table, where priorities are written (``write_priorities``)
     num_steps: int
     checkpointed: tuple[str, ...] = ()
 
@@ -50,6 +54,17 @@ class NetworkLearner:
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
         return [self.net.state_dict() for _ in names]
+
+    def write_priorities(self, keys: np.ndarray, priorities: torch.Tensor) -> None:
+        """Give the sampled items (``keys``) new priorities in ``self.table``; non-finite ones
+        mean the learner diverged, which stops the run before the table takes them."""
+        values = priorities.detach().cpu().numpy().astype(np.float64)
+        if not np.isfinite(values).all():
+            raise TrainingDiverged(
+                f"learner step {self.num_steps}: TD errors are not finite; "
+                f"{TrainingDiverged.HINT}"
+            )
+        self.table.update_priorities(keys, values)
 
     def variables_version(self) -> int:
         return self.num_steps

@@ -7,14 +7,12 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlherd.agents.dqn.config import DQNConfig
 from rlherd.agents.learning import NetworkLearner, adam, compile_step, copy_parameters, rmsprop
 from rlherd.losses.td import double_q_learning_td, huber, large_margin, q_learning_td
 from rlherd.replay import ReplaySample, Table
-from rlherd.run.config import TrainingDiverged
 
 
 def dqn_loss(
@@ -104,13 +102,7 @@ class DQNLearner(NetworkLearner):
         if self.num_steps % self.config.target_update_period == 0:
             copy_parameters(self.target_net, self.net)
         if self.config.prioritized and self.table is not None:
-            priorities = np.abs(td.cpu().numpy()).astype(np.float64) + self.config.priority_eps
-            if not np.isfinite(priorities).all():  # before the table takes them
-                raise TrainingDiverged(
-                    f"learner step {self.num_steps}: TD errors are not finite; "
-                    f"{TrainingDiverged.HINT}"
-                )
-            self.table.update_priorities(sample.info.keys, priorities)
+            self.write_priorities(sample.info.keys, td.abs().double() + self.config.priority_eps)
         return dict(
             loss=loss.detach(),
             td_abs_mean=td.abs().mean(),

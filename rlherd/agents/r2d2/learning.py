@@ -8,7 +8,6 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 
 from rlherd.agents.learning import NetworkLearner, adam, clip_grad_norm, copy_parameters
@@ -21,7 +20,6 @@ from rlherd.losses.td import (
     signed_parabolic,
 )
 from rlherd.replay import ReplaySample, Table
-from rlherd.run.config import TrainingDiverged
 
 
 def r2d2_loss(
@@ -110,12 +108,6 @@ class R2D2Learner(NetworkLearner):
         if self.num_steps % self.config.target_update_period == 0:
             copy_parameters(self.target_net, self.net)
         if self.table is not None:
-            priorities = priorities.cpu().numpy().astype(np.float64)
-            if not np.isfinite(priorities).all():  # before the table takes them
-                raise TrainingDiverged(
-                    f"learner step {self.num_steps}: TD errors are not finite; "
-                    f"{TrainingDiverged.HINT}"
-                )
-            self.table.update_priorities(sample.info.keys, priorities)
+            self.write_priorities(sample.info.keys, priorities)
         return dict(loss=loss.detach(), td_abs_max=td.abs().max(), grad_norm=grad_norm,
                     priority_mean=priorities.mean())  # fmt: skip
