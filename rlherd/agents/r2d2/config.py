@@ -74,10 +74,6 @@ class R2D2Config:
         """Rows per sequence: the burn-in, the trace, and one more to bootstrap the last."""
         return self.burn_in + self.trace_length + 1
 
-    @property
-    def replay_ratio(self) -> float:
-        return self.samples_per_insert
-
 
 PRESETS: dict[str, dict] = {
     # Acme's Atari baseline (examples/baselines/rl_discrete/run_r2d2.py) on Acme's R2D2Config;
