@@ -155,6 +155,37 @@ def test_dqn_loss_matches_a_naive_two_pass_reference(double_q):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
 
 
+def test_dqfd_adds_the_large_margin_loss_on_demonstrations_only():
+    """With ``margin_loss_weight``, the loss grows by the weight times the margin loss averaged
+    over the batch's demonstrated rows (a per-row reference); rows from replay add nothing, and
+    a batch without demonstrations keeps DQN's loss."""
+    import copy
+
+    from rlherd import envs
+    from rlherd.agents.dqn.config import DQNConfig
+    from rlherd.agents.dqn.learning import dqn_loss
+    from rlherd.agents.dqn.networks import QNetwork
+
+    torch.manual_seed(0)
+    spec = envs.spec_for("CartPole-v1")
+    plain, dqfd = DQNConfig(), DQNConfig(margin_loss_weight=2.0, margin=0.8)
+    net = QNetwork(spec, plain)
+    target = copy.deepcopy(net)
+    data = _batch(spec)
+    demo = torch.zeros(16, dtype=torch.bool)
+    demo[[1, 4, 9]] = True
+    base, _ = dqn_loss(net, target, data, None, plain)
+    mixed, _ = dqn_loss(net, target, {**data, "demonstration": demo}, None, dqfd)
+    margins = []
+    with torch.no_grad():
+        for i in demo.nonzero()[:, 0].tolist():
+            q, a = net(data["obs"][i : i + 1])[0], int(data["action"][i])
+            best = max(float(q[b]) + (0.0 if b == a else 0.8) for b in range(len(q)))
+            margins.append(best - float(q[a]))
+    assert mixed.item() == pytest.approx(base.item() + 2.0 * sum(margins) / 3, rel=1e-5)
+    assert dqn_loss(net, target, data, None, dqfd)[0].item() == pytest.approx(base.item())
+
+
 def test_compiled_learner_step_gives_the_eager_numbers():
     """``compile_optimizer=True`` (a torch.compile-d RMSprop step) updates the network as the eager
     learner does, step for step."""

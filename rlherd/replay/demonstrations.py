@@ -89,7 +89,7 @@ def make_table(builder: Any, spec: EnvSpec, episodes: list[offline.Episode]) -> 
             "not record; it cannot mix them in (drop --demonstrations)"
         )
     steps = sum(len(e) for e in episodes)
-    (table,) = builder.make_replay_tables(spec, insert_blocking=False, dataset_size=steps)[:1]
+    table = builder.make_replay_tables(spec, insert_blocking=False, dataset_size=steps)[0]
     table.name = "demonstrations"
     offline.fill(builder.make_adder([table], 1), episodes)
     return table
@@ -125,7 +125,7 @@ class MixedDataset:
         data = {k: torch.cat([v, theirs.data[k]]) for k, v in ours.data.items()}
         n, k = len(ours.info.keys), len(theirs.info.keys)
         flags = torch.cat([torch.zeros(n, dtype=torch.bool), torch.ones(k, dtype=torch.bool)])
-        data["demonstration"] = flags.to(next(iter(ours.data.values())).device)
+        data["demonstration"] = flags.to(self.replay.device)
         a, b = ours.info, theirs.info
         info = SampleBatch({}, np.concatenate([a.keys, np.full(k, -1, dtype=np.int64)]),
                            *(np.concatenate([getattr(a, f), getattr(b, f)])

@@ -8,7 +8,13 @@ import numpy as np
 
 from rlherd.agents.base import TransitionReplayBuilder
 from rlherd.agents.r2d2.acting import STATE_KEYS, R2D2Actor, R2D2Policy, epsilon_set
-from rlherd.agents.r2d2.config import DEFAULT_TOTAL_STEPS, PRESETS, RUNTIME_DEFAULTS, R2D2Config
+from rlherd.agents.r2d2.config import (
+    DEFAULT_TOTAL_STEPS,
+    PRESETS,
+    R2D3_RUNTIME_DEFAULTS,
+    RUNTIME_DEFAULTS,
+    R2D2Config,
+)
 from rlherd.agents.r2d2.learning import R2D2Learner
 from rlherd.agents.r2d2.networks import R2D2Network
 from rlherd.core import EnvSpec, VariableClient, VariableSource
@@ -77,9 +83,7 @@ class R2D3Builder(R2D2Builder):
     each batch; ``--demonstrations ID`` names recorded episodes."""
 
     name = "r2d3"
-    runtime_defaults = {name: {**settings, "demonstrations": "expert",
-                               "demonstration_ratio": 0.25}
-                        for name, settings in RUNTIME_DEFAULTS.items()}  # fmt: skip
+    runtime_defaults = R2D3_RUNTIME_DEFAULTS
     runtimes = ("single", "mono", "poly", "distributed")
     why_not = (
         "it mixes demonstrations into replay of its own acting; offline, train r2d2 --dataset ID"

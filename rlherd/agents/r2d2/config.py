@@ -119,3 +119,10 @@ RUNTIME_DEFAULTS: dict[str, dict] = {
     "classic": dict(num_envs=4, num_actors=2, envs_per_actor=2),
     "toy": dict(num_envs=4, num_actors=2, envs_per_actor=2),
 }
+
+# R2D3 (Paine et al. 2019): R2D2 with demonstrations mixed into every batch (the runtime's
+# --demonstrations / --demonstration-ratio), by default the environment's scripted expert, a
+# quarter of each batch (the paper's 1/256 is for its hard-exploration tasks' long episodes).
+DEMONSTRATIONS = dict(demonstrations="expert", demonstration_ratio=0.25)
+R2D3_RUNTIME_DEFAULTS = {name: {**settings, **DEMONSTRATIONS}
+                         for name, settings in RUNTIME_DEFAULTS.items()}  # fmt: skip
