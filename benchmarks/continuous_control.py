@@ -7,7 +7,8 @@ and Hopper: Acme's baselines for D4PG and MPO; RL Zoo's tuned ``halfcheetah`` an
 defaults for PPO), then ``--eval-episodes`` mean-action episodes. Prints one JSON line per run
 (final training return over the last 20 episodes, mean-action return, steps/s, wall time, the
 published figure), then a Markdown table. Runs stay in ``--out``; a finished run there is
-evaluated again, not retrained.
+evaluated again, not retrained, and a stopped one (Ctrl-C, SIGTERM) continues from its last
+checkpoint, so a run of hours can go in pieces.
 
 Published figures at 1M steps (RL Zoo's benchmark.md, deterministic evaluation, one seed, the
 -v3 tasks): TD3 9,656 on HalfCheetah and 3,606 on Hopper; SAC 9,535 and 2,326. On Pendulum-v1
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -41,8 +43,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-import rlherd
 from rlherd.run.evaluate import evaluate
+from rlherd.run.train import train_to
 
 # env -> (TD3, SAC) as RL Zoo publishes them (1M steps; Pendulum at 20k).
 PUBLISHED = {
@@ -56,12 +58,11 @@ MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_coun
 
 
 def score(agent: str, env: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:
-    """Train one run (or reuse it, if ``out`` already holds a finished one) and evaluate it."""
+    """Train one run (or continue or reuse the one ``out`` holds) and evaluate it."""
     run_dir = out / f"{agent}-{env}-seed{seed}"
     summary_path = run_dir / "summary.json"
-    if not summary_path.exists() or json.loads(summary_path.read_text())["actor_steps"] < steps:
-        rlherd.train(agent, env, total_steps=steps, seed=seed, run_dir=run_dir, overwrite=True,
-                     progress=False)  # fmt: skip
+    if train_to(agent, env, run_dir, steps, seed, progress=False).stopped:
+        sys.exit(f"stopped; the same command continues {run_dir}")
     greedy = evaluate(run_dir, episodes=eval_episodes)
     summary = json.loads(summary_path.read_text())
     td3, sac = PUBLISHED.get(env, (None, None))

@@ -1,5 +1,5 @@
-"""DQN on MinAtar Breakout with the MinAtar paper's settings (the ``minatar`` preset), for a
-budget that fits a few minutes on 2 cores. Not a test: prints the return and steps/s.
+"""DQN on MinAtar Breakout with the MinAtar paper's settings (the ``minatar_paper`` preset), for
+a budget that fits a few minutes on 2 cores. Not a test: prints the return and steps/s.
 
 The MinAtar paper (Young & Tian 2019) trains for 5M frames; a budget of a few hundred thousand
 steps is an early point on its learning curve.
@@ -28,7 +28,7 @@ def main() -> None:
     env = f"MinAtar/{args.game}-v1"
     with tempfile.TemporaryDirectory() as tmp:
         run = rlherd.train("dqn", env, total_steps=args.steps, seed=args.seed, run_dir=tmp,
-                           progress=False)  # fmt: skip
+                           preset="minatar_paper", progress=False)  # fmt: skip
         greedy = evaluate(tmp, episodes=20)
     print(json.dumps(dict(
         bench="dqn_minatar", env=env, steps=run.summary["actor_steps"],

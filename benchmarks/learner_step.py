@@ -11,12 +11,14 @@ update, write priorities back, report the metrics. Three paths, in one run so th
 
 Networks: CartPole's (the ``classic`` preset: 128x128 dueling MLP, double Q, prioritised
 replay, Adam), RL Zoo's CartPole DQN (the ``rlzoo`` preset: 256x256 MLP, uniform replay) and
-MinAtar's (the ``minatar`` preset: one 16-channel conv + 128 fc, RMSprop, uniform replay).
+MinAtar's (the ``minatar_paper`` preset: one 16-channel conv + 128 fc, RMSprop, uniform
+replay).
 The table holds random transitions; what is measured does not depend on their values.
 
 The paths take turns (``--slices`` per path), since this kind of machine's speed drifts within
 minutes. Prints one JSON line per (network, path). Usage:
-  python benchmarks/learner_step.py [--seconds 20] [--slices 20] [--setups classic rlzoo minatar]
+  python benchmarks/learner_step.py [--seconds 20] [--slices 20]
+      [--setups classic rlzoo minatar_paper]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
 from rlherd.run.train import resolve_config
 
-SETUPS = {"classic": "CartPole-v1", "rlzoo": "CartPole-v1", "minatar": "MinAtar/Breakout-v1"}
+SETUPS = {"classic": "CartPole-v1", "rlzoo": "CartPole-v1", "minatar_paper": "MinAtar/Breakout-v1"}
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
                torch=torch.__version__)  # fmt: skip
 

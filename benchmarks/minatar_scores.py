@@ -1,12 +1,14 @@
 """MinAtar scores: IMPALA, PPO and DQN with their shipped ``minatar`` presets, next to the
-published figures.
+published figures. (DQN's is Dopamine's MinAtar DQN, one update per 4 frames; the MinAtar
+paper's DQN, whose figures stand beside it, is ``minatar_paper``, one update per frame.)
 
 For each game, agent and seed: one ``rlherd train`` run of ``--steps`` agent steps (frames; MinAtar
 has no frame skip) on the single runtime, then ``--eval-episodes`` greedy episodes. Prints one JSON
 line per run (final training return over the last 100 episodes, greedy return, wall time,
 steps/s, the published figure), then a Markdown table of the means over seeds. The run
 directories stay in ``--out`` so that ``--plot`` (or ``rlherd plot``) can draw their curves; a
-finished run already there is evaluated again, not retrained (delete it to retrain).
+finished run already there is evaluated again, not retrained (delete it to retrain), and a stopped
+one continues from its last checkpoint.
 
 Published figures, read off their learning curves (training returns at 5M frames unless said
 otherwise): the MinAtar paper (Young & Tian 2019, its learning curves over 30 seeds) has DQN at
@@ -25,14 +27,15 @@ import argparse
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-import rlherd
 from rlherd.run.evaluate import evaluate
 from rlherd.run.plot import load_curves, plot_runs
+from rlherd.run.train import train_to
 
 # (agent, game) -> (published figure, its source): the nearest published algorithm's.
 PUBLISHED = {
@@ -57,12 +60,11 @@ def last_returns_mean(run_dir: Path, episodes: int = 100) -> float | None:
 
 
 def score(agent: str, game: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:
-    """Train one run (or reuse it, if ``out`` already holds a finished one) and evaluate it."""
+    """Train one run (or continue or reuse the one ``out`` holds) and evaluate it."""
     run_dir = out / f"{agent}-{game}-seed{seed}"
     summary_path = run_dir / "summary.json"
-    if not summary_path.exists() or json.loads(summary_path.read_text())["actor_steps"] < steps:
-        rlherd.train(agent, f"MinAtar/{game}-v1", total_steps=steps, seed=seed,
-                     run_dir=run_dir, overwrite=True, progress=False)  # fmt: skip
+    if train_to(agent, f"MinAtar/{game}-v1", run_dir, steps, seed, progress=False).stopped:
+        sys.exit(f"stopped; the same command continues {run_dir}")
     greedy = evaluate(run_dir, episodes=eval_episodes)
     summary = json.loads(summary_path.read_text())
     published, source = PUBLISHED.get((agent, game), (None, ""))

@@ -19,11 +19,11 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train an agent; writes a run directory")
     train.add_argument("agent", nargs="?", choices=sorted(BUILDERS), help="agent to train")
     train.add_argument("--env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
-    train.add_argument("--runtime", choices=RUNTIMES, default="single")
+    train.add_argument("--runtime", choices=RUNTIMES, help="where it runs (default: single)")
     train.add_argument(
         "--total-steps", type=int, help="agent steps to train for (offline: learner steps)"
     )
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, help="random seed (default: 0)")
     train.add_argument("--preset", help="config preset (default: chosen from the env id)")
     train.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="set an agent config field"
@@ -34,10 +34,12 @@ def _parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true", help="replace the run already in --run-dir"
     )
     train.add_argument(
-        "--eval-every", type=int, default=0, metavar="N",
+        "--eval-every", type=int, metavar="N",
         help="evaluate every N agent steps (offline: learner steps; default a tenth of the run)",
     )
-    train.add_argument("--eval-episodes", type=int, default=10, help="episodes per evaluation")
+    train.add_argument(
+        "--eval-episodes", type=int, help="episodes per evaluation (default: 10)"
+    )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument(
         "--env-kwargs", default=None, metavar="JSON", help="environment options (a JSON object)"

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
@@ -69,6 +71,77 @@ def test_resume_keeps_the_summarys_extras(tmp_path):
     assert "eval_return_mean" in first.summary
     resumed = rlherd.train(resume=tmp_path, total_steps=400, progress=False)  # no new evaluation
     assert resumed.summary["eval_return_mean"] == first.summary["eval_return_mean"]
+
+
+def test_resume_refuses_what_it_cannot_honour_and_applies_new_evaluations(
+    capsys, monkeypatch, tmp_path
+):
+    """A flag given with --resume either takes effect or is an error naming it: never ignored
+    (--runtime, --seed, the agent and --env were silently dropped before)."""
+    from rlherd.cli import main
+
+    run = str(tmp_path / "run")
+    rlherd.train("impala", "rlherd/Bandit-v0", run_dir=run, seed=1, **BANDIT)
+    before = (tmp_path / "run" / "config.json").read_text()
+    refused = {
+        ("--runtime", "mono"): "runtime 'single'); drop --runtime 'mono'",
+        ("--seed", "2"): "seed 1); drop --seed 2",
+        ("--set", "learning_rate=0.1"): "drop --set learning_rate",
+        ("--num-envs", "4"): "drop --num-envs",
+        ("--preset", "classic"): "drop --preset",
+        ("--run-dir", str(tmp_path / "other")): "drop --run-dir",
+    }
+    for flag, message in refused.items():
+        assert main(["train", "--resume", run, "--total-steps", "640", "--no-progress", *flag]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["train", "ppo", "--resume", run, "--no-progress"]) == 2
+    assert "drop the agent 'ppo'" in capsys.readouterr().err
+    assert main(["train", "--env", "CartPole-v1", "--resume", run, "--no-progress"]) == 2
+    assert "drop --env 'CartPole-v1'" in capsys.readouterr().err
+    assert (tmp_path / "run" / "config.json").read_text() == before  # nothing was trained
+    # The run's own values are no change; new evaluations apply to the steps still to come.
+    monkeypatch.chdir(tmp_path)  # the same directory, named another way, is no change
+    assert main(["train", "impala", "--env", "rlherd/Bandit-v0", "--seed", "1", "--resume", run,
+                 "--run-dir", "run", "--total-steps", "640", "--eval-every", "160",
+                 "--eval-episodes", "2", "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    evaluations = (tmp_path / "run" / "metrics" / "evaluator.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in evaluations[1:]] == ["480", "640"]
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert (config["eval_every"], config["eval_episodes"]) == (160, 2)
+
+
+def test_train_to_continues_a_stopped_run_leaves_a_finished_one_and_retrains_the_rest(
+    tmp_path,
+):
+    from rlherd.run.train import train_to
+
+    run = tmp_path / "run"
+    rlherd.train("impala", "rlherd/Bandit-v0", run_dir=run, seed=3, **BANDIT)
+    # What a run of 640 steps stopped at 320 leaves behind: its config asks for 640.
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "total_steps": 640}))
+    (run / "marker").write_text("a run trained again from the start (overwritten) loses this")
+    continued = train_to("impala", "rlherd/Bandit-v0", run, 640, seed=3, progress=False)
+    assert continued.summary["actor_steps"] == 640 and (run / "marker").exists()
+    episodes = (run / "metrics" / "train.csv").read_text()
+    for steps in (640, 480):  # finished, or longer than asked: left as it is
+        again = train_to("impala", "rlherd/Bandit-v0", run, steps, seed=3, progress=False)
+        assert again.summary == continued.summary
+    assert (run / "metrics" / "train.csv").read_text() == episodes  # nothing more trained
+    # Another seed, or a finished run shorter than asked (its schedules ended at its own
+    # length), is trained again from the start.
+    other_seed = train_to("impala", "rlherd/Bandit-v0", run, 640, seed=4, progress=False)
+    assert other_seed.config["seed"] == 4 and not (run / "marker").exists()
+    (run / "marker").write_text("")
+    longer = train_to("impala", "rlherd/Bandit-v0", run, 800, seed=4, progress=False)
+    assert longer.summary["actor_steps"] == 800 and not (run / "marker").exists()
+    # So is a directory holding no checkpoint (a run killed before its first one).
+    for path in (run / "checkpoints").iterdir():
+        path.unlink()
+    (run / "marker").write_text("")
+    fresh = train_to("impala", "rlherd/Bandit-v0", run, 320, seed=3, progress=False)
+    assert fresh.summary["actor_steps"] == 320 and not (run / "marker").exists()
 
 
 def test_counts_kept_per_session_add_up_across_resumes(tmp_path):
@@ -264,3 +337,52 @@ def test_a_local_environment_server_dies_with_the_process_that_started_it(tmp_pa
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+class _NeverEnds(gym.Env):
+    """An environment with no end and no limit of its own (as MinAtar's games under a good
+    policy)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+class _FirstAction:
+    def observe_first(self, obs, first):
+        pass
+
+    def select_action(self, obs):
+        return np.zeros(len(obs), dtype=np.int64)
+
+
+def test_evaluation_and_recorded_episodes_end_in_an_environment_that_never_does(monkeypatch):
+    """Before the step limit, a greedy evaluation of an endless episode never returned."""
+    import rlherd.run.collect as collect
+    import rlherd.run.evaluate as evaluate
+
+    monkeypatch.setattr(evaluate, "MAX_EPISODE_STEPS", 50, raising=False)
+    monkeypatch.setattr(collect, "MAX_EPISODE_STEPS", 50, raising=False)
+
+    def hung(signum, frame):
+        raise TimeoutError("the episode never ended")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        returns, lengths, _ = evaluate.run_episodes(_NeverEnds(), _FirstAction(), 2, seed=0)
+        recorded = collect.record_episodes(_NeverEnds(), lambda obs, first: 0, 1)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert lengths == [50, 50] and returns == [50.0, 50.0]
+    assert evaluate.episode_stats(returns, lengths)["eval_episodes_cut"] == 2
+    assert evaluate.episode_stats([1.0], [3])["eval_episodes_cut"] == 0
+    assert len(recorded[0]) == 50
+    assert recorded[0].truncations[-1] and not recorded[0].truncations[:-1].any()

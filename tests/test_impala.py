@@ -56,6 +56,7 @@ def test_interrupt_then_resume_continues_exactly(tmp_path):
     stopped = rlherd.train("impala", "CartPole-v1", run_dir=tmp_path / "b", **kw)
     timer.join()
     assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt came too late"
+    assert stopped.stopped and not straight.stopped  # what a script running several reads
     stopped_ckpt = params(tmp_path / "b")
     assert stopped_ckpt["recorder"]["counters"]["actor_steps"] == stopped.summary["actor_steps"]
 

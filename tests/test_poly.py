@@ -353,6 +353,7 @@ def test_poly_carries_the_lstm_state_through_the_batcher(tmp_path):
         run_dir=tmp_path, progress=False, use_lstm=True, lstm_size=32, num_servers=1,
     )  # fmt: skip
     assert run.summary["final_return_mean"] >= 0.9  # optimal 0.95
+    assert not run.stopped  # poly stops its parts through the same event a signal sets
 
 
 @pytest.mark.slow

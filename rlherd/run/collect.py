@@ -18,7 +18,7 @@ from rich.progress import Progress
 from rlherd import envs as rl_envs
 from rlherd.replay.offline import Episode, write_dataset
 from rlherd.run.config import ConfigError
-from rlherd.run.evaluate import eval_actor, load_run
+from rlherd.run.evaluate import MAX_EPISODE_STEPS, eval_actor, load_run
 
 
 def collect(
@@ -89,9 +89,9 @@ def record_episodes(
     progress: bool = False,
     name: str = "",
 ) -> list[Episode]:
-    """``episodes`` episodes of ``act`` in ``env`` (episode ``i`` reset with ``seed + i``). A
-    uniformly random action replaces ``act``'s with probability ``epsilon``, and always when
-    ``act`` is None."""
+    """``episodes`` episodes of ``act`` in ``env`` (episode ``i`` reset with ``seed + i``), each
+    truncated after ``MAX_EPISODE_STEPS`` as evaluations are. A uniformly random action replaces
+    ``act``'s with probability ``epsilon``, and always when ``act`` is None."""
     env.action_space.seed(seed)
     rng = np.random.default_rng(seed)
     recorded = []
@@ -107,6 +107,7 @@ def record_episodes(
                 else:
                     action, first = act(obs, first), False
                 obs, reward, terminated, truncated, _ = env.step(action)
+                truncated = truncated or len(rows.action) + 1 >= MAX_EPISODE_STEPS
                 rows.add(action, reward, obs, terminated, truncated)
                 done = terminated or truncated
             recorded.append(rows.episode(env.action_space.dtype))

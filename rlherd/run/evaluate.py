@@ -26,9 +26,16 @@ def load_run(run_dir: str | Path):
     return meta, builder, rundir.load_checkpoint()
 
 
+# Steps after which an evaluation episode is cut: Atari's 30 minutes of play at 60 frames per
+# second (Machado et al. 2018). Environments without a limit of their own (MinAtar's) can go on
+# forever under a good greedy policy, and an evaluation must end.
+MAX_EPISODE_STEPS = 108_000
+
+
 def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
     """Returns and lengths of ``episodes`` episodes of ``actor`` (an :class:`~rlherd.core.Actor`
-    acting in a batch of one) in ``env``; the frames of the first one if ``record``."""
+    acting in a batch of one) in ``env``, each cut after ``MAX_EPISODE_STEPS``; the frames of
+    the first one if ``record``."""
     returns, lengths, frames = [], [], []
     if hasattr(actor, "bind_environments"):  # a search's simulator copies the environment
         actor.bind_environments([env])
@@ -36,7 +43,7 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
         obs, _ = env.reset(seed=seed + episode)
         actor.observe_first(np.asarray(obs)[None], np.ones(1, dtype=bool))
         done, ret, length = False, 0.0, 0
-        while not done:
+        while not done and length < MAX_EPISODE_STEPS:
             if record and episode == 0:
                 frames.append(env.render())
             action = actor.select_action(np.asarray(obs)[None])[0]
@@ -46,6 +53,16 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
         returns.append(ret)
         lengths.append(length)
     return returns, lengths, frames
+
+
+def episode_stats(returns: list[float], lengths: list[int]) -> dict[str, float]:
+    """What an evaluation reports of its episodes, with how many were cut at the step limit."""
+    return dict(
+        eval_return_mean=float(np.mean(returns)),
+        eval_return_std=float(np.std(returns)),
+        eval_episode_length_mean=float(np.mean(lengths)),
+        eval_episodes_cut=int(np.sum(np.asarray(lengths) >= MAX_EPISODE_STEPS)),
+    )
 
 
 def play_against(env, actor, opponent, games: int) -> dict[str, float]:
@@ -97,11 +114,7 @@ class EvalEpisodes:
         VariableClient(source, self.net).update(wait=True)
         actor = eval_actor(self.builder, self.spec, self.net, True, self.seed)
         returns, lengths, _ = run_episodes(self.env, actor, self.episodes, self.seed)
-        return dict(
-            eval_return_mean=float(np.mean(returns)),
-            eval_return_std=float(np.std(returns)),
-            eval_episode_length_mean=float(np.mean(lengths)),
-        )
+        return episode_stats(returns, lengths)
 
     def close(self) -> None:
         self.env.close()
@@ -191,13 +204,7 @@ def evaluate(
     env.close()
     if video:
         write_video(Path(video), frames)
-    result = dict(
-        eval_return_mean=float(np.mean(returns)),
-        eval_return_std=float(np.std(returns)),
-        eval_episode_length_mean=float(np.mean(lengths)),
-        eval_episodes=episodes,
-        eval_greedy=greedy,
-    )
+    result = dict(**episode_stats(returns, lengths), eval_episodes=episodes, eval_greedy=greedy)
     _add_to_summary(run_dir, result)
     return result
 

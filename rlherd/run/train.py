@@ -19,18 +19,20 @@ from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, apply_overrides, to_json
 from rlherd.run.evaluate import Evaluator
 from rlherd.run.recorder import Recorder
-from rlherd.run.rundir import RunDir
+from rlherd.run.rundir import RunDir, read_json
 from rlherd.runtime import RUNTIMES, GracefulStop, RunContext, runtimes_for, seed_everything
 from rlherd.runtime import settings as settings_mod
 
 
 @dataclass
 class Run:
-    """A finished (or stopped) run: its directory, resolved config and summary."""
+    """A finished (or stopped) run: its directory, resolved config and summary; ``stopped``
+    when Ctrl-C or SIGTERM ended it early (a script running several should stop too)."""
 
     path: Path
     config: dict[str, Any]
     summary: dict[str, Any]
+    stopped: bool = False
 
 
 def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str, Any]):
@@ -116,48 +118,58 @@ def _split(agent: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[
 
 
 def train(
-    agent: str = "impala",
-    env: str = "CartPole-v1",
+    agent: str | None = None,
+    env: str | None = None,
     *,
-    runtime: str = "single",
+    runtime: str | None = None,
     total_steps: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     run_dir: str | Path | None = None,
     resume: str | Path | None = None,
     preset: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
-    eval_every: int = 0,
-    eval_episodes: int = 10,
+    eval_every: int | None = None,
+    eval_episodes: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
     **overrides: Any,
 ) -> Run:
     """Train ``agent`` on ``env`` with ``runtime`` and return the :class:`Run`.
 
-    Keyword ``overrides`` set agent config fields or runtime settings
-    (:mod:`rlherd.runtime.settings`; strings are parsed like ``--set``). A ``dataset`` (a Minari
-    dataset id) trains offline: the ``offline`` runtime, where ``total_steps`` counts learner
-    steps and the policy is evaluated every ``eval_every`` of them (a tenth of the run unless
-    set). With ``resume``, the run
-    directory's own config and settings are used and the run continues from its latest
-    checkpoint; ``total_steps`` may be raised to extend it. ``eval_every > 0`` runs the greedy
-    policy for ``eval_episodes`` episodes every ``eval_every`` agent steps
-    (metrics/evaluator.csv). A ``run_dir`` that already holds a run is refused unless
-    ``overwrite`` (which deletes that run first).
+    Left out, they are IMPALA, CartPole-v1, ``single`` and seed 0. Keyword ``overrides`` set
+    agent config fields or runtime settings (:mod:`rlherd.runtime.settings`; strings are parsed
+    like ``--set``). A ``dataset`` (a Minari dataset id) trains offline: the ``offline`` runtime,
+    where ``total_steps`` counts learner steps and the policy is evaluated every ``eval_every``
+    of them (a tenth of the run unless set). ``eval_every > 0`` runs the greedy policy for
+    ``eval_episodes`` (10) episodes every ``eval_every`` agent steps (metrics/evaluator.csv). A
+    ``run_dir`` that already holds a run is refused unless ``overwrite`` (which deletes that run
+    first).
+
+    With ``resume``, the run continues from its latest checkpoint with its own agent, env,
+    runtime, seed, config and settings: giving a different one is an error (a silently ignored
+    flag would train something other than what the command says). ``total_steps`` may raise
+    the run's length, and ``eval_every`` / ``eval_episodes`` change its evaluations, which
+    never touch training's random streams.
     """
     if resume is not None:
-        if overrides or preset or env_kwargs or overwrite:
-            raise ConfigError(
-                "--resume continues a run with its own config; drop --set/--preset/--overwrite"
-            )
         rundir = RunDir(resume)
         meta = rundir.read_config()
+        _check_resume_flags(meta, overrides, preset=preset, env_kwargs=env_kwargs,
+                            overwrite=overwrite, agent=agent, env=env, runtime=runtime,
+                            seed=seed, run_dir=run_dir, resume=rundir.path.resolve())  # fmt: skip
         agent, env, runtime = meta["agent"], meta["env"], meta["runtime"]
         config = apply_overrides(BUILDERS[agent].config_class(), meta["config"])
         settings = settings_mod.resolve(runtime, {}, meta["settings"])
         meta["total_steps"] = meta["total_steps"] if total_steps is None else total_steps
+        if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
+            meta["eval_every"] = eval_every or _offline_eval_every(runtime, meta["total_steps"])
+        if eval_episodes is not None:
+            meta["eval_episodes"] = eval_episodes
         checkpoint = rundir.load_checkpoint()
     else:
+        agent, env = agent or "impala", env or "CartPole-v1"
+        runtime, seed = runtime or "single", 0 if seed is None else seed
+        eval_episodes = 10 if eval_episodes is None else eval_episodes
         agent_overrides, given = _split(agent, overrides)
         if given.get("dataset") and runtime == "single":  # the default: --dataset alone suffices
             runtime = "offline"
@@ -172,8 +184,7 @@ def train(
         settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
         if total_steps is None:
             total_steps = BUILDERS[agent].default_total_steps[preset]
-        if runtime == "offline" and eval_every == 0:  # no training episodes: evaluations say it
-            eval_every = max(1, total_steps // 10)
+        eval_every = eval_every or _offline_eval_every(runtime, total_steps)
         meta = dict(agent=agent, env=env, runtime=runtime, seed=seed, total_steps=total_steps,
                     preset=preset, env_kwargs=env_kwargs or {}, eval_every=eval_every,
                     eval_episodes=eval_episodes, config=to_json(config),
@@ -196,6 +207,62 @@ def train(
         if resume is None and rundir.latest_checkpoint() is None:
             shutil.rmtree(rundir.path, ignore_errors=True)
         raise
+
+
+def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: int = 0,
+             progress: bool = True) -> Run:
+    """The run of ``agent`` on ``env`` with its default preset, ``total_steps`` long, in
+    ``run_dir``: a finished one there (as long or longer) is left as it is, one stopped on its
+    way there (Ctrl-C, SIGTERM) continues from its latest checkpoint, and anything else (no
+    checkpoint, another length, seed or config, say an older preset's) is trained again from
+    the start. A run of hours can so go in pieces: stop it and call again. The benchmarks train
+    this way."""
+    path = Path(run_dir)
+    config, _ = resolve_config(agent, env, None, {})
+    if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
+        meta = RunDir(path).read_config()
+        same = (meta["agent"], meta["env"], meta["seed"], meta["config"]) == (
+            agent, env, seed, to_json(config))
+        summary_path = path / "summary.json"
+        summary = read_json(summary_path) if summary_path.exists() else {}
+        done = summary.get(RUNTIMES[meta["runtime"]].counts, 0)
+        if same and done >= total_steps:
+            return Run(path, meta, summary)
+        if same and meta["total_steps"] == total_steps:
+            return train(resume=path, progress=progress)
+    return train(agent, env, total_steps=total_steps, seed=seed, run_dir=path, overwrite=True,
+                 progress=progress)  # fmt: skip
+
+
+def _offline_eval_every(runtime: str, total_steps: int) -> int:
+    """Offline, evaluations are all a run says of itself: a tenth of the run unless set."""
+    return max(1, total_steps // 10) if runtime == "offline" else 0
+
+
+def _check_resume_flags(meta: dict[str, Any], overrides: dict[str, Any], **given: Any) -> None:
+    """Refuse what ``--resume`` cannot honour: config and settings changes, another run
+    directory, and an agent, env, runtime or seed other than the run's own (left out, they are
+    the run's)."""
+    def flag(name: str) -> str:
+        return f"--{name.replace('_', '-')}"
+
+    settings = settings_mod.all_fields()
+    changed = [flag(k) for k in ("preset", "env_kwargs", "overwrite") if given[k]]
+    changed += sorted(flag(k) if k in settings else f"--set {k}" for k in overrides)
+    if given["run_dir"] is not None and Path(given["run_dir"]).resolve() != given["resume"]:
+        changed.append("--run-dir (--resume names the run directory)")
+    if changed:
+        raise ConfigError(
+            f"--resume continues a run with its own config and settings; drop {', '.join(changed)}"
+            " (or start a new run with them)"
+        )
+    for name in ("agent", "env", "runtime", "seed"):
+        if given[name] is not None and given[name] != meta[name]:
+            raise ConfigError(
+                f"--resume continues the run as it was started ({name} {meta[name]!r}); drop "
+                f"{'the agent' if name == 'agent' else flag(name)} {given[name]!r}, or start a "
+                "new run with it"
+            )
 
 
 def _spec(meta: dict[str, Any]):
@@ -233,7 +300,8 @@ def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:
         evaluator = Evaluator(builder, spec, meta["env"], meta["env_kwargs"], recorder,
                               meta["eval_every"], meta["eval_episodes"], meta["seed"])  # fmt: skip
     torch.set_num_threads(settings.torch_threads)
-    with GracefulStop() as stop:
+    graceful = GracefulStop()
+    with graceful as stop:
         ctx = RunContext(builder, meta["env"], meta["env_kwargs"], spec, settings, recorder,
                          meta["seed"], checkpoint, save, stop, evaluator)  # fmt: skip
         try:
@@ -242,7 +310,7 @@ def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:
             if evaluator is not None:
                 evaluator.close()
             summary = recorder.close()
-    return Run(rundir.path, meta, summary)
+    return Run(rundir.path, meta, summary, stopped=graceful.signalled)
 
 
-__all__ = ["Run", "train", "resolve_config"]
+__all__ = ["Run", "train", "train_to", "resolve_config"]
