@@ -1,5 +1,6 @@
 import multiprocessing
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -27,6 +28,27 @@ def _no_leftover_processes():
     yield
     children = multiprocessing.active_children()
     assert not children, f"processes left running: {children}"
+
+
+@pytest.fixture
+def interrupt_at(monkeypatch):
+    """``interrupt_at(steps)``: the next run gets Ctrl-C's SIGINT once it has counted ``steps``
+    steps, sent from its own main loop. A timer's SIGINT would land at a different step on every
+    machine, and after a run that finished first it would stop pytest itself."""
+    from rlherd.run.recorder import Recorder
+
+    def arm(steps: int) -> None:
+        done, sent = Recorder.done, []
+
+        def done_or_interrupt(recorder: Recorder) -> bool:
+            if not sent and recorder.counters[recorder.counts] >= steps:
+                sent.append(steps)
+                os.kill(os.getpid(), signal.SIGINT)
+            return done(recorder)
+
+        monkeypatch.setattr(Recorder, "done", done_or_interrupt)
+
+    return arm
 
 
 # ------------------------------------------------------------------------ offline datasets

@@ -1,8 +1,5 @@
 """DDPG, D4PG, MPO and DMPO: their networks, acting, learner pieces, errors and resume."""
 
-import os
-import signal
-import threading
 import warnings
 
 import numpy as np
@@ -172,16 +169,14 @@ def test_learner_steps_on_a_real_batch_move_every_part(agent):
 
 
 @pytest.mark.parametrize("agent", ["d4pg", "mpo"])
-def test_interrupt_then_resume_continues_exactly(agent, tmp_path):
+def test_interrupt_then_resume_continues_exactly(agent, interrupt_at, tmp_path):
     """Replay, adders, the derived support (D4PG), optimisers, multipliers (MPO) and RNGs are
     all in the checkpoint: an interrupted and resumed run ends where an uninterrupted one does."""
     kw = dict(total_steps=2_500, seed=3, progress=False)
     straight = rlherd.train(agent, REACH, run_dir=tmp_path / "a", **kw)
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    interrupt_at(1_000)
     stopped = rlherd.train(agent, REACH, run_dir=tmp_path / "b", **kw)
-    timer.join()
-    assert 300 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt missed"
+    assert 300 < stopped.summary["actor_steps"] < kw["total_steps"], "the run went on past Ctrl-C"
     resumed = rlherd.train(resume=tmp_path / "b", progress=False)
     for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
         assert resumed.summary[key] == straight.summary[key], key

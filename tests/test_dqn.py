@@ -1,9 +1,6 @@
 """DQN end to end on the single runtime: tiny environments, exact resume, evaluation that does not
 touch training, and learning CartPole."""
 
-import os
-import signal
-import threading
 
 import numpy as np
 import pytest
@@ -58,16 +55,14 @@ def test_tiny_environments_are_solved(env_id, tmp_path):
     assert evaluate(tmp_path, episodes=5)["eval_return_mean"] == pytest.approx(optimum)
 
 
-def test_interrupt_then_resume_continues_exactly(tmp_path):
+def test_interrupt_then_resume_continues_exactly(interrupt_at, tmp_path):
     """Replay, adders' pending steps, environments, epsilon and RNGs are all in the checkpoint,
     so an interrupted and resumed run ends exactly where an uninterrupted one does."""
     kw = dict(total_steps=12_000, seed=5, progress=False)
     straight = rlherd.train("dqn", "CartPole-v1", run_dir=tmp_path / "a", **kw)
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    interrupt_at(4_000)
     stopped = rlherd.train("dqn", "CartPole-v1", run_dir=tmp_path / "b", **kw)
-    timer.join()
-    assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt came too late"
+    assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the run went on past Ctrl-C"
     resumed = rlherd.train(resume=tmp_path / "b", progress=False)
     for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
         assert resumed.summary[key] == straight.summary[key], key

@@ -4,9 +4,6 @@ errors) and behaviour cloning (its losses against naive references; cloning a PP
 
 import json
 import math
-import os
-import signal
-import threading
 
 import numpy as np
 import pytest
@@ -205,17 +202,15 @@ def test_collect_errors_name_the_fix(minari_root, tmp_path):
         collect(None, "test/eps-v0", 2, env=CORRIDOR, epsilon=1.5, progress=False)
 
 
-def test_a_run_records_its_training_episodes(minari_root, tmp_path):
+def test_a_run_records_its_training_episodes(minari_root, interrupt_at, tmp_path):
     """``record_dataset`` (D4RL's medium-replay): every training episode, exploration and all,
     in the order the run finished them, survives an interrupt and resume, and is written when
     the run completes."""
     kw = dict(total_steps=6_000, seed=2, progress=False, record_dataset="corridor/replay-v0",
               num_envs=2)  # fmt: skip
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    interrupt_at(2_000)
     stopped = rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "run", **kw)
-    timer.join()
-    assert 0 < stopped.summary["actor_steps"] < 6_000, "the interrupt came too late"
+    assert 0 < stopped.summary["actor_steps"] < 6_000, "the run went on past Ctrl-C"
     with pytest.raises(ConfigError, match="no dataset"):
         offline.load_dataset("corridor/replay-v0")  # not before the run completes
     run = rlherd.train(resume=tmp_path / "run", progress=False)
@@ -297,18 +292,16 @@ def test_an_offline_run_evaluates_a_tenth_of_the_way_unless_told(offline_dataset
     assert run.config["eval_every"] == 5 and run.summary["eval_return_mean"] is not None
 
 
-def test_interrupted_offline_run_resumes_exactly(offline_datasets, tmp_path):
+def test_interrupted_offline_run_resumes_exactly(offline_datasets, interrupt_at, tmp_path):
     """The tables' sampling state (with prioritised replay's priorities) is in the checkpoint
     and the dataset fills the same slots again, so an interrupted and resumed run ends where an
     uninterrupted one does."""
     kw = dict(dataset=offline_datasets[CORRIDOR], total_steps=4_000, seed=4, progress=False,
               eval_every=1_000, eval_episodes=1)  # fmt: skip
     straight = rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "a", **kw)
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    interrupt_at(1_500)
     stopped = rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "b", **kw)
-    timer.join()
-    assert 0 < stopped.summary["learner_steps"] < 4_000, "the interrupt came too late"
+    assert 0 < stopped.summary["learner_steps"] < 4_000, "the run went on past Ctrl-C"
     resumed = rlherd.train(resume=tmp_path / "b", progress=False)
     assert resumed.summary["learner_steps"] == straight.summary["learner_steps"] == 4_000
     assert resumed.summary["eval_return_mean"] == straight.summary["eval_return_mean"]

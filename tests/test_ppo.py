@@ -3,9 +3,6 @@ against torch.distributions, the rollout queue, normalisers, resume, and learnin
 
 import csv
 import math
-import os
-import signal
-import threading
 
 import numpy as np
 import pytest
@@ -267,19 +264,17 @@ def test_tiny_environments_are_solved(env_id, tmp_path):
     assert run.summary["final_return_mean"] >= 0.9
 
 
-def test_interrupt_then_resume_continues_exactly(tmp_path):
+def test_interrupt_then_resume_continues_exactly(interrupt_at, tmp_path):
     """Rollout queue, observation statistics, reward scale, optimiser, environments and RNGs are
     in the checkpoint: a resumed run ends exactly where an uninterrupted one does."""
     kw = dict(
-        total_steps=30_000, seed=3, progress=False, num_envs=2, unroll_length=64,
+        total_steps=12_000, seed=3, progress=False, num_envs=2, unroll_length=64,
         normalize_obs=True, reward_scaling="return",
     )  # fmt: skip
     straight = rlherd.train("ppo", "Pendulum-v1", run_dir=tmp_path / "a", **kw)
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    interrupt_at(4_000)
     stopped = rlherd.train("ppo", "Pendulum-v1", run_dir=tmp_path / "b", **kw)
-    timer.join()
-    assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt came too late"
+    assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the run went on past Ctrl-C"
     resumed = rlherd.train(resume=tmp_path / "b", progress=False)
     for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
         assert resumed.summary[key] == straight.summary[key], key

@@ -4,11 +4,8 @@ environments, and learning (slow)."""
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -302,17 +299,15 @@ def test_recorded_episodes_become_demonstrations(tmp_path, offline_datasets):
 
 
 # ------------------------------------------------------------------------------- end to end
-def test_r2d3_interrupted_and_resumed_continues_exactly(tmp_path):
+def test_r2d3_interrupted_and_resumed_continues_exactly(interrupt_at, tmp_path):
     """The actors' LSTM states and epsilons, the adders' open sequences, both tables (replay and
     demonstrations, with their priorities and sampling state) are in the checkpoint, so an
     interrupted run resumed ends where an uninterrupted one does."""
     kw = dict(total_steps=4_000, seed=3, progress=False, samples_per_insert=2.0, **SMALL)
     straight = rlherd.train("r2d3", "rlherd/Corridor-v0", run_dir=tmp_path / "a", **kw)
-    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    interrupt_at(1_500)
     stopped = rlherd.train("r2d3", "rlherd/Corridor-v0", run_dir=tmp_path / "b", **kw)
-    timer.join()
-    assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the interrupt came too late"
+    assert 0 < stopped.summary["actor_steps"] < kw["total_steps"], "the run went on past Ctrl-C"
     resumed = rlherd.train(resume=tmp_path / "b", progress=False)
     for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
         assert resumed.summary[key] == straight.summary[key], key
@@ -331,23 +326,28 @@ def test_r2d3_interrupted_and_resumed_continues_exactly(tmp_path):
 
 @pytest.mark.slow
 def test_dqfd_finds_the_deep_sea_treasure_that_dqn_misses(tmp_path):
-    """DeepSea 20: a random policy finds the treasure once in a million episodes. With the
-    expert's episodes as half of each batch, DQfD goes straight to it (seed 1 on this machine:
-    0.99 at 20k steps); DQN at the same budget never sees it."""
-    env_kwargs = {"size": 20}
+    """DeepSea 30: a random policy finds the treasure once in a billion episodes. With the
+    expert's episodes as half of each batch, DQfD goes straight to it (greedy 0.99 at 15k and
+    20k steps on seeds 1-4); DQN at the same budget never learns the way (seeds 1-4). At size 20
+    DQN's greedy path can stumble onto it (seed 1 did on an Intel Xeon, not on an AMD EPYC), so
+    the contrast needs 30."""
+    env_kwargs = {"size": 30}
     rlherd.train("dqfd", "rlherd/DeepSea-v0", total_steps=20_000, seed=1,
                  run_dir=tmp_path / "dqfd", progress=False, env_kwargs=env_kwargs)  # fmt: skip
     assert evaluate(tmp_path / "dqfd", episodes=1)["eval_return_mean"] >= 0.9
     dqn = rlherd.train("dqn", "rlherd/DeepSea-v0", total_steps=20_000, seed=1, preset="toy",
                        run_dir=tmp_path / "dqn", progress=False, env_kwargs=env_kwargs)  # fmt: skip
     assert dqn.summary["final_return_mean"] < 0.1
+    assert evaluate(tmp_path / "dqn", episodes=1)["eval_return_mean"] < 0.1
 
 
 @pytest.mark.slow
 def test_r2d2_remembers_what_masked_cartpole_hides(tmp_path):
     """Without velocities a feed-forward DQN balances the pole for ~40 steps (classic preset,
     seed 1, greedy: 43 at 50k steps, 20 at 250k); R2D2's LSTM recovers them from the last
-    observations (seed 1, greedy: 433 at 50k steps, 500 at 300k)."""
-    rlherd.train("r2d2", "rlherd/MaskedCartPole-v1", total_steps=50_000, seed=1,
+    observations (seed 1, greedy: 500 at 300k). At 50k steps it is still learning and the CPU's
+    rounding shows (433 on an AMD EPYC Zen 4, 299 on an Intel Xeon, 149 on a Zen 3); at 75k the
+    Zen 3 gave 458. The bar is what no feed-forward policy reaches: 150."""
+    rlherd.train("r2d2", "rlherd/MaskedCartPole-v1", total_steps=75_000, seed=1,
                  run_dir=tmp_path, progress=False)  # fmt: skip
-    assert evaluate(tmp_path, episodes=5)["eval_return_mean"] >= 300
+    assert evaluate(tmp_path, episodes=5)["eval_return_mean"] >= 150
