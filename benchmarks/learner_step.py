@@ -1,19 +1,23 @@
 """DQN learner updates per second, as a run makes them: sample a batch from the replay table,
-update, write priorities back, report the metrics. Three paths, in one run so the ratios hold:
+update, write priorities back, report the metrics. Four paths, in one run so the ratios hold:
 
   before    the learner step as it was before the learner-overhead work (commit 125efb9),
             copied below: separate forward passes for the double-Q selector, Adam's foreach
             and RMSprop's single-tensor implementations, a host read of every metric and a
-            metrics row (CSV + TensorBoard) written for every step;
+            metrics row (CSV + TensorBoard) written for every step, subnormal floats computed
+            in full;
   eager     today's DQNLearner and Recorder (one pass over obs and next_obs, fused Adam,
-            metrics left as tensors and written once per log interval);
+            metrics left as tensors and written once per log interval), with subnormals
+            flushed to zero as every runtime now runs (``rlherd.runtime.torch_threads``);
+  unflushed the eager path with subnormals computed in full (what the flush alone is worth);
   compiled  the same with ``compile_optimizer=true`` (a torch.compile-d optimiser step).
 
 Networks: CartPole's (the ``classic`` preset: 128x128 dueling MLP, double Q, prioritised
 replay, Adam), RL Zoo's CartPole DQN (the ``rlzoo`` preset: 256x256 MLP, uniform replay) and
 MinAtar's (the ``minatar_paper`` preset: one 16-channel conv + 128 fc, RMSprop, uniform
 replay).
-The table holds random transitions; what is measured does not depend on their values.
+The table holds random transitions. Their values matter only through the units that stop
+learning (dead ReLUs), whose optimiser state then decays into the subnormal range, as in a run.
 
 The paths take turns (``--slices`` per path), since this kind of machine's speed drifts within
 minutes. Prints one JSON line per (network, path). Usage:
@@ -42,6 +46,7 @@ from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
 from rlherd.run.train import resolve_config
 
+PATHS = ("before", "unflushed", "eager", "compiled")
 SETUPS = {"classic": "CartPole-v1", "rlzoo": "CartPole-v1", "minatar_paper": "MinAtar/Breakout-v1"}
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
                torch=torch.__version__)  # fmt: skip
@@ -154,6 +159,8 @@ class Path:
             self.learner = builder.make_learner(net, self.dataset, 10**9, tables)
             self.report = self.recorder.learner
         self.config, self.env_id, self.updates, self.elapsed = config, env_id, 0, 0.0
+        self.flush = path not in ("before", "unflushed")
+        torch.set_flush_denormal(self.flush)
         start = time.perf_counter()
         for _ in range(20):  # warm up (and compile)
             self.update()
@@ -164,6 +171,7 @@ class Path:
         self.recorder.tick()
 
     def run(self, seconds: float) -> None:
+        torch.set_flush_denormal(self.flush)
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
             self.update()
@@ -172,10 +180,10 @@ class Path:
 
 
 def measure(setup: str, seconds: float, slices: int) -> list[dict]:
-    """The three paths' updates/s, measured in ``slices`` interleaved turns each (this machine's
+    """The paths' updates/s, measured in ``slices`` interleaved turns each (this machine's
     speed drifts; interleaving spreads the drift over every path alike)."""
     with tempfile.TemporaryDirectory() as tmp:
-        paths = {name: Path(setup, name, tmp) for name in ("before", "eager", "compiled")}
+        paths = {name: Path(setup, name, tmp) for name in PATHS}
         for _ in range(slices):
             for path in paths.values():
                 path.run(seconds / slices)

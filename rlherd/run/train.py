@@ -12,15 +12,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, apply_overrides, to_json
 from rlherd.run.evaluate import Evaluator
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, read_json
-from rlherd.runtime import RUNTIMES, GracefulStop, RunContext, runtimes_for, seed_everything
+from rlherd.runtime import (
+    RUNTIMES,
+    GracefulStop,
+    RunContext,
+    runtimes_for,
+    seed_everything,
+    torch_threads,
+)
 from rlherd.runtime import settings as settings_mod
 
 
@@ -299,7 +304,7 @@ def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:
     if meta["eval_every"] > 0:
         evaluator = Evaluator(builder, spec, meta["env"], meta["env_kwargs"], recorder,
                               meta["eval_every"], meta["eval_episodes"], meta["seed"])  # fmt: skip
-    torch.set_num_threads(settings.torch_threads)
+    torch_threads(settings.torch_threads)
     graceful = GracefulStop()
     with graceful as stop:
         ctx = RunContext(builder, meta["env"], meta["env_kwargs"], spec, settings, recorder,

@@ -48,6 +48,7 @@ from rlherd.runtime import (
     make_envs,
     set_rng_state,
     table_states,
+    torch_threads,
     with_demonstrations,
 )
 
@@ -127,7 +128,7 @@ def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
     """Run the agent's actor in an environment loop until told to stop."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
-    torch.set_num_threads(1)
+    torch_threads(1)
     builder, k, slots = setup.builder, setup.settings.envs_per_actor, setup.slots
     channel = Channel(conn)
     try:

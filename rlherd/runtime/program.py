@@ -37,7 +37,7 @@ from rlherd.run.counting import StepReport
 from rlherd.run.evaluate import EvalEpisodes
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.run.recorder import mean_metrics
-from rlherd.runtime import make_envs, with_demonstrations
+from rlherd.runtime import make_envs, torch_threads, with_demonstrations
 
 POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its stop flag again
 STATS_PERIOD_S = 0.2  # actor nodes report steps and episodes at most this often
@@ -93,7 +93,7 @@ class ReplayNode(Node):
 
     @keeps_errors
     def __init__(self, make_tables: Callable[[], list[Table]]):
-        torch.set_num_threads(1)
+        torch_threads(1)
         self.tables = make_tables()
 
     def signatures(self) -> list[dict]:
@@ -219,7 +219,7 @@ class LearnerNode(Node):
 
     @keeps_errors
     def __init__(self, setup: NodeSetup, replay: Any, total_steps: int, per_batch: int):
-        torch.set_num_threads(setup.settings.torch_threads)
+        torch_threads(setup.settings.torch_threads)
         builder, device = setup.builder, setup.settings.device
         networks = builder.make_networks(setup.spec, device)
         self.lock = threading.Lock()
@@ -242,6 +242,7 @@ class LearnerNode(Node):
     def train(self, seconds: float) -> tuple[int, dict[str, float]]:
         """Learner steps for about ``seconds`` (fewer if a batch is not ready): how many, and
         their mean metrics (read once per slice, not per step)."""
+        torch.set_flush_denormal(True)  # per thread, and Ray picks the thread: see torch_threads
         learned: list[tuple[int, dict[str, Any]]] = []
         end = time.monotonic() + seconds
         while time.monotonic() < end:
@@ -416,7 +417,7 @@ class ActorNode(Node):
 
     def __init__(self, index: int, seed: int, setup: NodeSetup, replay: Any, learner: Any,
                  counter: Any):  # fmt: skip
-        torch.set_num_threads(1)
+        torch_threads(1)
         self.index, self.seed, self.setup = index, seed, setup
         self.replay, self.learner, self.counter = replay, learner, counter
         self.stopping = threading.Event()
@@ -470,7 +471,7 @@ class EvaluatorNode(Node):
 
     @keeps_errors
     def __init__(self, setup: NodeSetup, episodes: int, seed: int, learner: Any):
-        torch.set_num_threads(1)
+        torch_threads(1)
         self.play = EvalEpisodes(setup.builder, setup.spec, setup.env_id, setup.env_kwargs,
                                  episodes, seed)  # fmt: skip
         self.learner = learner
