@@ -33,6 +33,23 @@ def test_image_torsos(torso, shape, out):
     assert net(x).shape == (3, out) and net.out_dim == out
 
 
+@pytest.mark.parametrize("torso", [AtariShallowTorso, ImpalaResNetTorso])
+def test_atari_torsos_compute_what_their_layers_do_on_scaled_frames(torso):
+    """The torsos scale uint8 frames to [0, 1] and lay them out channels-last for oneDNN; the
+    features and gradients are those of the layers applied to ``frames / 255`` as they come."""
+    torch.manual_seed(0)
+    net = torso((4, 84, 84))
+    x = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    features = net(x)
+    (grad,) = torch.autograd.grad(features.square().sum(), net.fc[0].weight)
+    reference = net.fc(net.convs(x.float() / 255.0))
+    (reference_grad,) = torch.autograd.grad(reference.square().sum(), net.fc[0].weight)
+    torch.testing.assert_close(features, reference)
+    torch.testing.assert_close(grad, reference_grad)
+    floats = torch.rand(6, 4, 84, 84)  # float frames pass unscaled
+    torch.testing.assert_close(net(floats), net.fc(net.convs(floats)))
+
+
 def test_resnet_has_three_sections_of_two_residual_blocks():
     net = ImpalaResNetTorso((4, 84, 84))
     convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
