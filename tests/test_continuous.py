@@ -210,3 +210,19 @@ def test_control_suite_tasks_are_flat_float32_boxes_and_train_in_worker_processe
     assert run.summary["episodes"] == 1  # the Control Suite's 1000-step episodes, truncated
     with pytest.raises(ConfigError, match="Did you mean: dm_control/cartpole-swingup-v0"):
         rl_envs.make("dm_control/cartpole-swingupp-v0")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", CONTINUOUS)
+def test_agent_swings_pendulum_up_within_30k_steps(agent, tmp_path):
+    """The issue's bar: ``rlherd train AGENT --env Pendulum-v1 --total-steps 30000 --seed 1``
+    ends with a mean-action return of -200 or better (RL Zoo's TD3 and SAC reach about -150 at
+    20k steps; random actions score about -1,200).
+
+    Judged over 100 evaluation episodes, not the default 10: a Pendulum episode's return
+    depends on its random start (standard deviation ~80-130 for these policies), so ten of them
+    put the mean within about +-40 of the policy's worth. Seed 1 on an Intel Xeon: -157 (DDPG)
+    to -190 (D4PG) over the evaluator's 10 episodes, -148 to -154 over 100."""
+    run = rlherd.train(agent, "Pendulum-v1", total_steps=30_000, seed=1, eval_every=30_000,
+                       eval_episodes=100, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["eval_return_mean"] >= -200, run.summary
