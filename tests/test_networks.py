@@ -35,8 +35,9 @@ def test_image_torsos(torso, shape, out):
 
 @pytest.mark.parametrize("torso", [AtariShallowTorso, ImpalaResNetTorso])
 def test_atari_torsos_compute_what_their_layers_do_on_scaled_frames(torso):
-    """The torsos scale uint8 frames to [0, 1] and lay them out channels-last for oneDNN; the
-    features and gradients are those of the layers applied to ``frames / 255`` as they come."""
+    """The torsos scale uint8 frames to [0, 1] and, in passes with gradients, lay them out
+    channels-last for oneDNN; features and gradients are those of the layers applied to
+    ``frames / 255`` as they come, with and without gradients."""
     torch.manual_seed(0)
     net = torso((4, 84, 84))
     x = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
@@ -46,6 +47,8 @@ def test_atari_torsos_compute_what_their_layers_do_on_scaled_frames(torso):
     (reference_grad,) = torch.autograd.grad(reference.square().sum(), net.fc[0].weight)
     torch.testing.assert_close(features, reference)
     torch.testing.assert_close(grad, reference_grad)
+    with torch.no_grad():
+        torch.testing.assert_close(net(x), reference)
     floats = torch.rand(6, 4, 84, 84)  # float frames pass unscaled
     torch.testing.assert_close(net(floats), net.fc(net.convs(floats)))
 

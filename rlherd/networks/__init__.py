@@ -28,15 +28,16 @@ __all__ = [
 
 def _frames(obs: torch.Tensor) -> torch.Tensor:
     """Frames ``[N, C, H, W]`` as floats in [0, 1] (uint8 scaled, floats as they are), laid out
-    channels-last on a CPU.
+    channels-last in passes that will be differentiated on a CPU.
 
-    Why channels-last: oneDNN, which runs PyTorch's CPU convolutions, computes in that layout and
-    otherwise reorders every activation into it and back. Measured on one core of a 2-core AMD
-    EPYC (torch 2.13), forward and backward over a learner's batch: 1.35x faster for the shallow
-    Atari network (162 frames), 1.7x for the deep one (64 frames); one frame's forward pass, an
-    actor's, is within noise either way; MinAtar's 10x10 grids gain nothing, so its torso skips
-    it. The numbers are the same up to float rounding (the convolutions sum in another order)."""
-    if obs.device.type == "cpu":
+    Why: oneDNN, which runs PyTorch's CPU convolutions, computes in channels-last and otherwise
+    reorders activations and their gradients into it and back. Forward and backward over a
+    learner's batch, one core of a 2-core AMD EPYC (torch 2.13): 1.35x faster for the shallow
+    Atari network (162 frames), 1.7x for the deep one (64 frames). Passes without gradients
+    (acting, target networks) keep PyTorch's layout: there channels-last measured the same to
+    1.4x slower (1 to 128 frames). MinAtar's 10x10 grids gain nothing either way, so its torso
+    does not call this. The numbers are the same up to float rounding."""
+    if obs.device.type == "cpu" and torch.is_grad_enabled():
         obs = obs.contiguous(memory_format=torch.channels_last)  # before the float copy: 4x less
     return obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
 
