@@ -158,14 +158,16 @@ def test_atari_pong_smoke_through_mono(tmp_path):
 @pytest.mark.parametrize("runtime, precision",
                          [("single", "float32"), ("mono", "float32"), ("single", "bfloat16")])
 def test_impala_learns_cartpole(runtime, precision, tmp_path):
-    """Seed 0 ends at 444-500 over the three (random: ~22); the last 20 episodes of a policy
-    near 500 vary with the CPU's rounding (bfloat16 gave 444 on an Intel Xeon), so the bar is
-    400."""
+    """Judged on the mean action (argmax) over 20 episodes, as `rlherd eval` scores a run: seed 0
+    ends at 500 there on every runtime (random: ~22). The last training episodes sample their
+    actions, and a policy that is greedy-perfect still drops 1-6 of 20 episodes at 11-18 steps
+    (mono under load: 346.75 on CI), so training returns are too noisy a bar."""
     run = rlherd.train(
         "impala", "CartPole-v1", runtime=runtime, total_steps=500_000, seed=0,
         run_dir=tmp_path, progress=False, precision=precision,
     )  # fmt: skip
-    assert run.summary["final_return_mean"] >= 400, run.summary
+    result = rlherd.run.evaluate.evaluate(tmp_path, episodes=20)
+    assert result["eval_return_mean"] >= 475, (result, run.summary)
 
 
 def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():
