@@ -180,12 +180,21 @@ def test_a_reused_buffer_starts_without_a_stale_reset():
     assert not buffer["reset"][0].any()
 
 
-def test_variable_client_never_copies_a_modules_own_tensors_onto_themselves():
-    net = torch.nn.Linear(2, 2)
-    source = CountingSource(net)
-    client = VariableClient(source, net)
-    before = net.weight.data_ptr()
+def test_variable_client_never_copies_a_modules_own_tensors_onto_themselves(monkeypatch):
+    import rlherd.core
+
+    net, other = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
     copied = []
-    net.load_state_dict = lambda *a, **k: copied.append(a)  # what the client would call
-    client.update(wait=True)
-    assert source.fetches == 1 and copied == [] and net.weight.data_ptr() == before
+    monkeypatch.setattr(rlherd.core, "copy_tensors", lambda dst, src: copied.append(len(dst)))
+    VariableClient(CountingSource(other), net).update(wait=True)
+    assert copied == [2]  # another module's tensors are copied: the hook sees copies
+    copied.clear()
+    source = CountingSource(net)
+    VariableClient(source, net).update(wait=True)
+    assert source.fetches == 1 and copied == []
+
+
+def test_variable_client_names_what_differs_between_modules():
+    client = VariableClient(CountingSource(torch.nn.Linear(2, 3)), torch.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="size mismatch for weight"):
+        client.update(wait=True)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlherd.core import copy_tensors
 from rlherd.run.config import TrainingDiverged
 
 
@@ -112,10 +113,8 @@ def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None) -> torch.
 def copy_parameters(target: torch.nn.Module, source: torch.nn.Module) -> None:
     """``target.load_state_dict(source.state_dict())`` for two networks of one architecture, as
     one foreach copy of their parameters and buffers."""
-    dst = [*target.parameters(), *target.buffers()]
-    src = [*source.parameters(), *source.buffers()]
-    with torch.no_grad():
-        torch._foreach_copy_(dst, src)
+    copy_tensors([*target.parameters(), *target.buffers()],
+                 [*source.parameters(), *source.buffers()])  # fmt: skip
 
 
 class SupportPlacer:
