@@ -6,6 +6,7 @@ import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 
 from rlherd import envs
@@ -164,3 +165,22 @@ def test_simulate_drives_the_batched_algorithm_interface():
         ("perform", [1, 0]),
         ("experience", [False, True], [0, 1]),
     ]
+
+
+@pytest.mark.parametrize("max_norm", [None, 1.0, 1e9])
+def test_clip_grad_norm_gives_pytorchs_numbers(max_norm):
+    """rlherd's lean clip (agents/learning.py) against torch.nn.utils.clip_grad_norm_: the same
+    norm and the same gradients, bit for bit, whether it clips (1.0) or not (1e9, None)."""
+    from rlherd.agents.learning import clip_grad_norm
+
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Linear(32, 3)) for _ in "ab"]
+    for ours, theirs in zip(*(n.parameters() for n in nets), strict=True):
+        ours.grad = torch.randn_like(ours) * 10
+        theirs.grad = ours.grad.clone()
+    norm = clip_grad_norm(nets[0].parameters(), max_norm)
+    limit = float("inf") if max_norm is None else max_norm
+    expected = torch.nn.utils.clip_grad_norm_(nets[1].parameters(), limit, foreach=True)
+    assert norm.item() == expected.item() > 1.0
+    for ours, theirs in zip(*(n.parameters() for n in nets), strict=True):
+        assert torch.equal(ours.grad, theirs.grad)

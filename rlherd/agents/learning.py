@@ -103,11 +103,25 @@ def compile_step(optimizer: torch.optim.Optimizer) -> None:
     optimizer.step = torch.compile(optimizer.step)  # type: ignore[method-assign]
 
 
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float | None) -> torch.Tensor:
-    """Scale the gradients of ``params`` down to global norm ``max_norm`` (one foreach pass;
-    ``None``: leave them) and return their norm before clipping, as a 0-d tensor."""
-    limit = float("inf") if max_norm is None else max_norm
-    return torch.nn.utils.clip_grad_norm_(params, limit, foreach=True)
+def clip_grad_norm(params: Iterable[torch.Tensor], max_norm: float | None) -> torch.Tensor:
+    """Scale the gradients of ``params`` down to global norm ``max_norm`` (``None``: leave them)
+    and return their norm before clipping, as a 0-d tensor.
+
+    The arithmetic of ``torch.nn.utils.clip_grad_norm_(foreach=True)``, so the same numbers, in
+    its four kernel calls without its wrapping (grouping by device and dtype, checks, a no-grad
+    context): that wrapping took 8% of a CartPole DQN update. Gradients on several devices or
+    dtypes go to PyTorch's function."""
+    params = list(params)
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    if len({(g.device, g.dtype) for g in grads}) > 1:
+        limit = float("inf") if max_norm is None else max_norm
+        return torch.nn.utils.clip_grad_norm_(params, limit, foreach=True)
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    if max_norm is not None:
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    return norm
 
 
 def copy_parameters(target: torch.nn.Module, source: torch.nn.Module) -> None:

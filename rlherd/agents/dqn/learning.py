@@ -10,7 +10,14 @@ from typing import Any
 import torch
 
 from rlherd.agents.dqn.config import DQNConfig
-from rlherd.agents.learning import NetworkLearner, adam, compile_step, copy_parameters, rmsprop
+from rlherd.agents.learning import (
+    NetworkLearner,
+    adam,
+    clip_grad_norm,
+    compile_step,
+    copy_parameters,
+    rmsprop,
+)
 from rlherd.losses.td import double_q_learning_td, huber, large_margin, q_learning_td
 from rlherd.replay import ReplaySample, Table
 
@@ -92,9 +99,7 @@ class DQNLearner(NetworkLearner):
         loss, td = dqn_loss(self.net, self.target_net, sample.data, sample.weights, self.config)
         self.optimizer.zero_grad()
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.params, self.config.grad_norm_clip, foreach=True
-        )
+        grad_norm = clip_grad_norm(self.params, self.config.grad_norm_clip)
         self.optimizer.step()
         self.num_steps += 1
         if self.table is not None:

@@ -10,7 +10,7 @@ import torch
 from rlherd import types as F
 from rlherd.agents.impala.config import ImpalaConfig
 from rlherd.agents.impala.networks import CoreState, ImpalaNet
-from rlherd.agents.learning import NetworkLearner, adam, rmsprop
+from rlherd.agents.learning import NetworkLearner, adam, clip_grad_norm, rmsprop
 from rlherd.losses.vtrace import (
     baseline_loss,
     entropy_loss,
@@ -108,9 +108,7 @@ class ImpalaLearner(NetworkLearner):
         loss, metrics = impala_loss(self.net, batch, core_state, self.config)
         self.optimizer.zero_grad()
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.net.parameters(), self.config.grad_norm_clip, foreach=True
-        )
+        grad_norm = clip_grad_norm(self.net.parameters(), self.config.grad_norm_clip)
         self.optimizer.step()
         T, B = batch[F.REWARD].shape[0] - 1, batch[F.REWARD].shape[1]
         self.consumed_steps += T * B

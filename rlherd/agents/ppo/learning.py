@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from rlherd import types as F
-from rlherd.agents.learning import NetworkLearner
+from rlherd.agents.learning import NetworkLearner, clip_grad_norm
 from rlherd.agents.ppo.config import PPOConfig
 from rlherd.agents.ppo.networks import PPONet
 from rlherd.losses.gae import gae
@@ -160,7 +160,7 @@ class PPOLearner(NetworkLearner):
             for k, v in metrics.items():
                 totals[k] = totals.get(k, 0.0) + v * weight
         if c.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.net.parameters(), c.max_grad_norm, foreach=True)
+            clip_grad_norm(self.net.parameters(), c.max_grad_norm)
         self.optimizer.step()
         return totals
 
