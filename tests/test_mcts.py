@@ -352,6 +352,23 @@ def test_only_search_agents_play_two_player_games(tmp_path):
                      two_player=False)  # fmt: skip
 
 
+def test_the_perfect_opponent_wins_or_blocks_and_searches_a_position_once():
+    """Cells 0-8 row by row. With x on 0, 1 and o on 3, 4, x takes the win at 2; with x on 0, 1
+    and o on 4, o must block at 2. A position already searched is not searched again."""
+    pytest.importorskip("pyspiel")
+    from rlherd.envs.openspiel import PerfectOpponent
+
+    win, _ = _tic_tac_toe([0, 3, 1, 4])
+    block, _ = _tic_tac_toe([0, 4, 1])
+    opponent = PerfectOpponent(win.unwrapped.game, seed=0)
+    searches, search = [], opponent.search
+    opponent.search = lambda *args, **kw: searches.append(1) or search(*args, **kw)
+    assert opponent(win.unwrapped) == 2 and opponent(block.unwrapped) == 2
+    done = len(searches)
+    assert done == 5 + 6  # one search per legal move of each position
+    assert [opponent(block.unwrapped) for _ in range(3)] == [2] * 3 and len(searches) == done
+
+
 def test_eval_against_opponents(tmp_path):
     """A short self-play run, then games against each opponent: rates that add up, and the
     opponents' errors."""

@@ -135,20 +135,26 @@ class MCTSOpponent:
 class PerfectOpponent:
     """Perfect play for small games such as tic-tac-toe: OpenSpiel's minimax with alpha-beta
     pruning values every legal move to the end of the game, and one of the best is drawn at
-    random (a fixed choice would replay the same few games). It never loses."""
+    random (a fixed choice would replay the same few games). It never loses. A position's
+    best moves are kept (by its history) once searched: an evaluation's games keep coming back
+    to the same positions, and searching them again cost most of its time."""
 
     def __init__(self, game, seed: int):
         from open_spiel.python.algorithms import minimax
 
         self.search, self.game = minimax.alpha_beta_search, game
         self.rng = np.random.default_rng(seed)
+        self.best_moves: dict[str, list[int]] = {}
 
     def __call__(self, env: OpenSpielEnv) -> int:
-        player, moves = env.current_player, env.state.legal_actions()
-        values = [self.search(self.game, env.state.child(a), maximizing_player_id=player)[0]
-                  for a in moves]  # fmt: skip
-        best = [a for a, v in zip(moves, values, strict=True) if v == max(values)]
-        return int(self.rng.choice(best))
+        position = env.state.history_str()
+        if position not in self.best_moves:
+            player, moves = env.current_player, env.state.legal_actions()
+            values = [self.search(self.game, env.state.child(a), maximizing_player_id=player)[0]
+                      for a in moves]  # fmt: skip
+            self.best_moves[position] = [a for a, v in zip(moves, values, strict=True)
+                                         if v == max(values)]  # fmt: skip
+        return int(self.rng.choice(self.best_moves[position]))
 
 
 def make_opponent(spec: str, game, seed: int):
