@@ -29,6 +29,14 @@ class R2D2Builder(TransitionReplayBuilder):
     default_total_steps = DEFAULT_TOTAL_STEPS
     runtime_defaults = RUNTIME_DEFAULTS
 
+    @classmethod
+    def preset_for(cls, env_id: str) -> str:
+        """The family's preset, but ``classic`` for rlherd/MaskedCartPole: a CartPole, on which
+        ``classic`` was tuned; ``toy`` is for the tiny tasks (Corridor, DeepSea)."""
+        if env_id.startswith("rlherd/MaskedCartPole"):
+            return "classic"
+        return super().preset_for(env_id)
+
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> R2D2Network:
         return R2D2Network(spec, self.config).to(device)
 
