@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import rlherd
+from rlherd.agents import BUILDERS
 from rlherd.agents.r2d2 import R2D2Builder, R2D2Config
 from rlherd.agents.r2d2.learning import r2d2_loss
 from rlherd.losses.td import (
@@ -244,6 +245,16 @@ def test_a_demonstrations_key_sets_no_priority():
     table = filled_table("replay", 2, 0.0, Prioritized(1.0))
     table.update_priorities(np.array([-1, -1]), np.array([5.0, 5.0]))
     assert table.priorities[-1] == 0.0 and table.sampler.tree[1] == pytest.approx(2.0)
+
+
+def test_masked_cartpole_keeps_the_preset_tuned_on_it_and_the_tiny_tasks_get_toy():
+    """MaskedCartPole's figures (README, test below) are the classic preset's; Corridor's
+    tiny action gap needs the toy preset's lower discount."""
+    for builder in (R2D2Builder, BUILDERS["r2d3"]):
+        assert builder.preset_for("rlherd/MaskedCartPole-v1") == "classic"
+        assert builder.preset_for("rlherd/Corridor-v0") == "toy"
+        assert builder.preset_for("rlherd/DeepSea-v0") == "toy"
+    assert R2D2Builder.presets["toy"]["discount"] < R2D2Builder.presets["classic"]["discount"]
 
 
 def test_deep_sea_expert_finds_the_treasure_and_masked_cartpole_hides_the_velocities():
