@@ -5,7 +5,7 @@ update, write priorities back, report the metrics. Four paths, in one run so the
             copied below: separate forward passes for the double-Q selector, Adam's foreach
             and RMSprop's single-tensor implementations, a host read of every metric and a
             metrics row (CSV + TensorBoard) written for every step, subnormal floats computed
-            in full;
+            in full, and prioritised replay's sum-tree (before its blocks);
   eager     today's DQNLearner and Recorder (one pass over obs and next_obs, fused Adam,
             metrics left as tensors and written once per log interval), with subnormals
             flushed to zero as every runtime now runs (``rlherd.runtime.torch_threads``);
@@ -41,7 +41,7 @@ import torch
 from rlherd import envs
 from rlherd.agents import BUILDERS
 from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
-from rlherd.replay import MinSize
+from rlherd.replay import MinSize, Prioritized
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
 from rlherd.run.train import resolve_config
@@ -104,6 +104,36 @@ class BeforeLearner:
                     grad_norm=grad_norm.item(), importance_beta=0.4)  # fmt: skip
 
 
+class SumTree(Prioritized):
+    """Prioritized's sampling and updates as of commit 72559d8: a sum-tree descended one vector
+    step per level, for the ``before`` path."""
+
+    def reset(self, capacity: int) -> None:
+        self.uniform.reset(capacity)
+        self.tree_leaves = 1 << max(0, (capacity - 1).bit_length())
+        self.tree = np.zeros(2 * self.tree_leaves, dtype=np.float64)
+
+    def _set(self, slots: np.ndarray, values: np.ndarray) -> None:
+        idx = np.asarray(slots, dtype=np.int64) + self.tree_leaves
+        self.tree[idx] = values
+        idx = np.unique(idx >> 1)
+        while idx[0] >= 1:
+            self.tree[idx] = self.tree[2 * idx] + self.tree[2 * idx + 1]
+            parents = idx >> 1
+            idx = parents[np.concatenate(([True], parents[1:] != parents[:-1]))]
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        total = self.tree[1]
+        target = rng.random(n) * total
+        idx = np.ones(n, dtype=np.int64)
+        while idx[0] < self.tree_leaves:
+            left = 2 * idx
+            right = (target >= self.tree[left]) & (self.tree[left + 1] > 0)
+            target = np.where(right, target - self.tree[left], target)
+            idx = np.where(right, left + 1, left)
+        return idx - self.tree_leaves, self.tree[idx] / total
+
+
 def row_per_step(recorder: Recorder):
     """What Recorder.learner did before: one metrics row per learner step."""
 
@@ -118,10 +148,14 @@ def row_per_step(recorder: Recorder):
     return log
 
 
-def filled_tables(builder, spec, rng):
-    """The preset's replay table, holding random transitions beyond its minimum size."""
+def filled_tables(builder, spec, rng, sum_tree: bool):
+    """The preset's replay table, holding random transitions beyond its minimum size (with the
+    old sum-tree, if ``sum_tree`` and the table is prioritised)."""
     tables = builder.make_replay_tables(spec, insert_blocking=False)
     tables[0].limiter = MinSize(1)  # no rate limiter holds a sample back
+    if sum_tree and isinstance(tables[0].sampler, Prioritized):
+        tables[0].sampler = SumTree(tables[0].sampler.exponent)
+        tables[0].sampler.reset(tables[0].max_size)
     adder = builder.make_adder(tables, 1)
 
     def obs():
@@ -146,7 +180,7 @@ class Path:
         builder = BUILDERS["dqn"](config)
         spec = envs.spec_for(env_id)
         torch.manual_seed(0)
-        tables = filled_tables(builder, spec, np.random.default_rng(0))
+        tables = filled_tables(builder, spec, np.random.default_rng(0), path == "before")
         self.dataset = builder.make_dataset(tables)
         net = builder.make_networks(spec)
         self.recorder = Recorder(RunDir(os.path.join(tmp, path), create=True),

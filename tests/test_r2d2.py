@@ -244,7 +244,7 @@ def test_a_demonstrations_key_sets_no_priority():
     too: before the fix it gave the table's last slot a priority."""
     table = filled_table("replay", 2, 0.0, Prioritized(1.0))
     table.update_priorities(np.array([-1, -1]), np.array([5.0, 5.0]))
-    assert table.priorities[-1] == 0.0 and table.sampler.tree[1] == pytest.approx(2.0)
+    assert table.priorities[-1] == 0.0 and table.sampler.total == pytest.approx(2.0)
 
 
 def test_masked_cartpole_keeps_the_preset_tuned_on_it_and_the_tiny_tasks_get_toy():

@@ -60,6 +60,31 @@ def test_prioritized_distribution_and_probabilities():
     np.testing.assert_allclose(s.priorities, priorities[s.data["i"]])
 
 
+def test_prioritized_sampling_across_blocks_against_the_exact_distribution():
+    """Many blocks of slots (a partial last one), whole blocks and single slots at zero, and
+    priorities from 1e-6 to 1e3: the sampled frequencies follow the priorities (chi-square on
+    the slots expected 50+ times), the probabilities given are exact, zeros are never drawn."""
+    rng = np.random.default_rng(0)
+    selector, capacity = Prioritized(1.0), 1_000
+    selector.reset(capacity)
+    priorities = 10.0 ** rng.uniform(-6, 3, size=capacity)
+    priorities[rng.random(capacity) < 0.3] = 0.0
+    priorities[Prioritized.BLOCK * 3 : Prioritized.BLOCK * 5] = 0.0
+    for slot, p in enumerate(priorities):
+        selector.insert(slot, slot, p)
+    selector.update(np.arange(0, capacity, 7), priorities[::7])  # a batch update of the same
+    expected = priorities / priorities.sum()
+    slots, probabilities = selector.sample(400_000, rng)
+    assert priorities[slots].min() > 0
+    np.testing.assert_allclose(probabilities, expected[slots], rtol=1e-12)
+    counts = np.bincount(slots, minlength=capacity)
+    often = expected * 400_000 >= 50
+    rest = counts[~often].sum(), expected[~often].sum() * 400_000
+    chi2 = chi_square(counts[often], expected[often] * 400_000) + (rest[0] - rest[1]) ** 2 / rest[1]
+    k = int(often.sum())  # degrees of freedom: k + 1 cells; Wilson-Hilferty's p = 0.001 bound
+    assert chi2 < k * (1 - 2 / (9 * k) + 3.09 * (2 / (9 * k)) ** 0.5) ** 3
+
+
 def test_prioritized_updates_and_zero_priorities():
     table = Table("t", SIG, 10, Prioritized(1.0))
     keys = np.array([table.insert(item(i)) for i in range(5)])
