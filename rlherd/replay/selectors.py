@@ -112,18 +112,24 @@ class Prioritized(Selector):
     def total(self) -> float:
         return float(self.sums.sum())
 
+    def _set_one(self, slot: int, value: float) -> None:
+        """One slot (every insert and delete): scalar indexing beats array calls here."""
+        self.leaves[slot] = value
+        block = slot // self.BLOCK
+        self.sums[block] = self.blocks[block].sum()  # re-added, not adjusted: no drift
+
     def _set(self, slots: np.ndarray, values: np.ndarray) -> None:
         self.leaves[slots] = values
         touched = np.unique(slots // self.BLOCK)
-        self.sums[touched] = self.blocks[touched].sum(axis=1)  # re-added: no drift
+        self.sums[touched] = self.blocks[touched].sum(axis=1)
 
     def insert(self, slot: int, key: int, priority: float) -> None:
         self.uniform.insert(slot, key, priority)
-        self._set(np.array([slot]), float(priority) ** self.exponent)
+        self._set_one(slot, float(priority) ** self.exponent)
 
     def delete(self, slot: int) -> None:
         self.uniform.delete(slot)
-        self._set(np.array([slot]), 0.0)
+        self._set_one(slot, 0.0)
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         if len(slots):
