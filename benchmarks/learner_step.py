@@ -113,6 +113,14 @@ class SumTree(Prioritized):
         self.tree_leaves = 1 << max(0, (capacity - 1).bit_length())
         self.tree = np.zeros(2 * self.tree_leaves, dtype=np.float64)
 
+    def _set_one(self, slot: int, value: float) -> None:
+        i = slot + self.tree_leaves
+        self.tree[i] = value
+        i >>= 1
+        while i:
+            self.tree[i] = self.tree[2 * i] + self.tree[2 * i + 1]
+            i >>= 1
+
     def _set(self, slots: np.ndarray, values: np.ndarray) -> None:
         idx = np.asarray(slots, dtype=np.int64) + self.tree_leaves
         self.tree[idx] = values
