@@ -6,11 +6,12 @@ update, write priorities back, report the metrics. Four paths, in one run so the
             and RMSprop's single-tensor implementations, a host read of every metric and a
             metrics row (CSV + TensorBoard) written for every step, subnormal floats computed
             in full, and prioritised replay's sum-tree (before its blocks);
-  eager     today's DQNLearner and Recorder (one pass over obs and next_obs, fused Adam,
-            metrics left as tensors and written once per log interval), with subnormals
+  eager     today's DQNLearner and Recorder (parameters flattened into one tensor, fused
+            Adam, metrics left as tensors and written once per log interval), with subnormals
             flushed to zero as every runtime now runs (``rlherd.runtime.torch_threads``);
   unflushed the eager path with subnormals computed in full (what the flush alone is worth);
-  compiled  the same with ``compile_optimizer=true`` (a torch.compile-d optimiser step).
+  compiled  the same with ``compile_optimizer=true`` (RMSprop's update torch.compile-d into
+            one loop; Adam's is fused already, so this path is eager there).
 
 Networks: CartPole's (the ``classic`` preset: 128x128 dueling MLP, double Q, prioritised
 replay, Adam), RL Zoo's CartPole DQN (the ``rlzoo`` preset: 256x256 MLP, uniform replay) and

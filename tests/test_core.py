@@ -184,3 +184,56 @@ def test_clip_grad_norm_gives_pytorchs_numbers(max_norm):
     assert norm.item() == expected.item() > 1.0
     for ours, theirs in zip(*(n.parameters() for n in nets), strict=True):
         assert torch.equal(ours.grad, theirs.grad)
+
+
+def test_flattened_parameters_train_as_the_network_did():
+    """After ``flatten_parameters`` the network computes what it did, ``backward`` fills the one
+    flat gradient with every parameter's gradient, and Adam on the flat parameter takes the steps
+    that Adam on the separate parameters takes (elementwise: the same numbers)."""
+    import copy
+
+    from rlherd.agents.learning import adam, flatten_parameters
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(12, 5))  # fmt: skip
+    plain = copy.deepcopy(net)
+    flat = flatten_parameters(net)
+    assert flat.numel() == sum(p.numel() for p in plain.parameters())
+    optimizers = adam([flat], 1e-2), adam(plain.parameters(), 1e-2)
+    for step in range(3):
+        x = torch.randn(4, 2, 4, 4)
+        assert torch.equal(net(x), plain(x))
+        flat.grad.zero_()
+        plain.zero_grad()
+        net(x).square().sum().backward()
+        plain(x).square().sum().backward()
+        assert torch.equal(flat.grad, torch.cat([p.grad.reshape(-1) for p in plain.parameters()]))
+        for optimizer in optimizers:
+            optimizer.step()
+        for ours, theirs in zip(net.parameters(), plain.parameters(), strict=True):
+            assert ours.data_ptr() != theirs.data_ptr()
+            assert torch.equal(ours, theirs), step
+    assert all(p.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+               for p in net.parameters())  # fmt: skip
+
+
+def test_centered_rmsprop_gives_pytorchs_numbers():
+    """rlherd's CenteredRMSprop (agents/learning.py) against torch.optim.RMSprop(centered=True):
+    the same parameters after several steps, bit for bit."""
+    from rlherd.agents.learning import CenteredRMSprop
+
+    torch.manual_seed(0)
+    ours, theirs = torch.nn.Parameter(torch.randn(50)), torch.nn.Parameter(torch.zeros(50))
+    theirs.data.copy_(ours.data)
+    optimizers = (
+        CenteredRMSprop([ours], 1e-2, 0.95, 0.01),
+        torch.optim.RMSprop([theirs], 1e-2, alpha=0.95, eps=0.01, centered=True),
+    )
+    for _ in range(5):
+        grad = torch.randn(50)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        for optimizer in optimizers:
+            optimizer.step()
+        assert torch.equal(ours, theirs)
+    assert not torch.equal(ours, grad)

@@ -39,6 +39,25 @@ def test_queued_rollouts_join_as_the_in_process_join_does():
         torch.testing.assert_close(_join(v), expected[k], rtol=0, atol=0)
 
 
+def test_a_learner_nodes_state_pickles_a_flattened_networks_memory_once():
+    """The learner node's checkpoint state goes through Ray's pickling; a flattened network's
+    parameters are views of one tensor, and each view must arrive as its own values, not with
+    the whole flat tensor (once per view)."""
+    import pickle
+
+    from rlherd.agents.learning import flatten_parameters
+    from rlherd.runtime.program import _to_cpu
+
+    net = torch.nn.Sequential(*(torch.nn.Linear(64, 64) for _ in range(4)))
+    flatten_parameters(net)
+    state = _to_cpu(dict(learner=dict(net=net.state_dict(), num_steps=3)))
+    values = sum(v.numel() * 4 for v in net.state_dict().values())
+    assert len(pickle.dumps(state)) < 1.2 * values
+    for k, v in net.state_dict().items():
+        assert torch.equal(state["learner"]["net"][k], v)
+    assert state["learner"]["num_steps"] == 3
+
+
 def test_a_variable_client_catches_up_with_an_asynchronous_source():
     """A source that answers with older variables than the version it reports (the learner
     node's prefetching client) must be asked again until the newest is loaded, and then not

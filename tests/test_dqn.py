@@ -110,9 +110,9 @@ def _batch(spec, n=16, seed=0):
 
 
 @pytest.mark.parametrize("double_q", [True, False])
-def test_dqn_loss_matches_a_naive_two_pass_reference(double_q):
-    """One forward pass over obs and next_obs together gives the loss and the gradients of
-    separate passes, with importance weights, against a per-row Python reference."""
+def test_dqn_loss_matches_a_naive_per_row_reference(double_q):
+    """The batched loss, its TD errors and its gradients, with importance weights and with or
+    without double Q's online selector, against a per-row Python reference."""
     import copy
 
     from rlherd import envs
@@ -182,8 +182,8 @@ def test_dqfd_adds_the_large_margin_loss_on_demonstrations_only():
 
 
 def test_compiled_learner_step_gives_the_eager_numbers():
-    """``compile_optimizer=True`` (a torch.compile-d RMSprop step) updates the network as the eager
-    learner does, step for step."""
+    """``compile_optimizer=True`` (a torch.compile-d RMSprop update) updates the network as the
+    eager learner does, step for step."""
     from rlherd import envs
     from rlherd.agents.dqn.config import DQNConfig
     from rlherd.agents.dqn.learning import DQNLearner
@@ -198,8 +198,8 @@ def test_compiled_learner_step_gives_the_eager_numbers():
                            compile_optimizer=compiled, hidden_sizes=(16,))  # fmt: skip
         learners.append(DQNLearner(QNetwork(spec, config), config, 1000, None, None))
     eager, compiled = learners
-    assert hasattr(compiled.optimizer.step, "_torchdynamo_orig_callable")  # torch.compile-d
-    assert not hasattr(eager.optimizer.step, "_torchdynamo_orig_callable")
+    assert hasattr(compiled.optimizer.update, "_torchdynamo_orig_callable")  # torch.compile-d
+    assert not hasattr(eager.optimizer.update, "_torchdynamo_orig_callable")
     before = [p.detach().clone() for p in eager.net.parameters()]
     for step in range(8):
         sample = ReplaySample(_batch(spec, seed=step), None, None)

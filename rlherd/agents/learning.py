@@ -4,11 +4,14 @@ On a CPU, a small network's update (a CartPole MLP, MinAtar's one-conv network) 
 so small tensor operations, and PyTorch's per-operation overhead, not arithmetic, sets its
 speed. So these helpers do each part of an update in as few calls as PyTorch allows:
 
+- :func:`flatten_parameters` makes a network's parameters views of one tensor (and their
+  gradients views of its gradient), so zeroing, clipping and the optimiser make one call each
+  where they made one per parameter, and their passes over memory are one;
 - :func:`adam` uses Adam's fused kernel (CPU and CUDA): one pass over each parameter where the
   plain implementation makes seven;
-- RMSprop has no fused kernel in PyTorch; :func:`compile_step` has ``torch.compile`` write one
-  (one generated loop per parameter: about 6x faster than eager on the MinAtar network, for a
-  compile of a few seconds at start-up, which needs a C++ compiler on a CPU);
+- RMSprop has no fused kernel in PyTorch; :class:`CenteredRMSprop` with ``compile=True`` has
+  ``torch.compile`` write one (one generated loop per parameter, for a compile of a few seconds
+  at start-up, which needs a C++ compiler on a CPU);
 - :func:`copy_parameters` copies a network into its target with one foreach call.
 
 Learners also return their metrics as 0-d tensors, which the recorder reads once per log
@@ -96,11 +99,74 @@ def rmsprop(
     )
 
 
-def compile_step(optimizer: torch.optim.Optimizer) -> None:
-    """Replace ``optimizer.step`` by a ``torch.compile``-d one, which gives the same numbers up
-    to float rounding (tests/test_dqn.py). It specialises on the learning rate, so it is for
-    constant rates; an Adam step is a fused kernel already and gains nothing."""
-    optimizer.step = torch.compile(optimizer.step)  # type: ignore[method-assign]
+def flatten_parameters(net: torch.nn.Module) -> torch.nn.Parameter:
+    """Make every parameter of ``net`` a view of one new parameter, and its gradient a view of
+    that parameter's gradient, which starts at zeros; return that parameter, the only one the
+    optimiser and the gradient clip need to see.
+
+    Why: an optimiser's update is a few passes over each parameter, and on a CPU the passes over
+    a small network's handful of tensors cost more in per-call overhead and in re-reading memory
+    than in arithmetic; over one tensor each pass is one call. Autograd accumulates into a
+    gradient that exists in place, so ``backward`` fills the flat gradient: zero it with
+    ``flat.grad.zero_()``, never set the gradients to ``None`` (``optimizer.zero_grad()``),
+    which would cut the views loose. Call it after moving ``net`` to its device (``.to``
+    replaces parameters) and after copying it (a deep copy shares the flat layout). The numbers
+    do not change: every update is elementwise."""
+    params = list(net.parameters())
+    if len({(p.dtype, p.device) for p in params}) != 1:
+        raise ValueError("flatten_parameters needs parameters of one dtype on one device")
+    flat = torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]))
+    flat.grad = torch.zeros_like(flat)
+    offset = 0
+    for p in params:
+        p.data = flat.data[offset : offset + p.numel()].view_as(p)
+        p.grad = flat.grad[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat
+
+
+def _centered_rmsprop_(
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    square_avg: torch.Tensor,
+    grad_avg: torch.Tensor,
+    lr: float,
+    alpha: float,
+    eps: float,
+) -> None:
+    """One centered RMSprop update in place, in ``torch.optim.RMSprop(centered=True)``'s
+    operations and order (so its numbers, bit for bit, when not compiled)."""
+    square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+    grad_avg.lerp_(grad, 1 - alpha)
+    denominator = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_().add_(eps)
+    param.addcdiv_(grad, denominator, value=-lr)
+
+
+class CenteredRMSprop(torch.optim.Optimizer):
+    """Centered RMSprop (Graves 2013), the MinAtar paper's optimiser, without momentum or
+    weight decay. With ``compile=True`` each parameter's update is one loop that
+    ``torch.compile`` writes (PyTorch has no fused RMSprop): over MinAtar's network, flattened,
+    about 85 us against 330 us eager on one core of a 2-core AMD EPYC (torch 2.13). It compiles
+    this small function rather than ``torch.optim.RMSprop.step``, whose guards on the optimiser's
+    state cost more than the loop saves. Constant learning rates only (it specialises on them)."""
+
+    def __init__(self, params: Iterable[torch.Tensor], lr: float, alpha: float, eps: float,
+                 compile: bool = False):  # fmt: skip
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps))
+        self.update = torch.compile(_centered_rmsprop_) if compile else _centered_rmsprop_
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["square_avg"] = torch.zeros_like(p)
+                    state["grad_avg"] = torch.zeros_like(p)
+                self.update(p, p.grad, state["square_avg"], state["grad_avg"], group["lr"],
+                            group["alpha"], group["eps"])  # fmt: skip
 
 
 def clip_grad_norm(params: Iterable[torch.Tensor], max_norm: float | None) -> torch.Tensor:

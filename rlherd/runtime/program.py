@@ -284,8 +284,11 @@ class LearnerNode(Node):
 
 
 def _to_cpu(value: Any) -> Any:
+    """``value``'s tensors copied to the CPU, each into its own memory: a view (a flattened
+    network's parameters are views of one tensor) would carry its whole storage through Ray's
+    pickling, once per view."""
     if isinstance(value, torch.Tensor):
-        return value.cpu()
+        return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
         return {k: _to_cpu(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -32,9 +32,10 @@ class DQNConfig:
     margin_loss_weight: float = 0.0
     margin: float = 0.8
     target_update_period: int = 2000  # learner steps
-    # torch.compile the optimiser step into one generated loop per parameter: RMSprop's update
-    # becomes about 6x faster on a CPU (Adam's is a fused kernel already); a few seconds of
-    # compiling at start-up, and a C++ compiler on a CPU. benchmarks/learner_step.py measures it.
+    # With RMSprop: torch.compile its update into one generated loop (CenteredRMSprop), about 4x
+    # faster than eager on a CPU; a few seconds of compiling at start-up, and a C++ compiler on
+    # a CPU. Adam's update is a fused kernel already, which this leaves as it is.
+    # benchmarks/learner_step.py measures it.
     compile_optimizer: bool = False
 
     # Replay.
