@@ -10,8 +10,9 @@ update, write priorities back, report the metrics. Four paths, in one run so the
             Adam, metrics left as tensors and written once per log interval), with subnormals
             flushed to zero as every runtime now runs (``rlherd.runtime.torch_threads``);
   unflushed the eager path with subnormals computed in full (what the flush alone is worth);
-  compiled  the same with ``compile_optimizer=true`` (RMSprop's update torch.compile-d into
-            one loop; Adam's is fused already, so this path is eager there).
+  compiled  the same with ``compile_step=true``: the whole update (loss, gradient, clip,
+            optimiser) traced once and compiled by TorchInductor (``CompiledStep`` in
+            rlherd/agents/learning.py).
 
 Networks: CartPole's (the ``classic`` preset: 128x128 dueling MLP, double Q, prioritised
 replay, Adam), RL Zoo's CartPole DQN (the ``rlzoo`` preset: 256x256 MLP, uniform replay) and
@@ -185,7 +186,7 @@ class Path:
 
     def __init__(self, setup: str, path: str, tmp: str):
         env_id = SETUPS[setup]
-        config, _ = resolve_config("dqn", env_id, setup, dict(compile_optimizer=path == "compiled"))
+        config, _ = resolve_config("dqn", env_id, setup, dict(compile_step=path == "compiled"))
         builder = BUILDERS["dqn"](config)
         spec = envs.spec_for(env_id)
         torch.manual_seed(0)

@@ -12,6 +12,7 @@ import torch
 from rlherd.agents.dqn.config import DQNConfig
 from rlherd.agents.learning import (
     CenteredRMSprop,
+    CompiledStep,
     NetworkLearner,
     adam,
     clip_grad_norm,
@@ -86,9 +87,14 @@ class DQNLearner(NetworkLearner):
             self.optimizer = adam([self.flat], config.learning_rate, config.adam_eps)
         else:
             self.optimizer = CenteredRMSprop(
-                [self.flat], config.learning_rate, config.rmsprop_alpha, config.rmsprop_eps,
-                compile=config.compile_optimizer,
+                [self.flat], config.learning_rate, config.rmsprop_alpha, config.rmsprop_eps
             )
+        self.compiled = None
+        if config.compile_step:
+            self.compiled = CompiledStep(
+                lambda data, weights: dqn_loss(self.net, self.target_net, data, weights, config),
+                [self.net, self.target_net], self.flat, self.optimizer, config.grad_norm_clip,
+            )  # fmt: skip
 
     def importance_beta(self) -> float:
         b0 = self.config.importance_beta
@@ -97,11 +103,15 @@ class DQNLearner(NetworkLearner):
     def learn(self, sample: ReplaySample) -> dict[str, Any]:
         """One update; its metrics stay tensors (the recorder reads them once per log
         interval), except what prioritised replay needs now: the TD errors, as priorities."""
-        loss, td = dqn_loss(self.net, self.target_net, sample.data, sample.weights, self.config)
-        self.flat.grad.zero_()
-        loss.backward()
-        grad_norm = clip_grad_norm(self.params, self.config.grad_norm_clip)
-        self.optimizer.step()
+        if self.compiled is not None:
+            loss, td, grad_norm = self.compiled(sample.data, sample.weights)
+        else:
+            loss, td = dqn_loss(self.net, self.target_net, sample.data, sample.weights,
+                                self.config)  # fmt: skip
+            self.flat.grad.zero_()
+            loss.backward()
+            grad_norm = clip_grad_norm(self.params, self.config.grad_norm_clip)
+            self.optimizer.step()
         self.num_steps += 1
         if self.table is not None:
             self.net.experience.fill_(self.table.insert_count)
