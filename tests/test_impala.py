@@ -14,6 +14,7 @@ import torch
 import rlherd
 import rlherd.run.evaluate
 from rlherd.cli import main
+from rlherd.run.config import ConfigError
 
 
 def params(run_dir):
@@ -126,6 +127,31 @@ def test_killed_actors_are_restarted_and_the_run_goes_on(tmp_path):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_mono_actors_run_at_the_niceness_they_are_given(monkeypatch, tmp_path):
+    """Actor processes lower their priority by ``actor_nice`` (so the learner gets a core first
+    on a machine with fewer cores than processes); a niceness outside 0..19 is refused."""
+    import contextlib
+
+    from rlherd.run.recorder import Recorder
+
+    seen, done = {}, Recorder.done
+
+    def watch(recorder: Recorder) -> bool:  # the learner's loop, while the actors run
+        for child in multiprocessing.active_children():
+            with contextlib.suppress(ProcessLookupError):
+                seen[child.pid] = os.getpriority(os.PRIO_PROCESS, child.pid)
+        return done(recorder)
+
+    monkeypatch.setattr(Recorder, "done", watch)
+    rlherd.train("impala", "CartPole-v1", runtime="mono", total_steps=6_000, num_actors=2,
+                 actor_nice=5, run_dir=tmp_path, progress=False)  # fmt: skip
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert len(seen) == 2 and set(seen.values()) == {min(19, own + 5)}
+    with pytest.raises(ConfigError, match="actor_nice must be in 0..19"):
+        rlherd.train("impala", "CartPole-v1", runtime="mono", actor_nice=20,
+                     run_dir=tmp_path / "bad", progress=False)  # fmt: skip
 
 
 def test_eval_video_and_plot(tmp_path, capsys):

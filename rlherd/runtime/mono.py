@@ -14,15 +14,18 @@ step. What actors produce reaches the learner's process by dataflow:
 
 Each actor talks over a private pipe served by one thread here (shared ``multiprocessing.Queue``s
 deadlock every actor when one is killed while holding the queue's lock; a private pipe breaks
-alone). Faults: an actor that dies is restarted (its slot recovered, the restart counted); one
-that fails before acting stops the run with its traceback. SIGINT / SIGTERM stop the run at the
-next learner step with a final checkpoint; actors die with the learner (``die_with_parent``).
+alone). Actors run at a lower priority (``actor_nice``), so where processes outnumber cores the
+learner is not the one kept waiting. Faults: an actor that dies is restarted (its slot
+recovered, the restart counted); one that fails before acting stops the run with its traceback.
+SIGINT / SIGTERM stop the run at the next learner step with a final checkpoint; actors die with
+the learner (``die_with_parent``).
 A resumed run continues the learner exactly; actors start new episodes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import threading
@@ -129,6 +132,7 @@ def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     torch_threads(1)
+    os.nice(setup.settings.actor_nice)  # threads started from here on (ALE's) inherit it
     builder, k, slots = setup.builder, setup.settings.envs_per_actor, setup.slots
     channel = Channel(conn)
     try:

@@ -50,6 +50,7 @@ class Mono(Demonstrations, Common):
     num_buffers: int = 0  # on-policy: rollout slots (mono) / queued rollouts (poly); 0: auto
     native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
     checkpoint_replay: bool = True  # replay tables go into checkpoints
+    actor_nice: int = 10  # actors' niceness (0-19): on too few cores the learner runs first
 
 
 @dataclass
@@ -183,6 +184,8 @@ def _check(settings: Any) -> None:
         value = getattr(settings, name, 1)
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
+    if not 0 <= getattr(settings, "actor_nice", 0) <= 19:
+        raise ConfigError(f"actor_nice must be in 0..19 (niceness), got {settings.actor_nice}")
     if getattr(settings, "actor_cpus", 1.0) <= 0:
         raise ConfigError(f"actor_cpus must be > 0, got {settings.actor_cpus}")
     # On a cluster the learner node may have the GPU that this machine lacks.
