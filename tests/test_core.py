@@ -237,3 +237,42 @@ def test_centered_rmsprop_gives_pytorchs_numbers():
             optimizer.step()
         assert torch.equal(ours, theirs)
     assert not torch.equal(ours, grad)
+
+
+def test_compiled_step_takes_any_batch_structure_and_updates_as_eager_adam():
+    """CompiledStep over a network and a frozen one: a batch given as a dict and a None, an
+    auxiliary output nested in tuples (returned in its structure), Adam's update as torch's
+    fused Adam makes it, and the frozen module's parameters read at every call (not baked in)."""
+    from rlherd.agents.learning import CompiledStep, adam, clip_grad_norm, flatten_parameters
+
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+            for _ in range(2)]  # fmt: skip
+    frozen = torch.nn.Linear(3, 1).requires_grad_(False)
+    nets[1].load_state_dict(nets[0].state_dict())
+    flats = [flatten_parameters(net) for net in nets]
+    optimizers = [adam([flat], 1e-2) for flat in flats]
+
+    def loss_fn(net, batch, none):
+        assert none is None
+        error = net(batch["x"])[:, 0] + frozen(batch["x"])[:, 0] - batch["y"]
+        return error.square().mean(), (error.detach(), (batch["y"].sum(),))
+
+    step = CompiledStep(lambda batch, none: loss_fn(nets[1], batch, none), [nets[1], frozen],
+                        flats[1], optimizers[1], max_norm=0.5)  # fmt: skip
+    for _ in range(4):
+        batch = dict(x=torch.randn(16, 3), y=torch.randn(16))
+        loss, (error, _) = loss_fn(nets[0], batch, None)
+        flats[0].grad.zero_()
+        loss.backward()
+        norm = clip_grad_norm(list(nets[0].parameters()), 0.5)
+        optimizers[0].step()
+        compiled_loss, (compiled_error, (y_sum,)), compiled_norm = step(batch, None)
+        torch.testing.assert_close(compiled_loss, loss.detach())
+        torch.testing.assert_close(compiled_error, error)
+        torch.testing.assert_close(y_sum, batch["y"].sum())
+        torch.testing.assert_close(compiled_norm, norm)
+        torch.testing.assert_close(flats[1], flats[0], rtol=1e-5, atol=1e-6)
+        with torch.no_grad():
+            frozen.bias += 1.0  # read anew at the next call
+    assert len(step.compiled) == 1

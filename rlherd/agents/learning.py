@@ -319,26 +319,29 @@ class CompiledStep:
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
         leaves, spec = tree_flatten(args)
-        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
         key = (spec, tuple((x.shape, x.dtype, x.device) if isinstance(x, torch.Tensor) else x
                            for x in leaves))  # fmt: skip
         if key not in self.compiled:
             self.compiled[key] = self._compile(leaves, spec)
-        state = self.state()
-        return self.compiled[key](self.flat.detach(), *state, *self.read_tensors, *tensors)
+        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        return self.compiled[key](self.flat.detach(), *self.state(), *self.read_tensors, *tensors)
 
     def _compile(self, leaves: list[Any], spec: Any) -> Callable[..., Any]:
         """Trace the update for batches shaped like ``leaves`` and compile it; non-tensor leaves
-        (None, numbers) are constants of the graph, and part of its key."""
+        (None, numbers) are constants of the graph, and part of its key. The graph takes and
+        returns flat lists of tensors; the returned function restores the output's structure."""
         n_state, n_read = len(self.state()), len(self.read_tensors)
         positions = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+        structure = []  # the output's, found while tracing
 
-        def update(flat: torch.Tensor, *inputs: torch.Tensor) -> Any:
+        def update(flat: torch.Tensor, *inputs: torch.Tensor) -> list[torch.Tensor]:
             state, read = list(inputs[:n_state]), list(inputs[n_state : n_state + n_read])
             batch = list(leaves)
             for i, x in zip(positions, inputs[n_state + n_read :], strict=True):
                 batch[i] = x
-            return self.update(flat, state, read, tree_unflatten(batch, spec))
+            out = self.update(flat, state, read, tree_unflatten(batch, spec))
+            flat_out, structure[:] = tree_flatten(out)[0], [tree_flatten(out)[1]]
+            return flat_out
 
         from torch._inductor import compile as inductor_compile  # TorchInductor on an FX graph
         from torch._inductor.exc import InvalidCxxCompiler
@@ -351,12 +354,13 @@ class CompiledStep:
         graph = make_fx(update)(*example())
         try:
             with torch._inductor.config.patch(compile_threads=1):  # no pool of compile processes
-                return inductor_compile(graph, example())
+                compiled = inductor_compile(graph, example())
         except InvalidCxxCompiler as e:
             raise ConfigError(
                 "compiling the learner step (compile_step=true) needs a C++ compiler on a CPU "
                 f"(TorchInductor found none: {e}); install g++ or leave compile_step off"
             ) from None
+        return lambda *inputs: tree_unflatten(list(compiled(*inputs)), structure[0])
 
 
 def copy_parameters(target: torch.nn.Module, source: torch.nn.Module) -> None:
