@@ -238,12 +238,14 @@ class CompiledStep:
     once (``make_fx``, through ``torch.func.grad_and_value``) into one graph of ATen operations
     and compiled by TorchInductor: everything but the matrix products and convolutions fuses
     into a few generated loops. Updates per second on one core of a 2-core AMD EPYC
-    (``benchmarks/learner_step.py``): about 1.65x the eager step for RL Zoo's CartPole network
-    and MinAtar's. It is not ``torch.compile``: Dynamo re-checks its guards on every call (on
-    the module, config and closures: 100-200 us, a tenth of a MinAtar update), and a traced
-    graph needs none, since a learner's update is the same code on batches of one shape. A
-    batch of another structure or shape (demonstrations in it, another size) is traced and
-    compiled once more; each takes about 5 s, and needs a C++ compiler on a CPU.
+    (``benchmarks/learner_step.py``): 1.35x the eager step for RL Zoo's CartPole network, 1.6x
+    for MinAtar's, 1.9x for a dueling CartPole network with prioritised replay. It is not
+    ``torch.compile``: Dynamo re-checks its guards on every call (on the module, config and
+    closures: 100-200 us, a tenth of a MinAtar update), and a traced graph needs none, since a
+    learner's update is the same code on batches of one shape. A batch of another structure or
+    shape (demonstrations in it, another size) is traced and compiled once more; each takes
+    about 5 s, and needs a C++ compiler on a CPU. (Measured and tested on CPUs only: no GPU
+    has run it.)
 
     The numbers are the eager update's up to float rounding (the generated loops sum in
     another order), and the clip is the same per-parameter arithmetic as :func:`clip_grad_norm`.
@@ -261,12 +263,15 @@ class CompiledStep:
         self.loss = _Loss(loss_fn, modules)
         self.flat, self.optimizer, self.max_norm = flat, optimizer, max_norm
         trained = {id(p) for p in modules[0].parameters()}
-        named = dict(self.loss.named_parameters(remove_duplicate=False))
+        named = dict(self.loss.named_parameters())
         self.trained = [n for n, p in named.items() if id(p) in trained]
         self.shapes = [named[n].shape for n in self.trained]
+        self.sizes = [s.numel() for s in self.shapes]
+        if sum(self.sizes) != flat.numel():
+            raise ValueError("flat must hold modules[0]'s parameters (flatten_parameters)")
         self.read = [n for n, p in named.items() if id(p) not in trained]
-        self.read += [n for n, _ in self.loss.named_buffers(remove_duplicate=False)]
-        tensors = {**named, **dict(self.loss.named_buffers(remove_duplicate=False))}
+        self.read += [n for n, _ in self.loss.named_buffers()]
+        tensors = {**named, **dict(self.loss.named_buffers())}
         self.read_tensors = [tensors[n] for n in self.read]  # updated in place, so kept
         group = optimizer.param_groups[0]
         if isinstance(optimizer, torch.optim.Adam):
@@ -281,10 +286,10 @@ class CompiledStep:
 
     def state(self) -> list[torch.Tensor]:
         """The optimiser's state tensors, looked up each call: ``load_state_dict`` replaces them."""
-        state = self.optimizer.state[self.flat]
         if isinstance(self.optimizer, CenteredRMSprop):
             state = self.optimizer.init_state(self.flat)
             return [state["square_avg"], state["grad_avg"]]
+        state = self.optimizer.state[self.flat]
         if not state:  # as torch.optim.Adam(fused=True) starts it
             state["step"] = torch.zeros((), dtype=torch.float32, device=self.flat.device)
             state["exp_avg"] = torch.zeros_like(self.flat)
@@ -313,10 +318,6 @@ class CompiledStep:
             adam_(flat, grad, *state, *self.hyper)
         return loss, aux, norm
 
-    @property
-    def sizes(self) -> list[int]:
-        return [s.numel() for s in self.shapes]
-
     def __call__(self, *args: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
         leaves, spec = tree_flatten(args)
         key = (spec, tuple((x.shape, x.dtype, x.device) if isinstance(x, torch.Tensor) else x
@@ -332,7 +333,7 @@ class CompiledStep:
         returns flat lists of tensors; the returned function restores the output's structure."""
         n_state, n_read = len(self.state()), len(self.read_tensors)
         positions = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
-        structure = []  # the output's, found while tracing
+        structure: list[Any] = []  # the output's, found while tracing
 
         def update(flat: torch.Tensor, *inputs: torch.Tensor) -> list[torch.Tensor]:
             state, read = list(inputs[:n_state]), list(inputs[n_state : n_state + n_read])
@@ -340,7 +341,8 @@ class CompiledStep:
             for i, x in zip(positions, inputs[n_state + n_read :], strict=True):
                 batch[i] = x
             out = self.update(flat, state, read, tree_unflatten(batch, spec))
-            flat_out, structure[:] = tree_flatten(out)[0], [tree_flatten(out)[1]]
+            flat_out, out_spec = tree_flatten(out)
+            structure[:] = [out_spec]
             return flat_out
 
         from torch._inductor import compile as inductor_compile  # TorchInductor on an FX graph

@@ -33,9 +33,9 @@ class DQNConfig:
     margin: float = 0.8
     target_update_period: int = 2000  # learner steps
     # Trace the whole learner step (loss, gradient, clip, optimiser) once and compile it with
-    # TorchInductor (agents/learning.py, CompiledStep): about 1.65x the eager step's updates/s
+    # TorchInductor (agents/learning.py, CompiledStep): 1.35-1.9x the eager step's updates/s
     # for the CartPole and MinAtar networks on a CPU, the same numbers up to float rounding.
-    # Costs ~5 s of compiling at the first update and needs a C++ compiler on a CPU.
+    # Costs ~5 s of compiling at the first update and needs a C++ compiler (CPUs only tested).
     # benchmarks/learner_step.py measures it.
     compile_step: bool = False
 
