@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 
+from rlherd.run.config import parse_set
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count())
 
@@ -43,27 +45,11 @@ if __name__ == "__main__":
 """
 
 
-def steps_per_s(tree: str, envs_per_actor: int, extra: dict) -> float:
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(RUN)
-    try:
-        env = dict(os.environ, PYTHONPATH=tree)
-        out = subprocess.run([sys.executable, f.name, str(envs_per_actor), json.dumps(extra)],
-                             env=env, capture_output=True, text=True, check=True)  # fmt: skip
-    finally:
-        os.unlink(f.name)
+def steps_per_s(script: str, tree: str, envs_per_actor: int, extra: dict) -> float:
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run([sys.executable, script, str(envs_per_actor), json.dumps(extra)],
+                         env=env, capture_output=True, text=True, check=True)  # fmt: skip
     return float(out.stdout.strip().splitlines()[-1])
-
-
-def parse_set(pairs: list[str]) -> dict:
-    extra = {}
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        try:
-            extra[key] = json.loads(value)
-        except json.JSONDecodeError:
-            extra[key] = value
-    return extra
 
 
 def main() -> None:
@@ -73,9 +59,11 @@ def main() -> None:
     parser.add_argument("--layouts", type=int, nargs="+", default=[8, 1], help="envs per actor")
     parser.add_argument("--set", nargs="*", default=[], help="key=value for this tree's runs")
     args = parser.parse_args()
-    extra = parse_set(args.set)
+    extra = parse_set(args.set)  # strings: rlherd.train parses them as its fields' types
     with tempfile.TemporaryDirectory() as tmp:
-        old = os.path.join(tmp, "tree")
+        script, old = os.path.join(tmp, "run.py"), os.path.join(tmp, "tree")
+        with open(script, "w") as f:
+            f.write(RUN)
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", old, args.rev],
                        check=True, capture_output=True)  # fmt: skip
         try:
@@ -83,7 +71,7 @@ def main() -> None:
                 for k in args.layouts:
                     figures = {}
                     for name, tree, given in ((args.rev, old, {}), ("this", ROOT, extra)):
-                        figures[name] = steps_per_s(tree, k, given)
+                        figures[name] = steps_per_s(script, tree, k, given)
                         print(json.dumps(dict(bench="mono_against", tree=name, round=round_,
                                               envs_per_actor=k, set=given,
                                               steps_per_s=round(figures[name], 1),

@@ -277,9 +277,9 @@ class CompiledStep:
         if isinstance(optimizer, torch.optim.Adam):
             if group["amsgrad"] or group["weight_decay"] or group["maximize"]:
                 raise ValueError("CompiledStep's Adam has no amsgrad, weight decay or maximize")
-            self.hyper = (group["lr"], *group["betas"], group["eps"])
+            self.rule, self.hyper = adam_, (group["lr"], *group["betas"], group["eps"])
         elif isinstance(optimizer, CenteredRMSprop):
-            self.hyper = (group["lr"], group["alpha"], group["eps"])
+            self.rule, self.hyper = centered_rmsprop_, (group["lr"], group["alpha"], group["eps"])
         else:
             raise ValueError(f"CompiledStep updates with Adam or CenteredRMSprop, not {optimizer}")
         self.compiled: dict[Any, Callable[..., Any]] = {}
@@ -312,10 +312,7 @@ class CompiledStep:
         norm = torch.linalg.vector_norm(torch.stack(norms))
         if self.max_norm is not None:
             grad = grad * torch.clamp(self.max_norm / (norm + 1e-6), max=1.0)
-        if isinstance(self.optimizer, CenteredRMSprop):
-            centered_rmsprop_(flat, grad, *state, *self.hyper)
-        else:
-            adam_(flat, grad, *state, *self.hyper)
+        self.rule(flat, grad, *state, *self.hyper)
         return loss, aux, norm
 
     def __call__(self, *args: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
