@@ -73,13 +73,26 @@ def _parser() -> argparse.ArgumentParser:
         "serve-env", add_help=False, help="serve an environment over gRPC (see serve-env -h)"
     )
 
-    check = sub.add_parser("check-env", help="check a device environment against its reference")
-    check.add_argument("env", help="tag-gridworld, tag-continuous or CartPole-v1")
-    check.add_argument("--num-envs", type=int, default=16)
-    check.add_argument("--steps", type=int, default=500, help="steps of every environment")
-    check.add_argument("--seed", type=int, default=0)
-    check.add_argument("--device", default="cpu")
+    check = sub.add_parser(
+        "check-env",
+        help="check an environment: Gymnasium's checker, its observation and how agents read "
+        "it, its action mask, its speed, and which agents and runtimes train it",
+    )
+    check.add_argument("env", help="any environment id, module:Env-v0 or module:factory")
     check.add_argument("--env-kwargs", default=None, metavar="JSON", help="environment options")
+    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seconds", type=float, default=2.0, help="how long to time raw steps")
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--strict", action="store_true",
+                       help="exit 1 when Gymnasium's checker fails, too (otherwise: only when no "
+                       "agent trains the environment)")  # fmt: skip
+    check.add_argument("--consistency", action="store_true",
+                       help="instead: check a device environment (tag-gridworld, tag-continuous, "
+                       "CartPole-v1) against its numpy reference")  # fmt: skip
+    check.add_argument("--num-envs", type=int, default=16, help="[--consistency]")
+    check.add_argument("--steps", type=int, default=500,
+                       help="[--consistency] steps of every environment")  # fmt: skip
+    check.add_argument("--device", default="cpu", help="[--consistency]")
 
     plot = sub.add_parser("plot", help="draw learning curves of runs")
     plot.add_argument("run_dirs", nargs="+")
@@ -188,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
                                      env_kwargs=_env_kwargs(args.env_kwargs),
                                      epsilon=args.epsilon, seed=args.seed,
                                      progress=not args.no_progress)))  # fmt: skip
+        elif args.command == "check-env" and not args.consistency:
+            from rlherd.commands.check_env import check, format_report, trainable
+
+            report = check(args.env, _env_kwargs(args.env_kwargs), args.seconds, args.seed)
+            print(json.dumps(report) if args.json else format_report(report))
+            passed = trainable(report) and (report["gymnasium_check"] or not args.strict)
+            return 0 if passed else 1
         elif args.command == "check-env":
             from rlherd.envs.device import ConsistencyError, check_consistency, make_device
 

@@ -14,14 +14,90 @@ import gymnasium as gym
 import numpy as np
 
 from rlherd.run.config import UnsupportedEnv
+from rlherd.types import ACTION_MASK
 
 if TYPE_CHECKING:  # environment workers import this module without torch
     import torch
 
 
+LEAF_KINDS = ("box", "discrete", "binary")
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One array of an observation, and what its values are, which decides how a network reads
+    it (:mod:`rlherd.networks.encoders`).
+
+    ``kind`` is ``"box"`` (numbers), ``"discrete"`` (integers ``0 .. categories - 1`` in every
+    entry: a ``Discrete`` or ``MultiDiscrete`` space) or ``"binary"`` (0 or 1: ``MultiBinary``).
+    An integer box whose bounds lie in ``[0, n)`` has ``categories = n`` too (NetHack's glyphs:
+    5,977), so a grid of codes can be embedded; other boxes have 0.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    kind: str = "box"
+    categories: int = 0
+
+    @classmethod
+    def of(cls, space: gym.Space) -> Leaf:
+        if isinstance(space, gym.spaces.Discrete):
+            return cls((), np.dtype(np.int64), "discrete", int(space.n))
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            return cls(tuple(space.shape), np.dtype(np.int64), "discrete", int(space.nvec.max()))
+        if isinstance(space, gym.spaces.MultiBinary):
+            return cls(tuple(space.shape), np.dtype(space.dtype), "binary", 2)
+        if isinstance(space, gym.spaces.Box):
+            dtype, categories = np.dtype(space.dtype), 0
+            if dtype.kind in "iu" and space.low.min() >= 0:
+                high = int(space.high.max())
+                categories = high + 1 if high < 2**31 - 1 else 0
+            return cls(tuple(space.shape), dtype, "box", categories)
+        raise TypeError(f"{space!r} is not an array space")
+
+
+def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
+    """A Gymnasium observation space as rlherd carries it, and the keys it leaves out.
+
+    Array spaces (``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``) stay as they are,
+    except that a ``Discrete`` counts from 0.
+    ``Dict`` and ``Tuple`` spaces, nested or not, become one ``Dict`` of their array leaves,
+    keyed by their paths joined with ``"."`` (a ``Tuple``'s entries by position: ``"0"``,
+    ``"1"``); leaves that are not arrays (MiniGrid's ``mission`` text, a ``Graph``) are left out
+    and their keys returned, so the caller can say so once.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return gym.spaces.Discrete(space.n), []  # counted from 0, as rlherd.envs.make gives it
+    if not isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
+        return space, []
+    leaves: dict[str, gym.Space] = {}
+    dropped: list[str] = []
+
+    def walk(s: gym.Space, path: str) -> None:
+        if isinstance(s, gym.spaces.Dict | gym.spaces.Tuple):
+            items = s.spaces.items() if isinstance(s, gym.spaces.Dict) else enumerate(s.spaces)
+            for key, sub in items:
+                walk(sub, f"{path}.{key}" if path else str(key))
+        elif isinstance(s, ARRAY_SPACES):
+            leaves[path] = flatten_space(s)[0]
+        else:
+            dropped.append(path)
+
+    walk(space, "")
+    return gym.spaces.Dict(leaves), dropped
+
+
+ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                gym.spaces.MultiBinary)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """What an agent needs to know about an environment, derived from its Gymnasium spaces.
+
+    ``obs`` is the observation: one :class:`Leaf`, or a dict of them by key (see
+    :func:`flatten_space`; an action mask is the key ``"action_mask"``). ``dropped`` names the
+    leaves left out (not arrays).
 
     ``action_kind`` is ``"discrete"`` (``num_actions`` choices), ``"multidiscrete"`` (one
     choice per entry of ``action_nvec``) or ``"continuous"`` (a box of ``action_shape`` between
@@ -29,8 +105,7 @@ class EnvSpec:
     """
 
     env_id: str
-    obs_shape: tuple[int, ...]
-    obs_dtype: np.dtype
+    obs: Leaf | dict[str, Leaf]
     action_kind: str
     num_actions: int = 0
     action_shape: tuple[int, ...] = ()
@@ -38,11 +113,39 @@ class EnvSpec:
     action_high: np.ndarray | None = None
     max_episode_steps: int | None = None
     action_nvec: tuple[int, ...] = ()
+    dropped: tuple[str, ...] = ()
+
+    @property
+    def structured(self) -> bool:
+        """The observation is a dict of arrays."""
+        return isinstance(self.obs, dict)
+
+    @property
+    def has_action_mask(self) -> bool:
+        """Discrete actions whose legal ones the observation's ``action_mask`` says."""
+        return self.structured and ACTION_MASK in self.obs and self.action_kind == "discrete"
+
+    @property
+    def obs_shape(self) -> tuple[int, ...]:
+        """The shape of an observation that is one array."""
+        return self._single().shape
+
+    @property
+    def obs_dtype(self) -> np.dtype:
+        return self._single().dtype
+
+    def _single(self) -> Leaf:
+        if isinstance(self.obs, dict):
+            raise UnsupportedEnv(
+                f"{self.env_id} observes a dict of arrays ({', '.join(self.obs)}), and this part "
+                "of rlherd reads one array; flatten it with gymnasium.wrappers.FlattenObservation"
+            )
+        return self.obs
 
     @property
     def is_image(self) -> bool:
         """Images are ``[C, H, W]`` (channels first), usually uint8."""
-        return len(self.obs_shape) == 3
+        return not self.structured and len(self.obs.shape) == 3
 
     @classmethod
     def from_spaces(
@@ -52,23 +155,35 @@ class EnvSpec:
         action_space: gym.Space,
         max_episode_steps: int | None = None,
     ) -> EnvSpec:
-        if not isinstance(observation_space, gym.spaces.Box):
+        flat, dropped = flatten_space(observation_space)
+        if isinstance(flat, gym.spaces.Dict):
+            obs: Leaf | dict[str, Leaf] = {k: Leaf.of(s) for k, s in flat.spaces.items()}
+            if not obs:
+                raise UnsupportedEnv(
+                    f"{env_id}: observation space {observation_space!r} holds no arrays for an "
+                    "agent to read"
+                )
+        elif isinstance(flat, ARRAY_SPACES):
+            obs = Leaf.of(flat)
+        else:
             raise UnsupportedEnv(
                 f"{env_id}: observation space {observation_space!r} is not supported; rlherd "
-                "agents read Box observations. Flatten it first, e.g. with "
-                "gymnasium.wrappers.FlattenObservation."
+                "agents read Box, Discrete, MultiDiscrete and MultiBinary arrays, and Dict or "
+                "Tuple spaces of them"
             )
-        common = dict(
-            env_id=env_id,
-            obs_shape=tuple(observation_space.shape),
-            obs_dtype=np.dtype(observation_space.dtype),
-            max_episode_steps=max_episode_steps,
-        )
+        common = dict(env_id=env_id, obs=obs, max_episode_steps=max_episode_steps,
+                      dropped=tuple(dropped))  # fmt: skip
         if isinstance(action_space, gym.spaces.Discrete):
             if int(action_space.start) != 0:
                 raise UnsupportedEnv(
                     f"{env_id}: action space {action_space!r} starts at {action_space.start}; "
                     "rlherd expects Discrete(n) actions numbered from 0."
+                )
+            mask = obs.get(ACTION_MASK) if isinstance(obs, dict) else None
+            if mask is not None and mask.shape != (int(action_space.n),):
+                raise UnsupportedEnv(
+                    f"{env_id}: its action mask has shape {mask.shape}, but it has "
+                    f"{action_space.n} actions; a mask has one entry per action (true: legal)"
                 )
             return cls(action_kind="discrete", num_actions=int(action_space.n), **common)
         if isinstance(action_space, gym.spaces.MultiDiscrete) and action_space.nvec.ndim == 1:

@@ -38,3 +38,61 @@ REWARD = "reward"
 TERMINATED = "terminated"
 TRUNCATED = "truncated"
 CORE_STATE = "core_state"
+ACTION_MASK = "action_mask"
+
+# ---------------------------------------------------------------------------- observations
+# An observation is one array, or a dict of named arrays (nested Gymnasium spaces are flattened
+# into one level, their keys joined by "."; see rlherd.core.flatten_space). In a batch, a dict
+# observation stored under a name such as ``obs`` becomes one field per array, ``obs.image``,
+# ``obs.direction``, ..., as the recurrent state becomes ``core_state.0``, ``core_state.1``: every
+# buffer, table, wire format and checkpoint then holds plain fields of arrays, and only the code
+# that reads an observation (a network, an adder) sees the dict. An action mask travels as the
+# observation's ``action_mask`` array (rlherd.envs moves it there from ``info`` or the env's
+# ``action_masks()``). These helpers work on numpy arrays and torch tensors alike.
+
+
+def obs_fields(name: str, obs):
+    """The fields an observation is stored as: ``{name: obs}`` for an array, ``{name.key:
+    obs[key]}`` for a dict."""
+    if isinstance(obs, dict):
+        return {f"{name}.{key}": value for key, value in obs.items()}
+    return {name: obs}
+
+
+def obs_of(batch, name: str = OBS):
+    """The observation stored as ``name`` in ``batch`` (the inverse of :func:`obs_fields`)."""
+    if name in batch:
+        return batch[name]
+    prefix = name + "."
+    obs = {key[len(prefix) :]: value for key, value in batch.items() if key.startswith(prefix)}
+    if not obs:
+        raise KeyError(name)
+    return obs
+
+
+def map_obs(fn, obs):
+    """``fn`` applied to every array of an observation (an array or a dict of arrays)."""
+    if isinstance(obs, dict):
+        return {key: fn(value) for key, value in obs.items()}
+    return fn(obs)
+
+
+def batch_of_one(obs):
+    """One environment's observation as a batch of one (arrays gain a leading 1)."""
+    return map_obs(lambda x: x[None] if hasattr(x, "shape") else [x], obs)
+
+
+def first_array(obs):
+    """An observation's array, or the first array of a dict observation (for its leading
+    dimensions, which all its arrays share)."""
+    return next(iter(obs.values())) if isinstance(obs, dict) else obs
+
+
+def obs_len(obs) -> int:
+    """The leading dimension of an observation (its batch)."""
+    return len(first_array(obs))
+
+
+def action_mask(obs):
+    """The observation's action mask (true: legal), or None where it has none."""
+    return obs.get(ACTION_MASK) if isinstance(obs, dict) else None

@@ -215,8 +215,8 @@ def test_recurrent_impala_on_the_device(tmp_path):
 
 def test_check_env_command():
     out = subprocess.run(
-        [sys.executable, "-m", "rlherd.cli", "check-env", "tag-gridworld", "--num-envs", "4",
-         "--steps", "60", "--env-kwargs", '{"num_taggers": 2}'],
+        [sys.executable, "-m", "rlherd.cli", "check-env", "tag-gridworld", "--consistency",
+         "--num-envs", "4", "--steps", "60", "--env-kwargs", '{"num_taggers": 2}'],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

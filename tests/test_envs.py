@@ -29,9 +29,11 @@ def test_unknown_id_lists_close_matches():
 
 
 def test_unsupported_spaces_are_named():
-    obs = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
-    with pytest.raises(TypeError, match="Dict"):
-        EnvSpec.from_spaces("x", obs, gym.spaces.Discrete(2))
+    text_only = gym.spaces.Dict({"mission": gym.spaces.Text(10)})
+    with pytest.raises(TypeError, match="holds no arrays"):
+        EnvSpec.from_spaces("x", text_only, gym.spaces.Discrete(2))
+    with pytest.raises(TypeError, match="is not supported"):
+        EnvSpec.from_spaces("x", gym.spaces.Text(10), gym.spaces.Discrete(2))
     box = gym.spaces.Box(0, 1, (2,))
     with pytest.raises(TypeError, match="MultiBinary"):
         EnvSpec.from_spaces("x", box, gym.spaces.MultiBinary(3))

@@ -19,6 +19,9 @@ from rlherd.runtime import RUNTIMES, settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRIDOR = "rlherd/Corridor-v0"  # optimal return 0.95; a random walk gets about 0.7
+# The same corridor observed as a dict of arrays (Discrete, MultiBinary) with an action mask,
+# whose illegal action is an error: dict observations and masks crossing every runtime.
+DICT_CORRIDOR = "rlherd/DictCorridor-v0"
 REACH = "rlherd/Reach-v0"  # continuous actions: optimal return about 0.88; random about -10.9
 DEEP_SEA = "rlherd/DeepSea-v0"  # optimal return 0.99; random actions find it once in 1,024 tries
 
@@ -26,8 +29,9 @@ DEEP_SEA = "rlherd/DeepSea-v0"  # optimal return 0.99; random actions find it on
 # Corridor, so its pairs learn CartPole to 195 (CartPole-v0's "solved" threshold; random: ~22).
 HOSTS = ("single", "mono", "poly", "distributed")
 LEARNS = {
-    **{("dqn", r): (CORRIDOR, 10_000, 0.9) for r in HOSTS},
-    **{(a, r): (CORRIDOR, 20_000, 0.9) for a in ("impala", "ppo") for r in HOSTS},
+    **{("dqn", r): (DICT_CORRIDOR, 10_000, 0.9) for r in HOSTS},
+    **{("impala", r): (CORRIDOR, 20_000, 0.9) for r in HOSTS},
+    **{("ppo", r): (DICT_CORRIDOR, 20_000, 0.9) for r in HOSTS},
     # With their exploration on, the continuous agents' training returns end at 0.3-0.8 (seeds
     # 0-4 on single), and once at 0.24 (mpo on poly); a policy that does not read the goal gets
     # about -10.9, and one that reaches it at all, slowly, about 0.

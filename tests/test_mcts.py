@@ -28,6 +28,7 @@ from rlherd.losses.search import search_policy_kl, transition_model_loss, value_
 from rlherd.run.config import ConfigError
 from rlherd.run.evaluate import evaluate
 from rlherd.run.rundir import RunDir
+from rlherd.types import batch_of_one, obs_len
 
 DEEP_SEA = "rlherd/DeepSea-v0"  # size 10: random actions find its treasure once in 1,024 episodes
 
@@ -108,7 +109,7 @@ class Trap(gym.Env):
 
 def _knows_nothing(num_actions: int):
     """A network that knows nothing: uniform priors, zero values."""
-    return lambda obs: (np.zeros((len(obs), num_actions)), np.zeros(len(obs)))
+    return lambda obs: (np.zeros((obs_len(obs), num_actions)), np.zeros(obs_len(obs)))
 
 
 def test_search_with_an_exact_model_finds_what_greed_misses():
@@ -308,13 +309,15 @@ def test_open_spiel_game_as_one_environment_for_both_players():
     pytest.importorskip("pyspiel")
     env, obs = _tic_tac_toe([0, 3, 1, 4])  # x: 0 1, o: 3 4; x to move, 2 wins
     game = env.unwrapped
-    assert obs.shape == (27,) and game.current_player == 0
-    assert game.legal_action_mask().tolist() == [False] * 2 + [True] + [False] * 2 + [True] * 4
+    legal = [0] * 2 + [1] + [0] * 2 + [1] * 4
+    assert obs["obs"].shape == (27,) and game.current_player == 0
+    assert game.action_masks().tolist() == [bool(x) for x in legal]
+    assert obs["action_mask"].tolist() == legal  # the mask travels in the observation
     copy_ = copy.deepcopy(env)
     _, reward, terminated, _, _ = env.step(2)
     assert (reward, terminated) == (1.0, True)  # the mover's reward
     assert copy_.unwrapped.state.history() == [0, 3, 1, 4]  # copies clone the state
-    with pytest.raises(ValueError, match="illegal.*legal_action_mask"):
+    with pytest.raises(ValueError, match="illegal.*action_mask"):
         copy_.step(0)
     with pytest.raises(ConfigError, match="no game"):
         rl_envs.make("open_spiel/tic_tac_tow")
@@ -326,9 +329,9 @@ def _search_move(moves, discount):
     env, obs = _tic_tac_toe(moves)
     model = Simulator()
     model.bind([env])
-    roots, legal = model.roots(np.array([0]), obs[None])
+    roots, legal = model.roots(np.array([0]), batch_of_one(obs))
     settings = SearchSettings(num_simulations=200, discount=discount)
-    tree = search(roots, obs[None], legal, model, _knows_nothing(9), settings,
+    tree = search(roots, batch_of_one(obs), legal, model, _knows_nothing(9), settings,
                   np.random.default_rng(0))  # fmt: skip
     return int(visit_policy(tree, 0.0).argmax())
 

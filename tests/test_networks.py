@@ -4,7 +4,7 @@ import torch
 
 from rlherd.agents.impala import ImpalaConfig
 from rlherd.agents.impala.networks import ImpalaNet
-from rlherd.core import EnvSpec
+from rlherd.core import EnvSpec, Leaf
 from rlherd.networks import (
     AtariShallowTorso,
     ImpalaResNetTorso,
@@ -16,7 +16,7 @@ from rlherd.networks import (
 
 
 def image_spec(shape):
-    return EnvSpec("img", shape, np.dtype(np.uint8), "discrete", num_actions=4)
+    return EnvSpec("img", Leaf(shape, np.dtype(np.uint8)), "discrete", num_actions=4)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_resnet_has_three_sections_of_two_residual_blocks():
 def test_make_torso_auto():
     assert isinstance(make_torso(image_spec((4, 84, 84))), AtariShallowTorso)
     assert isinstance(make_torso(image_spec((4, 10, 10))), MinAtarTorso)
-    vec = EnvSpec("v", (4,), np.dtype(np.float32), "discrete", num_actions=2)
+    vec = EnvSpec("v", Leaf((4,), np.dtype(np.float32)), "discrete", num_actions=2)
     assert isinstance(make_torso(vec), MLPTorso)
     with pytest.raises(ValueError, match="image observations"):
         make_torso(vec, "deep")
@@ -86,13 +86,13 @@ def test_lstm_resets_at_episode_starts():
 
 
 def test_impala_net_outputs_and_rejects_continuous():
-    spec = EnvSpec("v", (4,), np.dtype(np.float32), "discrete", num_actions=3)
+    spec = EnvSpec("v", Leaf((4,), np.dtype(np.float32)), "discrete", num_actions=3)
     net = ImpalaNet(spec, ImpalaConfig(use_lstm=True, lstm_size=8))
     out, state = net(
         torch.randn(5, 2, 4), torch.zeros(5, 2, dtype=torch.bool), net.initial_state(2)
     )
     assert out["policy_logits"].shape == (5, 2, 3) and out["baseline"].shape == (5, 2)
     assert state[0].shape == (1, 2, 8)
-    box = EnvSpec("p", (3,), np.dtype(np.float32), "continuous", action_shape=(1,))
+    box = EnvSpec("p", Leaf((3,), np.dtype(np.float32)), "continuous", action_shape=(1,))
     with pytest.raises(ValueError, match="Discrete"):
         ImpalaNet(box, ImpalaConfig())

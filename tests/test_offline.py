@@ -5,15 +5,19 @@ errors) and behaviour cloning (its losses against naive references; cloning a PP
 import json
 import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from conftest import corridor_expert, record_scripted
+from mixed_env import MIXED, assert_same
 
 import rlherd
 from rlherd import envs as rl_envs
 from rlherd import runtime as runtime_mod
+from rlherd.agents.dqn import DQNBuilder, DQNConfig
 from rlherd.cli import main
+from rlherd.core import EnvSpec
 from rlherd.losses.offline import (
     categorical_nll,
     cql_gap_continuous,
@@ -25,11 +29,12 @@ from rlherd.losses.offline import (
     weighted_likelihood_loss,
 )
 from rlherd.networks.continuous import tanh_gaussian_log_prob, tanh_gaussian_sample
-from rlherd.replay import offline
+from rlherd.replay import demonstrations, offline
 from rlherd.run.collect import RecordingAlgorithm, collect
 from rlherd.run.config import ConfigError
 from rlherd.run.evaluate import evaluate
 from rlherd.run.rundir import RunDir
+from rlherd.types import map_obs
 
 CORRIDOR = "rlherd/Corridor-v0"
 
@@ -130,21 +135,35 @@ def test_tanh_gaussian_log_prob_against_torch_distributions():
 
 
 # ------------------------------------------------------------------------------ datasets
-@pytest.mark.parametrize("kind", ["image-discrete", "vector-continuous"])
+@pytest.mark.parametrize("kind", ["image-discrete", "vector-continuous", "dict-discrete"])
 def test_a_written_dataset_reads_back_exactly(minari_root, kind):
-    """Images are stored as they are (Minari would JPEG-encode them by default)."""
-    import gymnasium as gym
-
+    """Images are stored as they are (Minari would JPEG-encode them by default), and each array
+    of a dict observation in its own dtype."""
     rng = np.random.default_rng(0)
+    act_space = gym.spaces.Discrete(5)
     if kind == "image-discrete":
         obs_space = gym.spaces.Box(0, 255, (3, 10, 10), np.uint8)
-        act_space = gym.spaces.Discrete(5)
-    else:
+    elif kind == "vector-continuous":
         obs_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
         act_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    else:
+        obs_space = gym.spaces.Dict({
+            "image": gym.spaces.Box(0, 255, (3, 10, 10), np.uint8),
+            "offset": gym.spaces.Box(-300, 300, (2,), np.int16),
+            "cell": gym.spaces.Discrete(7),  # int64
+            "action_mask": gym.spaces.MultiBinary(5),  # int8
+            "seen": gym.spaces.Box(0, 1, (3,), bool),
+            "speed": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        })  # fmt: skip
+    obs_space.seed(0)
     episodes = []
     for length in (3, 1, 6):
-        obs = np.stack([obs_space.sample() for _ in range(length + 1)])
+        samples = [obs_space.sample() for _ in range(length + 1)]
+        obs = (
+            {key: np.stack([s[key] for s in samples]) for key in obs_space.spaces}
+            if isinstance(obs_space, gym.spaces.Dict)
+            else np.stack(samples)
+        )
         actions = np.stack([act_space.sample() for _ in range(length)]).astype(act_space.dtype)
         ends = np.zeros(length, bool)
         ends[-1] = True
@@ -157,24 +176,46 @@ def test_a_written_dataset_reads_back_exactly(minari_root, kind):
     assert len(read) == len(episodes) and dataset.total_steps == 10
     for mine, theirs in zip(episodes, read, strict=True):
         for field in ("observations", "actions", "rewards", "terminations", "truncations"):
-            a, b = getattr(mine, field), getattr(theirs, field)
-            assert a.dtype == b.dtype and np.array_equal(a, b), field
+            assert_same(getattr(mine, field), getattr(theirs, field))
     assert offline.about(dataset) == about
 
 
-def test_collect_records_what_the_environment_did(minari_root):
+def test_a_nested_dataset_reads_as_rlherd_envs_observe(minari_root):
+    """A dataset recorded elsewhere, on an unwrapped environment (nested Dict and Tuple
+    observations, a Discrete counted from 1, text), reads as rlherd.envs.make observes that
+    environment: one level of arrays named by their paths, counted from 0, the text left out,
+    which is what the dataset's spec says."""
+    space = gym.spaces.Dict({
+        "agent": gym.spaces.Tuple((gym.spaces.Discrete(3, start=1),
+                                   gym.spaces.Box(-2, 2, (2,), np.int16))),
+        "mission": gym.spaces.Text(10),
+    })  # fmt: skip
+    offsets = np.array([[0, 1], [-2, 2], [1, 1]], np.int16)
+    stored = {"agent": (np.array([1, 3, 2]), offsets), "mission": ["go", "go", "go"]}
+    episode = offline.Episode(stored, np.zeros(2, np.int64), np.zeros(2, np.float32),
+                              np.array([False, True]), np.zeros(2, bool))  # fmt: skip
+    offline.write_dataset("other/nested-v0", [episode], space, gym.spaces.Discrete(2), {})
+    dataset = offline.load_dataset("other/nested-v0")
+    (read,) = offline.episodes(dataset)
+    assert_same({"agent.0": np.array([0, 2, 1]), "agent.1": offsets}, read.observations)
+    spec = EnvSpec.from_spaces("x", dataset.observation_space, dataset.action_space)
+    assert spec.obs.keys() == read.observations.keys() and spec.dropped == ("mission",)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", MIXED])
+def test_collect_records_what_the_environment_did(minari_root, env_id):
     """Replaying a random policy's recorded actions from the recorded seeds gives back every
-    recorded observation, reward and flag."""
-    summary = collect(None, "cartpole/random-v0", 4, env="CartPole-v1", seed=3, progress=False)
-    dataset = offline.load_dataset("cartpole/random-v0")
+    recorded observation (each array of a dict one in its dtype), reward and flag."""
+    summary = collect(None, "test/random-v0", 4, env=env_id, seed=3, progress=False)
+    dataset = offline.load_dataset("test/random-v0")
     assert summary["episodes"] == 4 and summary["steps"] == dataset.total_steps
-    env = rl_envs.make("CartPole-v1")
+    env = rl_envs.make(env_id)
     for i, episode in enumerate(offline.episodes(dataset)):
         obs, _ = env.reset(seed=3 + i)
-        np.testing.assert_array_equal(obs, episode.observations[0])
+        assert_same(obs, map_obs(lambda x: x[0], episode.observations))
         for t, action in enumerate(episode.actions):
             obs, reward, terminated, truncated, _ = env.step(action)
-            np.testing.assert_array_equal(obs, episode.observations[t + 1])
+            assert_same(obs, map_obs(lambda x, t=t: x[t + 1], episode.observations))
             assert (reward, terminated, truncated) == (
                 episode.rewards[t], episode.terminations[t], episode.truncations[t])
         assert episode.terminations[-1] or episode.truncations[-1]
@@ -226,9 +267,11 @@ def test_a_run_records_its_training_episodes(minari_root, interrupt_at, tmp_path
         rlherd.train("dqn", CORRIDOR, run_dir=tmp_path / "again", **kw)
 
 
-def test_recording_drops_an_episode_its_environment_abandoned():
+@pytest.mark.parametrize("structured", [False, True])
+def test_recording_drops_an_episode_its_environment_abandoned(structured):
     """A resumed run whose environments could not be checkpointed (ale-py's) begins fresh
-    episodes: the steps held of the unfinished ones must not join them."""
+    episodes: the steps held of the unfinished ones must not join them. Dict observations are
+    recorded array by array, each in its dtype."""
 
     class Nothing:
         def __getattr__(self, name):
@@ -237,16 +280,23 @@ def test_recording_drops_an_episode_its_environment_abandoned():
     recording = RecordingAlgorithm(Nothing())
     no, yes = np.zeros(1, bool), np.ones(1, bool)
 
+    def batch(value):  # one environment's observation, as the batch of one the loop hands on
+        x = np.array([[value]])
+        return {"x": x, "count": x[:, 0].astype(np.int16)} if structured else x
+
     def step(obs, reward, ends):
-        recording.experience(np.array([[obs]]), np.array([0]), np.array([reward]),
-                             np.array([[obs + 1.0]]), ends, no, no)  # fmt: skip
+        recording.experience(batch(obs), np.array([0]), np.array([reward]), batch(obs + 1.0),
+                             ends, no, no)  # fmt: skip
 
     step(0.0, 5.0, no)  # an episode under way, then the environment starts afresh
     recording.begin_episodes(np.array([0]))
     step(10.0, 1.0, no)
     step(11.0, 2.0, yes)
     (episode,) = recording.finished
-    np.testing.assert_array_equal(episode.observations[:, 0], [10.0, 11.0, 12.0])
+    x = episode.observations["x"] if structured else episode.observations
+    np.testing.assert_array_equal(x[:, 0], [10.0, 11.0, 12.0])
+    if structured:
+        assert_same(np.array([10, 11, 12], np.int16), episode.observations["count"])
     np.testing.assert_array_equal(episode.rewards, [1.0, 2.0])
 
 
@@ -336,14 +386,13 @@ def test_offline_errors_name_the_fix(offline_datasets, tmp_path):
 
 def test_a_dataset_without_rlherds_record_is_checked_by_its_spaces(minari_root, tmp_path):
     """Datasets from elsewhere carry no env id; their spaces must still be the run's."""
-    import gymnasium as gym
-
     obs = np.zeros((2, 3), np.float32)
     episode = offline.Episode(obs, np.zeros(1, np.int64), np.zeros(1, np.float32),
                               np.ones(1, bool), np.zeros(1, bool))  # fmt: skip
     offline.write_dataset("other/three-v0", [episode], gym.spaces.Box(0, 1, (3,), np.float32),
                           gym.spaces.Discrete(2), {})  # fmt: skip
-    with pytest.raises(ConfigError, match=r"obs_shape \(3,\), but rlherd/Corridor-v0 has \(6,\)"):
+    wrong = r"obs \(3,\) float32 box, but rlherd/Corridor-v0 has \(6,\) float32 box"
+    with pytest.raises(ConfigError, match=wrong):
         rlherd.train("dqn", CORRIDOR, dataset="other/three-v0", run_dir=tmp_path / "run",
                      progress=False)  # fmt: skip
 
@@ -360,6 +409,49 @@ def test_the_command_line_collects_and_trains_offline(minari_root, tmp_path, cap
     assert summary["runtime"] == "offline"
     assert summary["eval_return_mean"] == pytest.approx(0.95)  # cloned the expert
     assert evaluate(tmp_path / "run", episodes=2)["eval_return_mean"] == pytest.approx(0.95)
+
+
+# ------------------------------------------------------------------------- dict observations
+@pytest.fixture
+def mixed_dataset(minari_root):
+    """A random policy's episodes on :class:`MixedCorridor`, recorded by ``rlherd collect``."""
+    assert main(["collect", "--env", MIXED, "--episodes", "5", "--out", "mixed/random-v0",
+                 "--no-progress"]) == 0  # fmt: skip
+    return "mixed/random-v0"
+
+
+def test_demonstrations_with_dict_observations_fill_the_agents_table_exactly(mixed_dataset):
+    """``--demonstrations ID`` reads a dict observation's arrays into the agent's own table
+    (the offline runtime fills its tables the same way), each into its field ``obs.<key>`` in
+    the dtype the environment gives it."""
+    spec = rl_envs.spec_for(MIXED)
+    episodes = demonstrations.load(mixed_dataset, spec, MIXED, {}, seed=0)
+    table = demonstrations.make_table(DQNBuilder(DQNConfig(n_step=1)), spec, episodes)
+    steps = sum(len(e) for e in episodes)
+    assert table.size == steps
+    recorded = {key: np.concatenate([e.observations[key][:-1] for e in episodes])
+                for key in spec.obs}  # fmt: skip
+    for key, leaf in spec.obs.items():
+        stored = table.storage[f"obs.{key}"][:steps]  # one-step items, in the order written
+        assert stored.dtype == leaf.dtype == recorded[key].dtype, key
+        np.testing.assert_array_equal(stored, recorded[key], err_msg=key)
+    assert {str(spec.obs[k].dtype) for k in spec.obs} == {"uint8", "int64", "int16", "int8",
+                                                           "bool", "float32"}  # fmt: skip
+
+
+@pytest.mark.parametrize("agent", ["bc", "dqn"])
+def test_agents_learn_offline_from_dict_observations(mixed_dataset, tmp_path, agent):
+    run = rlherd.train(agent, MIXED, dataset=mixed_dataset, total_steps=50, eval_episodes=1,
+                       seed=0, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["runtime"] == "offline" and run.summary["learner_steps"] == 50
+    assert evaluate(tmp_path / "run", episodes=1)["eval_episodes"] == 1
+
+
+def test_dict_observation_demonstrations_mix_into_a_run(mixed_dataset, tmp_path):
+    run = rlherd.train("dqn", MIXED, total_steps=300, min_replay_size=100,
+                       demonstrations=mixed_dataset, demonstration_ratio=0.5, seed=0,
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["learner_steps"] > 0
 
 
 # ------------------------------------------------------------------------------ learning

@@ -1,6 +1,7 @@
 """PolyBeast: the environment server protocol and its validation, the dynamic batcher and the
 batching queue, and the poly runtime (server faults, learning)."""
 
+import contextlib
 import os
 import queue as queue_mod
 import random
@@ -9,7 +10,9 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent import futures
 from pathlib import Path
+from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +21,8 @@ import torch
 
 grpc = pytest.importorskip("grpc")
 
+from mixed_env import MIXED  # noqa: E402
+
 import rlherd  # noqa: E402
 from rlherd.envs.proto import env_server_pb2 as pb  # noqa: E402
 from rlherd.envs.server import (  # noqa: E402
@@ -25,13 +30,16 @@ from rlherd.envs.server import (  # noqa: E402
     METHOD,
     EnvStream,
     ProtocolError,
+    check_action,
     from_array,
     serve,
     space_from_proto,
     space_to_proto,
     to_array,
 )
+from rlherd.run.config import ConfigError  # noqa: E402
 from rlherd.runtime.batching import BatchingQueue, Closed, DynamicBatcher  # noqa: E402
+from rlherd.runtime.poly import BatchedPolicy, _check_served, _inference  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ protocol
@@ -53,8 +61,18 @@ def test_arrays_round_trip_every_dtype_and_shape(dtype, shape):
         gym.spaces.Box(-1.0, 1.0, (6,), np.float32),
         gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),
         gym.spaces.Box(np.array([-1.0, 0.0]), np.array([2.0, 5.0]), dtype=np.float64),
+        gym.spaces.MultiDiscrete([3, 5]),
+        gym.spaces.MultiDiscrete([[2, 3], [4, 5]], dtype=np.int32),
+        gym.spaces.MultiBinary(6),
+        gym.spaces.MultiBinary([2, 3]),
+        gym.spaces.Dict({
+            "image": gym.spaces.Box(0, 255, (7, 7, 3), np.uint8),
+            "direction": gym.spaces.Discrete(4),
+            "cell": gym.spaces.MultiDiscrete([3, 5]),
+            "action_mask": gym.spaces.MultiBinary(6),
+        }),
     ],
-)
+)  # fmt: skip
 def test_spaces_round_trip(space):
     assert space_from_proto(pb.Space.FromString(space_to_proto(space).SerializeToString())) == space
 
@@ -67,7 +85,52 @@ def test_bad_arrays_are_rejected_with_the_reason():
     with pytest.raises(ProtocolError, match="invalid shape"):
         from_array(pb.Array(dtype="uint8", shape=[-1], data=b""))
     with pytest.raises(ProtocolError, match="cannot be served"):
-        space_to_proto(gym.spaces.MultiBinary(3))
+        space_to_proto(gym.spaces.Text(5))
+    with pytest.raises(ProtocolError, match="cannot be served"):
+        space_to_proto(gym.spaces.MultiDiscrete([3, 5], start=[1, 0]))
+    nested = gym.spaces.Dict({"a": gym.spaces.Dict({"b": gym.spaces.Discrete(2)})})
+    with pytest.raises(ProtocolError, match="'a' is a Dict; dict spaces are served one level"):
+        space_to_proto(nested)
+
+
+def _nested_dict_space():
+    inner = pb.Space(kind="dict", spaces={"b": pb.Space(kind="discrete", n=2)})
+    return pb.Space(kind="dict", spaces={"a": inner})
+
+
+@pytest.mark.parametrize(
+    "msg, message",
+    [
+        (_nested_dict_space(), "'a' is a dict; nested dicts are refused"),
+        (pb.Space(kind="dict"), "dict space without entries"),
+        (pb.Space(kind="dict", spaces={"": pb.Space(kind="discrete", n=2)}), "an empty key"),
+        (pb.Space(kind="dict", spaces={"a": pb.Space(kind="discrete")}), "needs n >= 1"),
+        (pb.Space(kind="multidiscrete", nvec=to_array(np.array([3, 0]))), "integers >= 1"),
+        (pb.Space(kind="multidiscrete", nvec=to_array(np.array([3.0]))), "integers >= 1"),
+        (pb.Space(kind="multidiscrete", nvec=to_array(np.zeros(0, np.int64))), "integers >= 1"),
+        (pb.Space(kind="multidiscrete"), "multidiscrete nvec: unknown dtype"),
+        (pb.Space(kind="multibinary", shape=[2, 0]), "a shape of sizes >= 1"),
+        (pb.Space(kind="multibinary"), "a shape of sizes >= 1"),
+        (pb.Space(kind="multibinary", shape=[2**40, 2**40]), "a shape of sizes >= 1"),
+        (pb.Space(kind="tuple"), "unknown space kind 'tuple'"),
+    ],
+)  # fmt: skip
+def test_bad_spaces_are_rejected_with_the_reason(msg, message):
+    with pytest.raises(ProtocolError, match=message):
+        space_from_proto(pb.Space.FromString(msg.SerializeToString()))
+
+
+def test_integer_actions_must_lie_in_their_space():
+    space = gym.spaces.MultiDiscrete([3, 5])
+    assert check_action(np.array([[2, 4]]), space, 1).dtype == np.int64
+    with pytest.raises(
+        ProtocolError, match=r"5 is outside MultiDiscrete\(\[3 5\]\) \(environment 1"
+    ):
+        check_action(np.array([[2, 4], [0, 5]]), space, 2)
+    with pytest.raises(ProtocolError, match="actions are integers"):
+        check_action(np.zeros((1, 2), np.float32), space, 1)
+    with pytest.raises(ProtocolError, match="2 is outside MultiBinary"):
+        check_action(np.array([[0, 2]], np.int8), gym.spaces.MultiBinary(2), 1)
 
 
 @pytest.fixture
@@ -175,6 +238,148 @@ def test_stream_matches_the_environment_with_next_step_autoreset(server):
         ended |= bool(term.any())
     assert ended  # an autoreset happened on the way
     stream.close()
+
+
+@pytest.mark.parametrize("env_id", [MIXED, "Taxi-v3"])
+def test_dict_observations_cross_the_wire_exactly(env_id):
+    """Every named array arrives with its dtype, shape and values, as the environments made
+    here give them (Taxi: its Discrete state and int8 action mask)."""
+    srv, address = serve(env_id, "127.0.0.1:0", envs_per_stream=2)
+    stream = EnvStream(address, seed=3)
+    reference = rlherd.envs.make_vector(env_id, 2)
+    try:
+        space = reference.single_observation_space
+        assert isinstance(space, gym.spaces.Dict) and stream.observation_space == space
+
+        def same(got, want):
+            assert list(got) == list(space.spaces)
+            for key, sub in space.spaces.items():
+                assert got[key].dtype == sub.dtype and got[key].shape == (2, *sub.shape), key
+                np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+        obs, _ = reference.reset(seed=3)
+        same(stream.first["observation"], obs)
+        for t in range(12):  # the first environment's episode ends and autoresets
+            action = np.array([1, t % 2])
+            out = stream.step(action)
+            obs, reward, *_ = reference.step(action)
+            same(out["observation"], obs)
+            np.testing.assert_array_equal(out["reward"], reward)
+    finally:
+        stream.close()
+        reference.close()
+        srv.stop(0).wait()
+    if env_id == MIXED:
+        assert {key: x.dtype.name for key, x in obs.items()} == {
+            "image": "uint8", "agent.cell": "int64", "agent.to_goal": "int16",
+            "agent.stats": "int64", "agent.grid": "int64", "visited": "int8",
+            "at_wall": "bool", "noise": "float32",
+        }  # fmt: skip
+        stats = obs["agent.stats"]
+        assert (stats.astype(np.float32).astype(np.int64) != stats).any()
+
+
+DICT_SPACE = gym.spaces.Dict(
+    {"image": gym.spaces.Box(0, 255, (2, 2), np.uint8), "direction": gym.spaces.Discrete(4)}
+)
+
+
+@contextlib.contextmanager
+def _scripted_server(observation_space: pb.Space, step: pb.Step):
+    """A server that answers a Reset with a Spec of two environments of ``observation_space``,
+    then with ``step``, whatever they are: what a faulty server in another language might send."""
+
+    def stream(requests, context):
+        next(requests)
+        spec = pb.Spec(env_id="scripted", num_envs=2, observation_space=observation_space,
+                       action_space=pb.Space(kind="discrete", n=2))  # fmt: skip
+        yield pb.ServerMessage(spec=spec)
+        yield pb.ServerMessage(step=step)
+        for _ in requests:  # until the client goes
+            pass
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    handler = grpc.stream_stream_rpc_method_handler(
+        stream,
+        request_deserializer=pb.ClientMessage.FromString,
+        response_serializer=pb.ServerMessage.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("rlherd.env.EnvServer", {"Stream": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(0).wait()
+
+
+def _step(observation=None, reward=None, **observations):
+    """A Step of two environments: ``observation`` or named ``observations``, and ``reward``
+    (zeros unless given)."""
+    reward = np.zeros(2, np.float32) if reward is None else reward
+    flags = to_array(np.zeros(2, bool))
+    step = pb.Step(observations={k: to_array(v) for k, v in observations.items()},
+                   reward=to_array(reward), terminated=flags, truncated=flags)  # fmt: skip
+    if observation is not None:
+        step.observation.CopyFrom(to_array(observation))
+    return step
+
+
+IMAGE, DIRECTION = np.zeros((2, 2, 2), np.uint8), np.array([0, 3])
+
+
+@pytest.mark.parametrize(
+    "space, step, message",
+    [
+        (DICT_SPACE, _step(image=IMAGE),
+         r"keys \['image'\] do not match the space's \['direction', 'image'\] \(missing: "
+         r"\['direction'\]; unexpected: none\)"),
+        (DICT_SPACE, _step(image=IMAGE, direction=DIRECTION, extra=DIRECTION),
+         r"missing: none; unexpected: \['extra'\]"),
+        (DICT_SPACE, _step(image=IMAGE.astype(np.float32), direction=DIRECTION),
+         r"observation 'image': expected shape \(2, 2, 2\) of uint8, got \(2, 2, 2\) of "
+         "float32"),
+        (DICT_SPACE, _step(image=np.zeros((2, 2, 3), np.uint8), direction=DIRECTION),
+         r"observation 'image': expected shape \(2, 2, 2\) of uint8, got \(2, 2, 3\)"),
+        (DICT_SPACE, _step(image=IMAGE, direction=DIRECTION.astype(np.int32)),
+         "observation 'direction': expected shape .* of int64, got .* of int32"),
+        (DICT_SPACE, _step(image=IMAGE, direction=np.array([0, 4])),
+         r"observation 'direction': values outside Discrete\(4\)"),
+        (DICT_SPACE, _step(IMAGE), "one observation array for the dict observation space"),
+        (gym.spaces.Discrete(4), _step(direction=DIRECTION), "named observations"),
+        (gym.spaces.Discrete(4), _step(), "a Step without observation"),
+        (DICT_SPACE, _step(image=IMAGE, direction=DIRECTION, reward=np.zeros(3, np.float32)),
+         "reward: expected 2 floats, got"),
+    ],
+)  # fmt: skip
+def test_steps_that_do_not_fit_the_spec_are_protocol_errors(space, step, message):
+    with (
+        _scripted_server(space_to_proto(space), step) as address,
+        pytest.raises(ProtocolError, match=message),
+    ):
+        EnvStream(address)
+
+
+def test_a_nested_dict_spec_is_a_protocol_error():
+    with (
+        _scripted_server(_nested_dict_space(), _step()) as address,
+        pytest.raises(ProtocolError, match="nested dicts are refused"),
+    ):
+        EnvStream(address)
+
+
+def test_a_well_formed_scripted_step_is_read():
+    """The scripted server itself speaks the protocol: its good step is accepted as it is."""
+    step = _step(image=IMAGE, direction=DIRECTION)
+    with _scripted_server(space_to_proto(DICT_SPACE), step) as address:
+        stream = EnvStream(address)
+        obs = stream.first["observation"]
+        assert list(obs) == ["direction", "image"]
+        np.testing.assert_array_equal(obs["direction"], DIRECTION)
+        assert obs["image"].dtype == np.uint8 and obs["image"].shape == (2, 2, 2)
+        stream.close()
 
 
 def test_serve_env_command_binds_loopback_and_stops_on_sigterm(tmp_path):
@@ -354,6 +559,62 @@ def test_poly_carries_the_lstm_state_through_the_batcher(tmp_path):
     )  # fmt: skip
     assert run.summary["final_return_mean"] >= 0.9  # optimal 0.95
     assert not run.stopped  # poly stops its parts through the same event a signal sets
+
+
+def test_dict_observations_go_through_the_dynamic_batcher_as_fields():
+    """Two callers' dict observations are batched field by field and the policy sees each as
+    one dict again, with its dtypes."""
+    seen = []
+
+    def policy(obs, first, state, generator):
+        seen.append({key: (x.dtype, tuple(x.shape)) for key, x in obs.items()})
+        return {"action": obs["direction"] * 10 + obs["image"].sum(dim=(1, 2))}, state
+
+    batcher = DynamicBatcher(_inference(policy, threading.Lock(), 0), min_batch_size=3,
+                             timeout_s=2.0)  # fmt: skip
+    batched = BatchedPolicy(batcher, lambda n: ())
+    outputs = [None, None]
+
+    def call(i, rows):
+        obs = {"image": torch.full((rows, 2, 2), i, dtype=torch.uint8),
+               "direction": torch.arange(rows) + i}  # fmt: skip
+        outputs[i] = batched(obs, torch.zeros(rows, dtype=torch.bool), (), None)[0]["action"]
+
+    threads = [threading.Thread(target=call, args=(i, rows)) for i, rows in ((0, 1), (1, 2))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    batcher.close()
+    assert seen == [{"image": (torch.uint8, (3, 2, 2)), "direction": (torch.int64, (3,))}]
+    assert outputs[0].tolist() == [0] and outputs[1].tolist() == [14, 24]
+
+
+def test_a_server_of_other_observations_is_a_configuration_error():
+    pytest.importorskip("minigrid")
+    spec = rlherd.envs.spec_for("minigrid:MiniGrid-Empty-5x5-v0")
+    served = dict(env_id="MiniGrid-Empty-5x5-v0", address="unix:/elsewhere",
+                  action_space=gym.spaces.Discrete(7))  # fmt: skip
+    env = rlherd.envs.make("minigrid:MiniGrid-Empty-5x5-v0")
+    space = env.observation_space
+    env.close()
+    _check_served(SimpleNamespace(observation_space=space, **served), spec)
+    other = gym.spaces.Dict({**space.spaces, "direction": gym.spaces.Discrete(5)})
+    with pytest.raises(ConfigError, match="unix:/elsewhere serves MiniGrid-Empty-5x5-v0 \\(obs "):
+        _check_served(SimpleNamespace(observation_space=other, **served), spec)
+
+
+def test_poly_impala_trains_on_dict_observations(tmp_path):
+    """End to end: MiniGrid's image and direction through the servers, the batcher and the
+    rollout queue to IMPALA's learner."""
+    pytest.importorskip("minigrid")
+    run = rlherd.train(
+        "impala", "minigrid:MiniGrid-Empty-5x5-v0", runtime="poly", total_steps=2_000, seed=0,
+        run_dir=tmp_path, progress=False, num_servers=1, num_actors=2,
+    )  # fmt: skip
+    assert run.summary["actor_steps"] >= 2_000 and run.summary["learner_steps"] > 0
+    assert not run.stopped
+    assert _server_pids() == []
 
 
 @pytest.mark.slow

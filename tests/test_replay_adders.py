@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from rlherd.core import EnvSpec
+from rlherd.core import EnvSpec, Leaf
 from rlherd.replay import (
     BatchAdder,
     EpisodeAdder,
@@ -13,7 +13,7 @@ from rlherd.replay import (
     Table,
 )
 
-SPEC = EnvSpec("test", (1,), np.dtype(np.float32), "discrete", num_actions=2)
+SPEC = EnvSpec("test", Leaf((1,), np.dtype(np.float32)), "discrete", num_actions=2)
 
 
 def obs(i):

@@ -239,3 +239,28 @@ def test_learners_step_with_subnormals_flushed(runtime, tmp_path, monkeypatch):
     rlherd.train("dqn", "CartPole-v1", runtime=runtime, total_steps=1_500, run_dir=tmp_path,
                  progress=False, **({"num_actors": 1} if runtime == "mono" else {}))  # fmt: skip
     assert seen and all(seen)
+
+
+# ----------------------------------------------------------------------- dict observations
+def test_eval_plays_dict_observation_runs_and_records_minigrid(tmp_path, capsys):
+    """``rlherd eval`` of a replay agent trained on dict observations: Taxi's state and action
+    mask, and MiniGrid's image and direction, whose first episode it records (``--video``) as
+    a GIF and an MP4 of the rendered frames, one per step."""
+    pytest.importorskip("minigrid")
+    iio = pytest.importorskip("imageio.v3")
+    import rlherd
+
+    runs = {"Taxi-v3": tmp_path / "taxi", "minigrid:MiniGrid-Empty-5x5-v0": tmp_path / "grid"}
+    for env_id, run_dir in runs.items():
+        rlherd.train("dqn", env_id, total_steps=200, min_replay_size=100, run_dir=run_dir,
+                     progress=False)  # fmt: skip
+    assert main(["eval", str(tmp_path / "taxi"), "--episodes", "2"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["eval_episodes"] == 2
+    for video in ("episode.gif", "episode.mp4"):
+        assert main(["eval", str(tmp_path / "grid"), "--episodes", "1", "--video",
+                     str(tmp_path / video)]) == 0  # fmt: skip
+        length = json.loads(capsys.readouterr().out.splitlines()[-1])["eval_episode_length_mean"]
+        frames = iio.imread(tmp_path / video)
+        assert frames.shape[1:] == (160, 160, 3)  # 5 cells of 32 pixels
+        if video.endswith(".mp4"):  # a GIF merges repeated frames
+            assert len(frames) == length

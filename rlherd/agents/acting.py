@@ -16,8 +16,36 @@ import torch
 
 from rlherd import types as F
 from rlherd.core import Policy, VariableClient, VariableSource
+from rlherd.networks.distributions import mask_logits
 from rlherd.replay import BatchAdder
 from rlherd.replay.rollouts import RolloutWriter
+
+
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    """A batch of environments' arrays as a tensor (sharing memory where it can)."""
+    return torch.as_tensor(np.asarray(array))
+
+
+def to_device(obs, device: torch.device):
+    """An observation (a tensor or a dict of them) on ``device``."""
+    return F.map_obs(lambda x: x.to(device), obs)
+
+
+def explore(
+    rng: np.random.Generator, greedy_action: np.ndarray, epsilon, obs, num_actions: int
+) -> np.ndarray:
+    """Epsilon-greedy: each row's greedy action, or with probability ``epsilon`` (a number or
+    one per row) an action drawn uniformly from the legal ones (all, without a mask)."""
+    rows = len(greedy_action)
+    explore_ = rng.random(rows) < epsilon
+    mask = F.action_mask(obs)
+    if mask is None:
+        random = rng.integers(num_actions, size=rows)
+    else:  # the k-th legal action of each row, k uniform below the row's count of them
+        legal = np.asarray(mask).astype(bool)
+        k = np.floor(rng.random(rows) * legal.sum(-1))
+        random = (legal.cumsum(-1) <= k[:, None]).sum(-1).clip(max=num_actions - 1)
+    return np.where(explore_, random, greedy_action)
 
 
 class FeedForwardPolicy:
@@ -39,7 +67,8 @@ class CategoricalPolicy(FeedForwardPolicy):
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        scores = self.net(obs.to(self.device))
+        obs = to_device(obs, self.device)
+        scores = mask_logits(self.net(obs), F.action_mask(obs))  # legal actions only
         if self.greedy:
             return {F.ACTION: scores.argmax(-1)}, state
         action = torch.multinomial(scores.softmax(-1), 1, generator=generator)[:, 0]
@@ -55,7 +84,7 @@ class GaussianSamplingPolicy(FeedForwardPolicy):
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        mean, std = self.net.policy(obs.to(self.device))
+        mean, std = self.net.policy(to_device(obs, self.device))
         action = mean
         if not self.greedy:
             action = mean + std * torch.randn(mean.shape, generator=generator, device=self.device)
@@ -96,12 +125,12 @@ class RolloutActor:
 
     @torch.no_grad()
     def select_action(self, obs: np.ndarray) -> np.ndarray:
-        obs = torch.as_tensor(np.asarray(obs))
+        obs = F.map_obs(as_tensor, obs)
         state = self.state
         outputs, self.state = self.policy(obs, self.first, state, self.generator)
         self.first = torch.zeros_like(self.first)
         if self.writer is not None:
-            self.writer.add_row(core_state=state, **{F.OBS: obs}, **outputs)
+            self.writer.add_row(core_state=state, **F.obs_fields(F.OBS, obs), **outputs)
         return self.env_action(outputs[F.ACTION].cpu())
 
     def env_action(self, action: torch.Tensor) -> np.ndarray:
@@ -161,8 +190,8 @@ class TransitionActor:
 
     @torch.no_grad()
     def select_action(self, obs: np.ndarray) -> np.ndarray:
-        obs = torch.as_tensor(np.asarray(obs))
-        first = torch.zeros(len(obs), dtype=torch.bool)
+        obs = F.map_obs(as_tensor, obs)
+        first = torch.zeros(F.obs_len(obs), dtype=torch.bool)
         outputs, _ = self.policy(obs, first, (), self.generator)
         return outputs[F.ACTION].cpu().numpy()
 

@@ -5,8 +5,10 @@ and ``open_spiel/connect_four``) as Gymnasium environments for self-play, and th
 One environment holds both players: each step is the move of the player whose turn it is, the
 observation is that player's observation tensor, and the reward is the mover's (OpenSpiel's
 reward for the player who moved: +1 for a winning move, -1 for a losing one, 0 otherwise). A
-search agent negates values between plies (MCTS's ``two_player``). ``legal_action_mask()``
-says which moves are legal now; an illegal move is an error, never a silent loss.
+search agent negates values between plies (MCTS's ``two_player``). ``action_masks()`` says
+which moves are legal now (MaskablePPO's convention, which :func:`rlherd.envs.make` moves into
+the observation as ``obs["action_mask"]``, where every agent reads masks); an illegal move is an
+error, never a silent loss.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class OpenSpielEnv(gym.Env):
     def current_player(self) -> int:
         return self.state.current_player()
 
-    def legal_action_mask(self) -> np.ndarray:
+    def action_masks(self) -> np.ndarray:
         return np.asarray(self.state.legal_actions_mask(), dtype=bool)
 
     def reset(self, *, seed=None, options=None):
@@ -88,7 +90,7 @@ class OpenSpielEnv(gym.Env):
         if action not in self.state.legal_actions():
             raise ValueError(
                 f"move {action} is illegal in {self.game.get_type().short_name} now (legal: "
-                f"{self.state.legal_actions()}); mask actions with legal_action_mask()"
+                f"{self.state.legal_actions()}); mask actions with obs['action_mask']"
             )
         self.state.apply_action(action)
         terminated = self.state.is_terminal()
@@ -116,7 +118,7 @@ class RandomOpponent:
         self.rng = np.random.default_rng(seed)
 
     def __call__(self, env: OpenSpielEnv) -> int:
-        return int(self.rng.choice(np.flatnonzero(env.legal_action_mask())))
+        return int(self.rng.choice(np.flatnonzero(env.action_masks())))
 
 
 class MCTSOpponent:

@@ -4,13 +4,15 @@
 gets ``K`` environments of its own, stepped with next-step autoreset, and receives after every
 action their observations, rewards and flags (clients count episodes). The wire format is
 ``rlherd/envs/proto/env_server.proto``: typed arrays (dtype, shape, raw bytes), never pickle, so
-a simulator in another language can serve too.
+a simulator in another language can serve too. An observation is one array, or a dict of named
+arrays (one per key of a flat ``Dict`` space, as :func:`rlherd.envs.make` gives them).
 
 Everything received is validated (dtype, shape, byte count, size limit, action inside the action
-space); a malformed message ends *that* stream with ``INVALID_ARGUMENT`` and a message that says
-what was wrong, and the server goes on serving the others. Servers bind to loopback
-(``127.0.0.1:PORT``) or a Unix socket (``unix:PATH``) unless given another address, and stop
-cleanly on SIGTERM / SIGINT.
+space; by the client, a step's arrays against the spec: observation keys, dtypes and shapes); a
+malformed message ends *that* stream with ``INVALID_ARGUMENT`` (by the client: ``ProtocolError``)
+and a message that says what was wrong, and the server goes on serving the others. Servers bind
+to loopback (``127.0.0.1:PORT``) or a Unix socket (``unix:PATH``) unless given another address,
+and stop cleanly on SIGTERM / SIGINT.
 """
 
 from __future__ import annotations
@@ -91,14 +93,38 @@ def from_array(msg: pb.Array, what: str = "array") -> np.ndarray:
 
 
 def space_to_proto(space: gym.Space) -> pb.Space:
+    """``space`` as a message: an array space (``Discrete`` and ``MultiDiscrete`` counted from 0,
+    ``MultiBinary``, ``Box``) or a ``Dict`` of them, one level deep, as
+    :func:`rlherd.envs.make` gives observation spaces."""
+    if isinstance(space, gym.spaces.Dict):
+        entries = {}
+        for key, sub in space.spaces.items():
+            if not isinstance(key, str) or not key:
+                raise ProtocolError(f"dict space keys are non-empty strings, got {key!r}")
+            if isinstance(sub, gym.spaces.Dict | gym.spaces.Tuple):
+                raise ProtocolError(
+                    f"dict space entry {key!r} is a {type(sub).__name__}; dict spaces are served "
+                    "one level deep (rlherd.envs.make flattens them, keys joined by '.')"
+                )
+            entries[key] = space_to_proto(sub)
+        return pb.Space(kind="dict", spaces=entries)
     if isinstance(space, gym.spaces.Discrete) and int(space.start) == 0:
         return pb.Space(kind="discrete", n=int(space.n))
+    if isinstance(space, gym.spaces.MultiDiscrete) and not space.start.any():
+        return pb.Space(kind="multidiscrete", nvec=to_array(space.nvec))
+    if isinstance(space, gym.spaces.MultiBinary):
+        return pb.Space(kind="multibinary", shape=space.shape)
     if isinstance(space, gym.spaces.Box):
         return pb.Space(kind="box", low=to_array(space.low), high=to_array(space.high))
-    raise ProtocolError(f"space {space!r} cannot be served; Discrete(n) and Box are supported")
+    raise ProtocolError(
+        f"space {space!r} cannot be served; Discrete(n), MultiDiscrete (counted from 0), "
+        "MultiBinary, Box and a Dict of them are supported"
+    )
 
 
 def space_from_proto(msg: pb.Space) -> gym.Space:
+    """The space a message describes, after checking that it describes one (a dict's entries
+    are array spaces: rlherd's dict observations are one level deep)."""
     if msg.kind == "discrete":
         if msg.n < 1:
             raise ProtocolError(f"discrete space needs n >= 1, got {msg.n}")
@@ -108,7 +134,48 @@ def space_from_proto(msg: pb.Space) -> gym.Space:
         if low.shape != high.shape or low.dtype != high.dtype:
             raise ProtocolError(f"box bounds disagree: {low.shape}/{low.dtype} vs {high.shape}")
         return gym.spaces.Box(low, high, dtype=low.dtype)
-    raise ProtocolError(f"unknown space kind {msg.kind!r}; expected 'discrete' or 'box'")
+    if msg.kind == "multidiscrete":
+        nvec = from_array(msg.nvec, "multidiscrete nvec")
+        if nvec.dtype.kind not in "iu" or nvec.size == 0 or (nvec < 1).any():
+            raise ProtocolError(
+                f"multidiscrete space needs an nvec of integers >= 1, got {nvec.size} of "
+                f"{nvec.dtype}: {nvec.ravel()[:8].tolist()}"
+            )
+        return gym.spaces.MultiDiscrete(nvec, dtype=nvec.dtype)
+    if msg.kind == "multibinary":
+        shape = tuple(msg.shape)
+        if not shape or len(shape) > 32 or min(shape) < 1 or math.prod(shape) > MAX_MESSAGE_BYTES:
+            raise ProtocolError(f"multibinary space needs a shape of sizes >= 1, got {shape}")
+        return gym.spaces.MultiBinary(shape[0] if len(shape) == 1 else list(shape))
+    if msg.kind == "dict":
+        if not msg.spaces:
+            raise ProtocolError("dict space without entries")
+        entries = {}
+        for key, sub in msg.spaces.items():
+            if not key:
+                raise ProtocolError("dict space with an empty key")
+            if sub.kind == "dict":
+                raise ProtocolError(
+                    f"dict space entry {key!r} is a dict; nested dicts are refused (rlherd's dict "
+                    "observations are one level, nested keys joined by '.')"
+                )
+            entries[key] = space_from_proto(sub)
+        return gym.spaces.Dict(entries)
+    raise ProtocolError(
+        f"unknown space kind {msg.kind!r}; expected 'discrete', 'box', 'multidiscrete', "
+        "'multibinary' or 'dict'"
+    )
+
+
+def _categories(space: gym.Space) -> int | np.ndarray | None:
+    """How many values each entry of an integer space takes (``0 .. n - 1``); None for a Box."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return space.nvec
+    if isinstance(space, gym.spaces.MultiBinary):
+        return 2
+    return None
 
 
 def check_action(action: np.ndarray, space: gym.Space, num_envs: int) -> np.ndarray:
@@ -116,16 +183,17 @@ def check_action(action: np.ndarray, space: gym.Space, num_envs: int) -> np.ndar
     shape = (num_envs, *space.shape)
     if action.shape != shape:
         raise ProtocolError(f"action: expected shape {shape}, got {action.shape}")
-    if isinstance(space, gym.spaces.Discrete):
+    categories = _categories(space)
+    if categories is not None:
         if action.dtype.kind not in "iu":
-            raise ProtocolError(f"action: discrete actions are integers, got {action.dtype}")
-        bad = (action < 0) | (action >= space.n)
+            raise ProtocolError(f"action: {space} actions are integers, got {action.dtype}")
+        bad = (action < 0) | (action >= categories)
         if bad.any():
             raise ProtocolError(
-                f"action: {action[bad][0]} is outside Discrete({space.n}) (environment "
-                f"{int(np.flatnonzero(bad)[0])})"
+                f"action: {action[bad][0]} is outside {space} (environment "
+                f"{int(np.argwhere(bad)[0][0])})"
             )
-        return action.astype(np.int64)
+        return action.astype(space.dtype)
     if action.dtype.kind != "f":
         raise ProtocolError(f"action: box actions are floats, got {action.dtype}")
     inside = np.isfinite(action) & (action >= space.low) & (action <= space.high)
@@ -135,6 +203,61 @@ def check_action(action: np.ndarray, space: gym.Space, num_envs: int) -> np.ndar
             "not finite; clip actions to the action space before sending"
         )
     return action.astype(space.dtype)
+
+
+def observation_fields(obs: np.ndarray | dict[str, np.ndarray]) -> dict[str, Any]:
+    """A Step's fields for ``obs``: ``observations`` (one array per key) for a dict
+    observation, ``observation`` for an array."""
+    if isinstance(obs, dict):
+        return {"observations": {key: to_array(np.asarray(x)) for key, x in obs.items()}}
+    return {"observation": to_array(np.asarray(obs))}
+
+
+def check_observation(
+    step: pb.Step, space: gym.Space, num_envs: int
+) -> np.ndarray | dict[str, np.ndarray]:
+    """A Step's observation of ``num_envs`` environments, if it fits ``space``: for a Dict
+    space, a dict of exactly its keys (in its order), each array of its entry's dtype and
+    shape ``[num_envs, *shape]``; otherwise one such array. Integer spaces' values are checked
+    too (networks index embeddings with them); a Box's are not, to keep frames fast."""
+    if not isinstance(space, gym.spaces.Dict):
+        if step.observations:
+            raise ProtocolError(
+                f"named observations {sorted(step.observations)} for the array observation "
+                f"space {space}"
+            )
+        if not step.HasField("observation"):
+            raise ProtocolError("a Step without observation from the server")
+        return _check_leaf(step.observation, space, num_envs, "observation")
+    if step.HasField("observation"):
+        raise ProtocolError(f"one observation array for the dict observation space {space}")
+    missing = [key for key in space.spaces if key not in step.observations]
+    unexpected = sorted(set(step.observations) - set(space.spaces))
+    if missing or unexpected:
+        raise ProtocolError(
+            f"observations: keys {sorted(step.observations)} do not match the space's "
+            f"{list(space.spaces)} (missing: {missing or 'none'}; unexpected: "
+            f"{unexpected or 'none'})"
+        )
+    return {
+        key: _check_leaf(step.observations[key], sub, num_envs, f"observation {key!r}")
+        for key, sub in space.spaces.items()
+    }
+
+
+def _check_leaf(msg: pb.Array, space: gym.Space, num_envs: int, what: str) -> np.ndarray:
+    """One observation array, if it is ``space``'s for ``num_envs`` environments."""
+    x = from_array(msg, what)
+    shape = (num_envs, *space.shape)
+    if x.shape != shape or x.dtype != space.dtype:
+        raise ProtocolError(
+            f"{what}: expected shape {shape} of {space.dtype}, got {x.shape} of {x.dtype} from "
+            "the server"
+        )
+    categories = _categories(space)
+    if categories is not None and ((x < 0) | (x >= categories)).any():
+        raise ProtocolError(f"{what}: values outside {space} from the server")
+    return x
 
 
 # ------------------------------------------------------------------------------ server
@@ -193,8 +316,14 @@ class EnvServicer:
             )
         probe = rl_envs.make(env_id, **env_kwargs)  # a bad id or space fails before serving
         try:
+            if isinstance(probe.action_space, gym.spaces.Dict):
+                raise ProtocolError(
+                    f"{env_id}'s action space {probe.action_space!r} cannot be served: an Action "
+                    "is one array"
+                )
             self.observation_space = space_to_proto(probe.observation_space)
             self.action_space = space_to_proto(probe.action_space)
+            self.action_numbers = math.prod(probe.action_space.shape)
             self.max_episode_steps = rl_envs.spec_of(probe, env_id).max_episode_steps or 0
         finally:
             probe.close()
@@ -205,9 +334,7 @@ class EnvServicer:
         """The largest message a well-behaved client sends (an action for every environment of
         a stream, 8 bytes a number, and room for the envelope): gRPC refuses larger ones before
         reading them, so memory per stream stays this small whatever a client sends."""
-        space = self.action_space
-        numbers = 1 if space.kind == "discrete" else math.prod(space.low.shape)
-        return 4096 + 8 * self.num_envs * numbers
+        return 4096 + 8 * self.num_envs * self.action_numbers
 
     def stream(self, requests: Iterator[pb.ClientMessage], context) -> Iterator[pb.ServerMessage]:
         self.monitor.opened(context)
@@ -248,7 +375,7 @@ class EnvServicer:
             while True:
                 yield pb.ServerMessage(
                     step=pb.Step(
-                        observation=to_array(np.asarray(obs)),
+                        **observation_fields(obs),
                         reward=to_array(reward),
                         terminated=to_array(terminated),
                         truncated=to_array(truncated),
@@ -320,9 +447,11 @@ def serve(
 class EnvStream:
     """One stream to an environment server: ``num_envs`` environments, stepped together.
 
-    ``first`` holds the reset step; ``step(action)`` returns the next one, a dict of arrays
-    (``observation``, ``reward``, ``terminated``, ``truncated``). A broken connection raises
-    ``grpc.RpcError``.
+    ``first`` holds the reset step; ``step(action)`` returns the next one, a dict of
+    ``observation`` (an array, or for a dict observation space a dict of arrays, each of its
+    space's dtype and shape ``[num_envs, ...]``), ``reward``, ``terminated`` and ``truncated``
+    (arrays ``[num_envs]``). A broken connection raises ``grpc.RpcError``; a message that does
+    not fit the spec, :class:`ProtocolError`.
     """
 
     def __init__(
@@ -369,6 +498,8 @@ class EnvStream:
         self.num_envs = spec.spec.num_envs
         self.observation_space = space_from_proto(spec.spec.observation_space)
         self.action_space = space_from_proto(spec.spec.action_space)
+        if isinstance(self.action_space, gym.spaces.Dict):
+            raise ProtocolError("the server's action space is a dict; an Action is one array")
         self.first = self._read()
 
     def _next(self, first: bool = False) -> pb.ServerMessage:
@@ -382,20 +513,23 @@ class EnvStream:
         finally:
             self._monitor.closed(self._responses)
 
-    def _read(self) -> dict[str, np.ndarray]:
+    def _read(self) -> dict[str, Any]:
         msg = self._next()
         if msg.WhichOneof("kind") != "step":
             raise ProtocolError(f"expected a Step from the server, got {msg.WhichOneof('kind')}")
-        step = {f.name: from_array(v, f.name) for f, v in msg.step.ListFields()}
-        missing = {"observation", "reward", "terminated", "truncated"} - set(step)
-        if missing:
-            raise ProtocolError(f"a Step without {', '.join(sorted(missing))} from the server")
         n = self.num_envs
-        if step["observation"].shape != (n, *self.observation_space.shape):
-            raise ProtocolError(f"observation of shape {step['observation'].shape} from the server")
+        step = {"observation": check_observation(msg.step, self.observation_space, n)}
+        for name, kind in (("reward", "f"), ("terminated", "b"), ("truncated", "b")):
+            if not msg.step.HasField(name):
+                raise ProtocolError(f"a Step without {name} from the server")
+            x = from_array(getattr(msg.step, name), name)
+            if x.shape != (n,) or x.dtype.kind != kind:
+                expected = "floats" if kind == "f" else "bools"
+                raise ProtocolError(f"{name}: expected {n} {expected}, got {x.shape} of {x.dtype}")
+            step[name] = x
         return step
 
-    def step(self, action: np.ndarray) -> dict[str, np.ndarray]:
+    def step(self, action: np.ndarray) -> dict[str, Any]:
         self._requests.put(pb.ClientMessage(action=pb.Action(action=to_array(np.asarray(action)))))
         return self._read()
 

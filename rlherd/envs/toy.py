@@ -97,6 +97,36 @@ class Corridor(gym.Env):
         return self._obs(), reward, terminated, self._t >= self.max_steps and not terminated, {}
 
 
+class DictCorridor(Corridor):
+    """The corridor seen as a dict of arrays of three kinds, with an action mask: ``cell`` (a
+    ``Discrete``), ``ends`` (a ``MultiBinary``: at the left end, at the right end) and
+    ``action_mask`` (PettingZoo's convention: moving left from the left end is illegal, and
+    stepping illegally is an error). The same task as :class:`Corridor` (same optimal return),
+    for tests of structured observations and masks in every agent and runtime."""
+
+    def __init__(self, length: int = 6, step_cost: float = 0.01, max_steps: int = 50,
+                 render_mode: str | None = None):  # fmt: skip
+        super().__init__(length, step_cost, max_steps, render_mode)
+        self.observation_space = gym.spaces.Dict({
+            "cell": gym.spaces.Discrete(length),
+            "ends": gym.spaces.MultiBinary(2),
+            "action_mask": gym.spaces.MultiBinary(2),
+        })  # fmt: skip
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        at_left = self._pos == 0
+        return {
+            "cell": np.int64(self._pos),
+            "ends": np.array([at_left, self._pos == self.length - 1], dtype=np.int8),
+            "action_mask": np.array([not at_left, True], dtype=np.int8),
+        }
+
+    def step(self, action):
+        if int(action) == 0 and self._pos == 0:
+            raise ValueError("DictCorridor: moving left at the left end is illegal (masked)")
+        return super().step(action)
+
+
 class Reach(gym.Env):
     """A point on a line starts at 0 and must reach a goal drawn uniformly from ``[-1, 1]`` at
     reset (the observation is ``[position, goal]``). The action in ``[-1, 1]`` moves the point by
@@ -222,6 +252,7 @@ def register() -> None:
     toys = (
         ("rlherd/Bandit-v0", Bandit),
         ("rlherd/Corridor-v0", Corridor),
+        ("rlherd/DictCorridor-v0", DictCorridor),
         ("rlherd/Reach-v0", Reach),
         ("rlherd/DeepSea-v0", DeepSea),
         ("rlherd/Faulty-v0", Faulty),

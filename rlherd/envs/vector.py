@@ -38,6 +38,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlherd import types
+
 
 class EnvError(RuntimeError):
     """An environment raised inside its worker."""
@@ -51,8 +53,14 @@ STARTUP_TIMEOUT_S = 120.0
 
 
 def _shared_layout(obs_space: gym.Space, act_space: gym.Space, n: int) -> dict[str, tuple]:
+    """One shared block per array: the observation's (one per key of a dict observation, as
+    ``obs.<key>``), the actions, rewards and flags."""
+    if isinstance(obs_space, gym.spaces.Dict):
+        obs = {f"obs.{k}": ((n, *s.shape), s.dtype) for k, s in obs_space.spaces.items()}
+    else:
+        obs = {"obs": ((n, *obs_space.shape), obs_space.dtype)}
     return dict(
-        obs=((n, *obs_space.shape), obs_space.dtype),
+        **obs,
         action=((n, *act_space.shape), act_space.dtype),
         reward=((n,), np.float64),
         terminated=((n,), np.bool_),
@@ -93,9 +101,20 @@ def alive(pid: int) -> bool:
 
 
 def _views(blocks: dict[str, shared_memory.SharedMemory], layout: dict[str, tuple]):
-    return {
+    views = {
         k: np.ndarray(shape, dtype, buffer=blocks[k].buf) for k, (shape, dtype) in layout.items()
     }
+    if "obs" not in views:  # a dict observation: its arrays, by key, as one view
+        views["obs"] = types.obs_of(views)
+    return views
+
+
+def _write_obs(buf: dict[str, Any], index: int, obs: Any) -> None:
+    if isinstance(obs, dict):
+        for k, v in obs.items():
+            buf["obs"][k][index] = v
+    else:
+        buf["obs"][index] = obs
 
 
 def _worker(
@@ -123,7 +142,7 @@ def _worker(
                 for i, env in enumerate(envs):
                     current = first + i
                     obs, _ = env.reset(seed=None if arg is None else arg[i])
-                    buf["obs"][current] = obs
+                    _write_obs(buf, current, obs)
                 resetting[:] = False
                 conn.send(("ok", None))
             elif cmd == "step":
@@ -134,7 +153,7 @@ def _worker(
                         reward, terminated, truncated = 0.0, False, False
                     else:
                         obs, reward, terminated, truncated, _ = envs[i].step(buf["action"][current])
-                    buf["obs"][current] = obs
+                    _write_obs(buf, current, obs)
                     buf["reward"][current] = reward
                     buf["terminated"][current] = terminated
                     buf["truncated"][current] = truncated
@@ -351,7 +370,7 @@ class BatchEnv(gym.vector.VectorEnv):
 
     def _outputs(self, ids) -> tuple:
         return (
-            self._buf["obs"][ids].copy(),
+            types.map_obs(lambda x: x[ids].copy(), self._buf["obs"]),
             self._buf["reward"][ids].copy(),
             self._buf["terminated"][ids].copy(),
             self._buf["truncated"][ids].copy(),
@@ -369,7 +388,7 @@ class BatchEnv(gym.vector.VectorEnv):
         )
         self._ready.clear()
         self._command(lambda w: ("reset", seeds[slice(*self._ranges[w])]))
-        return self._buf["obs"].copy(), {}
+        return types.map_obs(np.copy, self._buf["obs"]), {}
 
     def step(self, actions):
         self._check_open()

@@ -17,15 +17,29 @@ def huber(x: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
     return torch.nn.functional.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
 
 
+def greedy(q: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``argmax_a q(a)`` over the last dimension, among the legal actions (``mask`` true or 1)
+    where a mask is given; a row with no legal action (a game's end) takes action 0."""
+    if mask is not None:
+        q = q.masked_fill(~mask.bool(), -torch.inf)
+    return q.argmax(-1)
+
+
 def q_learning_td(
     q_tm1: torch.Tensor,
     a_tm1: torch.Tensor,
     reward: torch.Tensor,
     discount: torch.Tensor,
     q_t: torch.Tensor,
+    mask_t: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``r + d * max_a q_t(a) - q_tm1(a_tm1)``; the target carries no gradient."""
-    target = reward + discount * q_t.max(-1).values
+    """``r + d * max_a q_t(a) - q_tm1(a_tm1)``, the max over the actions legal at the next state
+    (``mask_t``, where given); the target carries no gradient."""
+    if mask_t is None:
+        best = q_t.max(-1).values
+    else:
+        best = q_t.gather(-1, greedy(q_t, mask_t)[:, None])[:, 0]
+    target = reward + discount * best
     return target.detach() - q_tm1.gather(-1, a_tm1.long()[:, None])[:, 0]
 
 
@@ -36,10 +50,12 @@ def double_q_learning_td(
     discount: torch.Tensor,
     q_t_value: torch.Tensor,
     q_t_selector: torch.Tensor,
+    mask_t: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Double Q-learning (van Hasselt et al. 2016): the online network selects the next action,
-    the target network values it: ``r + d * q_t_value(argmax q_t_selector) - q_tm1(a_tm1)``."""
-    best = q_t_selector.argmax(-1, keepdim=True)
+    """Double Q-learning (van Hasselt et al. 2016): the online network selects the next action
+    (among the legal ones, ``mask_t``), the target network values it:
+    ``r + d * q_t_value(argmax q_t_selector) - q_tm1(a_tm1)``."""
+    best = greedy(q_t_selector, mask_t)[:, None]
     target = reward + discount * q_t_value.gather(-1, best)[:, 0]
     return target.detach() - q_tm1.gather(-1, a_tm1.long()[:, None])[:, 0]
 
@@ -106,10 +122,17 @@ def sequence_priorities(
     return max_weight * td_abs.max(0).values + (1 - max_weight) * td_abs.sum(0) / count
 
 
-def large_margin(q: torch.Tensor, action: torch.Tensor, margin: float = 0.8) -> torch.Tensor:
+def large_margin(
+    q: torch.Tensor, action: torch.Tensor, margin: float = 0.8, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """DQfD's supervised loss on a demonstrated action (Hester et al. 2018, equation 2):
     ``max_a [q(a) + l(a)] - q(a_E)`` with ``l = margin`` except 0 at the demonstrated ``a_E``;
-    zero once ``a_E`` leads every other action by ``margin``. ``q [B, A]``, ``action [B]``."""
+    zero once ``a_E`` leads every other legal action (``mask``, where given) by ``margin``.
+    ``q [B, A]``, ``action [B]``."""
     action = action.long()[:, None]
     bonus = torch.full_like(q, margin).scatter(-1, action, 0.0)
-    return (q + bonus).max(-1).values - q.gather(-1, action)[:, 0]
+    scores = q + bonus
+    if mask is not None:  # the demonstrated action counts as legal whatever the mask says
+        legal = mask.bool().scatter(-1, action, True)
+        scores = scores.masked_fill(~legal, -torch.inf)
+    return scores.max(-1).values - q.gather(-1, action)[:, 0]

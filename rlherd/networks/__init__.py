@@ -7,6 +7,8 @@ compact uint8 observations.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from torch import nn
 
@@ -23,6 +25,8 @@ __all__ = [
     "require_discrete",
     "PRECISIONS",
     "autocast",
+    "ObservationConfig",
+    "torso_of",
 ]
 
 
@@ -154,7 +158,7 @@ class MinAtarTorso(nn.Module):
         return self.fc(self.conv(obs.float()))
 
 
-TORSOS = ("auto", "mlp", "shallow", "deep", "minatar")
+TORSOS = ("auto", "mlp", "shallow", "deep", "minatar", "nethack")
 PRECISIONS = ("float32", "bfloat16")
 
 
@@ -181,11 +185,48 @@ def require_discrete(spec: EnvSpec, agent: str) -> None:
         )
 
 
-def make_torso(spec: EnvSpec, kind: str = "auto", hidden: tuple[int, ...] = (64, 64)) -> nn.Module:
+def make_torso(
+    spec: EnvSpec,
+    kind: str = "auto",
+    hidden: tuple[int, ...] = (64, 64),
+    obs_keys: tuple[str, ...] = (),
+    obs_encoders: dict[str, str] | None = None,
+) -> nn.Module:
     """Pick a torso for ``spec``: ``auto`` is ``shallow`` for Atari-sized frames, ``minatar`` for
-    small grids and ``mlp`` for vectors."""
+    small grids and ``mlp`` for vectors.
+
+    A dict observation is read by a :class:`~rlherd.networks.encoders.MultiInputTorso`
+    (``auto`` or ``mlp``; ``obs_keys`` selects its arrays and ``obs_encoders`` overrides how
+    each is read) or by NetHack's baseline network (``nethack``)."""
+    # Imported here: the encoders build on the torsos of this module.
+    from rlherd.networks.encoders import MultiInputTorso, NetHackTorso
+
     if kind not in TORSOS:
         raise ConfigError(f"unknown torso {kind!r}; choose one of {', '.join(TORSOS)}")
+    if spec.structured:
+        if kind in ("auto", "mlp"):
+            return MultiInputTorso(spec.obs, hidden, obs_encoders, obs_keys)
+        if kind == "nethack" and (obs_keys or obs_encoders):
+            raise ConfigError(
+                "torso 'nethack' reads glyphs and blstats its own way; obs_keys and obs_encoders "
+                "apply to torso auto or mlp"
+            )
+        if kind == "nethack":
+            return NetHackTorso(spec.obs)
+        raise ConfigError(
+            f"torso {kind!r} reads one array; {spec.env_id} observes a dict of arrays "
+            f"({', '.join(spec.obs)}); choose torso auto, mlp or nethack"
+        )
+    if obs_keys or obs_encoders:
+        raise ConfigError(
+            f"{spec.env_id}: this environment observes one array; obs_keys and obs_encoders "
+            "apply to dict observations"
+        )
+    if kind == "nethack":
+        raise ConfigError(
+            f"torso 'nethack' reads NetHack's dict of glyphs and blstats; {spec.env_id} "
+            f"observes one array of shape {spec.obs_shape}"
+        )
     if kind == "auto":
         kind = "mlp" if not spec.is_image else ("shallow" if spec.obs_shape[1] >= 36 else "minatar")
     if kind == "mlp":
@@ -228,3 +269,25 @@ class LSTMCore(nn.Module):
             out, (h, c) = self.lstm(x[t : t + 1], (h, c))
             outputs.append(out)
         return torch.cat(outputs), (h, c)
+
+
+@dataclass
+class ObservationConfig:
+    """The config fields of agents that read dict observations (a mixin of their configs).
+
+    ``obs_keys``: the observation's keys to read (empty: every array); ``obs_encoders``: an
+    encoder per key overriding the automatic choice (``cnn``, ``embed``, ``onehot``, ``flat``,
+    ``skip``; see :mod:`rlherd.networks.encoders`), e.g.
+    ``--set 'obs_encoders={"image": "flat"}'``. Setting either for an environment that
+    observes one array is an error.
+    """
+
+    obs_keys: tuple[str, ...] = ()
+    obs_encoders: dict[str, str] = field(default_factory=dict)
+
+
+def torso_of(spec: EnvSpec, config: ObservationConfig) -> nn.Module:
+    """The torso an agent's config asks for: :func:`make_torso` with its ``torso``,
+    ``hidden_sizes``, ``obs_keys`` and ``obs_encoders`` fields."""
+    return make_torso(spec, config.torso, tuple(config.hidden_sizes), tuple(config.obs_keys),
+                      dict(config.obs_encoders))  # fmt: skip

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as nnf
 from torch import nn
 
+from rlherd import types as F
 from rlherd.core import EnvSpec
 from rlherd.run.config import ConfigError
 
@@ -58,13 +59,27 @@ def near_zero_linear(in_dim: int, out_dim: int, scale: float = 1e-4) -> nn.Linea
 
 
 def obs_dim(spec: EnvSpec) -> int:
-    if spec.is_image:
+    """The length of the vector these networks read: the observation flattened, or a dict
+    observation's arrays flattened and joined (goal-conditioned tasks: observation,
+    achieved and desired goal; see :func:`flat_obs`)."""
+    leaves = spec.obs if spec.structured else {"": spec.obs}
+    images = [k or "the observation" for k, leaf in leaves.items() if len(leaf.shape) == 3]
+    if images:
         raise ConfigError(
-            f"{spec.env_id} has image observations {spec.obs_shape}; the continuous-control "
+            f"{spec.env_id} has image observations ({', '.join(images)}); the continuous-control "
             "agents take vector observations (state-based tasks such as Pendulum-v1, "
             "HalfCheetah-v5 or dm_control/cartpole-swingup-v0)"
         )
-    return int(np.prod(spec.obs_shape)) if spec.obs_shape else 1
+    return sum(int(np.prod(leaf.shape)) for k, leaf in leaves.items() if k != F.ACTION_MASK)
+
+
+def flat_obs(obs: torch.Tensor | dict[str, torch.Tensor], *leading: int) -> torch.Tensor:
+    """An observation as float vectors ``[*leading, D]``: an array reshaped, or a dict
+    observation's arrays (its action mask aside) reshaped and joined in key order."""
+    if isinstance(obs, dict):
+        return torch.cat([flat_obs(obs[k], *leading) for k in sorted(obs) if k != F.ACTION_MASK],
+                         -1)  # fmt: skip
+    return obs.float().reshape(*leading, -1)
 
 
 def require_bounded_box(spec: EnvSpec, agent: str) -> None:
@@ -91,7 +106,7 @@ class DeterministicPolicy(nn.Module):
         self.head = near_zero_linear(self.torso.out_dim, action_dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.head(self.torso(obs.float().flatten(1))))
+        return torch.tanh(self.head(self.torso(flat_obs(obs, F.obs_len(obs)))))
 
 
 class GaussianPolicy(nn.Module):
@@ -113,7 +128,7 @@ class GaussianPolicy(nn.Module):
         self.init_scale, self.min_scale = init_scale, min_scale
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.torso(obs.float().flatten(1))
+        x = self.torso(flat_obs(obs, F.obs_len(obs)))
         std = nnf.softplus(self.scale(x)) * (self.init_scale / math.log(2.0)) + self.min_scale
         return self.mean(x), std
 
@@ -130,7 +145,7 @@ class TanhGaussianPolicy(nn.Module):
         self.log_std = near_zero_linear(self.torso.out_dim, action_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.torso(obs.float().flatten(1))
+        x = self.torso(flat_obs(obs, F.obs_len(obs)))
         return self.mean(x), self.log_std(x).clamp(-20.0, 2.0)
 
 
@@ -179,7 +194,7 @@ class Critic(nn.Module):
             self.register_buffer("atoms", torch.linspace(vmin, vmax, num_atoms))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        obs = obs.float().reshape(*action.shape[:-1], -1)
+        obs = flat_obs(obs, *action.shape[:-1])
         x = self.head(self.torso(torch.cat([obs, action.clamp(-1.0, 1.0)], -1)))
         return x if self.num_atoms > 1 else x[..., 0]
 

@@ -15,16 +15,32 @@ import torch
 
 from rlherd.core import EnvSpec
 
+# What an illegal action's logit becomes: the lowest float32. Its softmax probability is exactly
+# 0, so log-probabilities, entropies and KLs computed from masked logits are those of the
+# distribution over the legal actions alone; -inf would give 0 * -inf = nan in the entropy.
+MASKED_LOGIT = torch.finfo(torch.float32).min
+
+
+def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``logits [..., A]`` with the actions ``mask`` marks illegal (false or 0) set to
+    :data:`MASKED_LOGIT`, which no gradient reaches; unchanged without a mask."""
+    if mask is None:
+        return logits
+    return logits.masked_fill(~mask.bool(), MASKED_LOGIT)
+
 
 def sample_categorical(
     logits: torch.Tensor, generator: torch.Generator | None = None
 ) -> torch.Tensor:
     """One action per row of ``logits [..., A]`` by inverting the CDF with one uniform number per
-    row (WarpDrive's sampler): a softmax, a cumulative sum and a count, all on the device."""
+    row (WarpDrive's sampler): a softmax, a cumulative sum and a count, all on the device.
+
+    An action of probability 0 (masked) is never drawn: the count takes the actions whose
+    cumulative probability lies below ``u``, and ``u`` is never 0."""
     probs = torch.softmax(logits, -1)
     cdf = probs.cumsum(-1)
     u = torch.rand(logits.shape[:-1] + (1,), generator=generator, device=logits.device)
-    u = u * cdf[..., -1:]  # the last entry is 1 up to rounding; never index past the end
+    u = u.clamp_(min=torch.finfo(u.dtype).tiny) * cdf[..., -1:]  # never past the end
     return (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
 
 

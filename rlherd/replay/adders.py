@@ -26,10 +26,23 @@ from typing import Any
 
 import numpy as np
 
+from rlherd import types as F
 from rlherd.core import EnvSpec
 from rlherd.replay.table import Signature, Table
 
 PriorityFn = Callable[[dict[str, np.ndarray]], float]
+
+
+def obs_signature(spec: EnvSpec, name: str) -> Signature:
+    """The fields an observation is stored as in an item (:func:`rlherd.types.obs_fields`),
+    each array in its own dtype."""
+    if not spec.structured:
+        return {name: (spec.obs_shape, spec.obs_dtype)}
+    return {f"{name}.{k}": (leaf.shape, leaf.dtype) for k, leaf in spec.obs.items()}
+
+
+def _as_arrays(obs: Any) -> Any:
+    return F.map_obs(np.asarray, obs)
 
 
 def _action_field(spec: EnvSpec) -> tuple[tuple[int, ...], Any]:
@@ -55,23 +68,23 @@ class NStepTransitionAdder:
     @staticmethod
     def signature(spec: EnvSpec, extras: Signature | None = None) -> Signature:
         return dict(
-            obs=(spec.obs_shape, spec.obs_dtype),
+            **obs_signature(spec, "obs"),
             action=_action_field(spec),
             reward=((), np.float32),
             discount=((), np.float32),
-            next_obs=(spec.obs_shape, spec.obs_dtype),
+            **obs_signature(spec, "next_obs"),
             **(extras or {}),
         )
 
     def add_first(self, obs) -> None:
         self.pending.clear()
-        self.obs = np.asarray(obs)
+        self.obs = _as_arrays(obs)
 
     def add(self, action, reward, next_obs, terminated, truncated, extras=None) -> None:
         if self.obs is None:
             raise RuntimeError("call add_first(obs) at the start of every episode")
         self.pending.append((self.obs, action, float(reward), extras or {}))
-        self.obs = np.asarray(next_obs)
+        self.obs = _as_arrays(next_obs)
         if terminated or truncated:
             while self.pending:
                 self._write(len(self.pending), bool(terminated))
@@ -84,11 +97,11 @@ class NStepTransitionAdder:
         obs, action, _, extras = self.pending[0]
         ret = sum(self.discount**k * self.pending[k][2] for k in range(steps))
         item = dict(
-            obs=obs,
+            **F.obs_fields("obs", obs),
             action=action,
             reward=np.float32(ret),
             discount=np.float32(0.0 if terminated else self.discount**steps),
-            next_obs=self.obs,
+            **F.obs_fields("next_obs", self.obs),
             **extras,
         )
         self.table.insert(item, self.priority_fn(item) if self.priority_fn else 1.0)
@@ -118,7 +131,7 @@ class _RowAdder:
     @staticmethod
     def row_signature(spec: EnvSpec, extras: Signature | None) -> Signature:
         return dict(
-            obs=(spec.obs_shape, spec.obs_dtype),
+            **obs_signature(spec, "obs"),
             action=_action_field(spec),
             reward=((), np.float32),
             terminated=((), np.bool_),
@@ -133,7 +146,7 @@ class _RowAdder:
         for k in self.state_keys:  # a row with nothing taken carries a zero state
             shape, dtype = self.table.signature[k]
             row[k] = np.zeros(shape, dtype)
-        row.update(obs=np.asarray(obs), first=first, reset=reset)
+        row.update(F.obs_fields("obs", _as_arrays(obs)), first=first, reset=reset)
         return row
 
     def _start(self, obs) -> None:
@@ -297,12 +310,13 @@ class BatchAdder:
 
     def add_first(self, obs: np.ndarray, envs: np.ndarray) -> None:
         for i in np.flatnonzero(envs):
-            self.adders[i].add_first(obs[i])
+            self.adders[i].add_first(F.map_obs(lambda x, i=i: x[i], obs))
 
     def add(self, action, reward, next_obs, terminated, truncated, skip, extras=None) -> None:
         for i in np.flatnonzero(~np.asarray(skip)):
             ex = {k: v[i] for k, v in extras.items()} if extras else None
-            self.adders[i].add(action[i], reward[i], next_obs[i], terminated[i], truncated[i], ex)
+            obs = F.map_obs(lambda x, i=i: x[i], next_obs)
+            self.adders[i].add(action[i], reward[i], obs, terminated[i], truncated[i], ex)
 
     def state_dict(self) -> list[dict[str, Any]]:
         return [a.state_dict() for a in self.adders]

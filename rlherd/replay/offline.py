@@ -5,6 +5,10 @@ final observation), ``actions``, ``rewards``, ``terminations`` and ``truncations
 kept by id (``cartpole/expert-v0``) under Minari's root: ``$MINARI_DATASETS_PATH``, else
 ``~/.minari/datasets``. Datasets from elsewhere (``minari download D4RL/...``) read the same way.
 
+A dict observation (:mod:`rlherd.envs.wrappers`) is stored as Minari stores a ``Dict`` space: a
+group of arrays, one per key, each in its own dtype. Reading gives observations as
+:func:`rlherd.envs.make` gives them, whoever wrote the dataset (:func:`read_observations`).
+
 rlherd writes them with :func:`write_dataset` (``rlherd collect``) and reads them into an agent's
 replay tables through the agent's own adder (:func:`fill`), so an offline learner samples the
 same items (n-step transitions, sequences) that it samples online, from the same table code.
@@ -21,17 +25,21 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.core import EnvSpec
+from rlherd.core import ARRAY_SPACES, EnvSpec, Leaf
 from rlherd.run.config import ConfigError
+from rlherd.types import map_obs
 
 ABOUT_KEY = "rlherd"  # metadata: the env id, env kwargs and policy a dataset was recorded with
+
+# An episode's observations: one array, or a dict of named arrays, of T + 1 rows each.
+Observations = np.ndarray | dict[str, np.ndarray]
 
 
 @dataclass
 class Episode:
     """One recorded episode (``T`` steps)."""
 
-    observations: np.ndarray  # [T + 1, ...]: the last row is the episode's final observation
+    observations: Observations  # [T + 1, ...]: the last row is the episode's final observation
     actions: np.ndarray  # [T, ...]
     rewards: np.ndarray  # [T] float
     terminations: np.ndarray  # [T] bool
@@ -124,11 +132,46 @@ def about(dataset: Any) -> dict[str, Any]:
 
 def episodes(dataset: Any) -> Iterator[Episode]:
     """The dataset's episodes, in order."""
+    space = dataset.observation_space
     for e in dataset.iterate_episodes():
-        yield Episode(np.asarray(e.observations), np.asarray(e.actions),
+        yield Episode(read_observations(space, e.observations), np.asarray(e.actions),
                       np.asarray(e.rewards, dtype=np.float32),
                       np.asarray(e.terminations, dtype=bool),
                       np.asarray(e.truncations, dtype=bool))  # fmt: skip
+
+
+def read_observations(space: gym.Space, stored: Any) -> Observations:
+    """An episode's observations as stored under ``space``, laid out as :func:`rlherd.envs.make`
+    lays out that space's observations (:func:`rlherd.core.flatten_space`): nested ``Dict`` and
+    ``Tuple`` observations (a dataset recorded elsewhere, on an unwrapped environment) as one
+    level of named arrays, ``Discrete`` values counted from 0, leaves that are not arrays left
+    out. Every array is given its space's dtype, which an agent's tables are made for: Minari's
+    HDF5 storage keeps every dtype as written (uint8, int8, int16, bool, ...), but a dataset
+    written by other code, or kept in another storage, need not hold its space's."""
+    leaves: dict[str, np.ndarray] = {}
+
+    def walk(s: gym.Space, value: Any, path: str) -> None:
+        if isinstance(s, gym.spaces.Dict | gym.spaces.Tuple):
+            items = s.spaces.items() if isinstance(s, gym.spaces.Dict) else enumerate(s.spaces)
+            for key, sub in items:
+                walk(sub, value[key], f"{path}.{key}" if path else str(key))
+        elif isinstance(s, ARRAY_SPACES):
+            array = np.asarray(value)
+            if isinstance(s, gym.spaces.Discrete) and s.start:
+                array = array - s.start
+            leaves[path] = array.astype(s.dtype, copy=False)
+
+    walk(space, stored, "")
+    return leaves.get("", leaves)  # an array space's one leaf has the empty path
+
+
+def _describe(obs: Leaf | dict[str, Leaf]) -> str:
+    """An observation's arrays as an error names them: ``(6,) float32 box``, or one such per
+    key."""
+    if isinstance(obs, dict):
+        return "{" + ", ".join(f"{key}: {_describe(leaf)}" for key, leaf in obs.items()) + "}"
+    categories = f"({obs.categories})" if obs.categories else ""
+    return f"{obs.shape} {obs.dtype} {obs.kind}{categories}"
 
 
 def check_matches(dataset: Any, spec: EnvSpec, env_id: str, env_kwargs: dict[str, Any]) -> None:
@@ -142,11 +185,14 @@ def check_matches(dataset: Any, spec: EnvSpec, env_id: str, env_kwargs: dict[str
             f"--env {recorded['env']}"
         )
     theirs = EnvSpec.from_spaces(env_id, dataset.observation_space, dataset.action_space)
-    for name in ("obs_shape", "obs_dtype", "action_kind", "num_actions", "action_shape"):
-        if getattr(theirs, name) != getattr(spec, name):
+    for name in ("obs", "action_kind", "num_actions", "action_shape"):
+        recorded, ours = getattr(theirs, name), getattr(spec, name)
+        if recorded != ours:
+            if name == "obs":
+                recorded, ours = _describe(recorded), _describe(ours)
             raise ConfigError(
-                f"dataset {dataset.id!r} has {name} {getattr(theirs, name)}, but {env_id} has "
-                f"{getattr(spec, name)}: it was recorded on another environment"
+                f"dataset {dataset.id!r} has {name} {recorded}, but {env_id} has {ours}: it was "
+                "recorded on another environment"
             )
 
 
@@ -158,9 +204,14 @@ def fill(adder: Any, episodes: Iterable[Episode]) -> int:
     first, no_skip = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
     for episode in episodes:
         obs = episode.observations
-        adder.add_first(obs[:1], first)
+        adder.add_first(_row(obs, 0), first)
         for t in range(len(episode)):
-            adder.add(episode.actions[t:t + 1], episode.rewards[t:t + 1], obs[t + 1:t + 2],
+            adder.add(episode.actions[t:t + 1], episode.rewards[t:t + 1], _row(obs, t + 1),
                       episode.terminations[t:t + 1], episode.truncations[t:t + 1], no_skip)
         steps += len(episode)
     return steps
+
+
+def _row(obs: Observations, t: int) -> Observations:
+    """Row ``t`` of an episode's observations, as a batch of one environment's."""
+    return map_obs(lambda x: x[t : t + 1], obs)

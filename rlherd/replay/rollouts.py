@@ -34,14 +34,28 @@ OUTCOME_FIELDS = (F.REWARD, F.TERMINATED, F.TRUNCATED)
 
 
 def obs_dtype(spec: EnvSpec) -> torch.dtype:
-    """Images stay uint8 in rollouts (a quarter of the memory); everything else is float32."""
+    """Images stay uint8 in rollouts (a quarter of the memory); every other array observation
+    is float32."""
     return torch.uint8 if spec.obs_dtype == np.uint8 else torch.float32
+
+
+def leaf_dtype(dtype: np.dtype) -> torch.dtype:
+    """How an array of a dict observation is stored: in its own dtype (glyph codes stay int16,
+    masks int8), except float64, which networks read as float32 anyway."""
+    return torch.float32 if dtype == np.float64 else torch.from_numpy(np.zeros(0, dtype)).dtype
+
+
+def obs_layout(spec: EnvSpec, name: str = F.OBS) -> Fields:
+    """The fields an observation is stored as (:func:`rlherd.types.obs_fields`)."""
+    if not spec.structured:
+        return {name: (spec.obs_shape, obs_dtype(spec))}
+    return {f"{name}.{k}": (leaf.shape, leaf_dtype(leaf.dtype)) for k, leaf in spec.obs.items()}
 
 
 def rollout_layout(spec: EnvSpec, agent_fields: Fields) -> Fields:
     """Every field of a rollout: the observation, the agent's outputs, the outcome."""
     return {
-        F.OBS: (spec.obs_shape, obs_dtype(spec)),
+        **obs_layout(spec),
         F.RESET: ((), torch.bool),
         **agent_fields,
         F.REWARD: ((), torch.float32),
@@ -93,17 +107,18 @@ def join(rollouts: list[Rollout]) -> Rollout:
 
 class RolloutWriter:
     """The adder of an on-policy actor: ``add_row(core_state=..., **outputs)`` writes row ``t``
-    (the observation and the agent's outputs); ``add_outcome(reward, terminated, truncated)``
-    completes it and moves to ``t + 1``. Writing row ``T`` completes the rollout: ``on_full``
-    gets it and returns the buffer the next rollout is written into (the same one, once it has
-    been copied out, or another); that buffer's row 0 becomes this rollout's row ``T``.
+    (the observation's fields and the agent's outputs);
+    ``add_outcome(reward, terminated, truncated)`` completes it and moves to ``t + 1``. Writing
+    row ``T`` completes the rollout: ``on_full`` gets it and returns the buffer the next rollout
+    is written into (the same one, once it has been copied out, or another); that buffer's row 0
+    becomes this rollout's row ``T``.
 
     ``reset[t + 1]`` is set from row ``t``'s flags, so autoreset rows are marked without the
     actor being told.
     """
 
     def __init__(self, buffer: Rollout, on_full: Callable[[Rollout], Rollout]):
-        missing = {F.OBS, F.RESET, *OUTCOME_FIELDS} - set(buffer)
+        missing = {F.RESET, *OUTCOME_FIELDS} - set(buffer)
         if missing:
             raise ValueError(f"rollout fields must include {sorted(missing)}")
         self.buffer, self.on_full = buffer, on_full

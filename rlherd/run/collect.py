@@ -16,9 +16,11 @@ import numpy as np
 from rich.progress import Progress
 
 from rlherd import envs as rl_envs
-from rlherd.replay.offline import Episode, write_dataset
+from rlherd.envs.wrappers import sample_action
+from rlherd.replay.offline import Episode, Observations, write_dataset
 from rlherd.run.config import ConfigError
 from rlherd.run.evaluate import MAX_EPISODE_STEPS, eval_actor, load_run
+from rlherd.types import batch_of_one, map_obs
 
 
 def collect(
@@ -65,17 +67,17 @@ def collect(
                 **about)  # fmt: skip
 
 
-# (observation, first call in its episode) -> action
-Act = Callable[[np.ndarray, bool], Any]
+# (observation: an array or a dict of arrays, first call in its episode) -> action
+Act = Callable[[Any, bool], Any]
 
 
 def actor_policy(actor: Any) -> Act:
     """An :class:`~rlherd.core.Actor` acting in one environment, as an :data:`Act`."""
 
-    def act(obs: np.ndarray, first: bool) -> Any:
+    def act(obs: Any, first: bool) -> Any:
         if first:
-            actor.observe_first(np.asarray(obs)[None], np.ones(1, dtype=bool))
-        return actor.select_action(np.asarray(obs)[None])[0]
+            actor.observe_first(batch_of_one(obs), np.ones(1, dtype=bool))
+        return actor.select_action(batch_of_one(obs))[0]
 
     return act
 
@@ -90,8 +92,8 @@ def record_episodes(
     name: str = "",
 ) -> list[Episode]:
     """``episodes`` episodes of ``act`` in ``env`` (episode ``i`` reset with ``seed + i``), each
-    truncated after ``MAX_EPISODE_STEPS`` as evaluations are. A uniformly random action replaces
-    ``act``'s with probability ``epsilon``, and always when ``act`` is None."""
+    truncated after ``MAX_EPISODE_STEPS`` as evaluations are. A uniformly random (legal) action
+    replaces ``act``'s with probability ``epsilon``, and always when ``act`` is None."""
     env.action_space.seed(seed)
     rng = np.random.default_rng(seed)
     recorded = []
@@ -103,7 +105,7 @@ def record_episodes(
             done, first = False, True
             while not done:
                 if act is None or rng.random() < epsilon:
-                    action = env.action_space.sample()
+                    action = sample_action(env.action_space, obs)
                 else:
                     action, first = act(obs, first), False
                 obs, reward, terminated, truncated, _ = env.step(action)
@@ -116,9 +118,10 @@ def record_episodes(
 
 
 class EpisodeRows:
-    """One episode's steps as they come, then as an :class:`Episode`."""
+    """One episode's steps as they come, then as an :class:`Episode` (whose dict observations
+    are a dict of stacked arrays, each keeping its dtype, as Minari stores a ``Dict`` space)."""
 
-    def __init__(self, obs: np.ndarray):
+    def __init__(self, obs: Any):
         self.obs, self.action, self.reward, self.term, self.trunc = [obs], [], [], [], []
 
     def add(self, action, reward, next_obs, terminated, truncated) -> None:
@@ -129,9 +132,16 @@ class EpisodeRows:
         self.trunc.append(truncated)
 
     def episode(self, action_dtype: Any) -> Episode:
-        return Episode(np.stack(self.obs), np.stack(self.action).astype(action_dtype),
+        return Episode(_stack(self.obs), np.stack(self.action).astype(action_dtype),
                        np.asarray(self.reward, np.float32), np.asarray(self.term, bool),
                        np.asarray(self.trunc, bool))  # fmt: skip
+
+
+def _stack(observations: list[Any]) -> Observations:
+    """One episode's observations, each an array or a dict of arrays, as rows."""
+    if isinstance(observations[0], dict):
+        return {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+    return np.stack(observations)
 
 
 class RecordingAlgorithm:
@@ -152,7 +162,7 @@ class RecordingAlgorithm:
         for i in np.asarray(indices).tolist():
             self.open.pop(i, None)
 
-    def perform(self, obs: np.ndarray) -> np.ndarray:
+    def perform(self, obs: Any) -> np.ndarray:
         return self.algorithm.perform(obs)
 
     def experience(self, obs, action, reward, next_obs, terminated, truncated, skip) -> None:
@@ -160,8 +170,9 @@ class RecordingAlgorithm:
         for i in np.flatnonzero(~np.asarray(skip)).tolist():
             rows = self.open.get(i)
             if rows is None:
-                rows = self.open[i] = EpisodeRows(obs[i])
-            rows.add(action[i], reward[i], next_obs[i], terminated[i], truncated[i])
+                rows = self.open[i] = EpisodeRows(map_obs(lambda x, i=i: x[i], obs))
+            rows.add(action[i], reward[i], map_obs(lambda x, i=i: x[i], next_obs),
+                     terminated[i], truncated[i])  # fmt: skip
             if terminated[i] or truncated[i]:
                 self.finished.append(self.open.pop(i).episode(np.asarray(action).dtype))
 

@@ -13,6 +13,7 @@ from rlherd.core import VariableClient
 from rlherd.run.config import ConfigError, apply_overrides
 from rlherd.run.rundir import RunDir, atomic_write_json, read_json
 from rlherd.run.video import write_video
+from rlherd.types import batch_of_one
 
 
 def load_run(run_dir: str | Path):
@@ -41,12 +42,12 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
         actor.bind_environments([env])
     for episode in range(episodes):
         obs, _ = env.reset(seed=seed + episode)
-        actor.observe_first(np.asarray(obs)[None], np.ones(1, dtype=bool))
+        actor.observe_first(batch_of_one(obs), np.ones(1, dtype=bool))
         done, ret, length = False, 0.0, 0
         while not done and length < MAX_EPISODE_STEPS:
             if record and episode == 0:
                 frames.append(env.render())
-            action = actor.select_action(np.asarray(obs)[None])[0]
+            action = actor.select_action(batch_of_one(obs))[0]
             obs, reward, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
             ret, length = ret + float(reward), length + 1
@@ -75,11 +76,11 @@ def play_against(env, actor, opponent, games: int) -> dict[str, float]:
     for g in range(games):
         me = g % 2
         obs, _ = env.reset(seed=g)
-        actor.observe_first(np.asarray(obs)[None], np.ones(1, dtype=bool))
+        actor.observe_first(batch_of_one(obs), np.ones(1, dtype=bool))
         terminated = False
         while not terminated:
             if game_env.current_player == me:
-                action = actor.select_action(np.asarray(obs)[None])[0]
+                action = actor.select_action(batch_of_one(obs))[0]
             else:
                 action = opponent(game_env)
             obs, _, terminated, _, _ = env.step(action)

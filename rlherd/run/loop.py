@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlherd import types as F
 from rlherd.core import Actor, BatchedAlgorithm
 from rlherd.envs import save_envs
 from rlherd.run.counting import EpisodeTracker
@@ -55,7 +56,7 @@ class ActorAlgorithm:
 
     def perform(self, obs: np.ndarray) -> np.ndarray:
         if self._beginning is not None:
-            envs = np.zeros(len(obs), dtype=bool)
+            envs = np.zeros(F.obs_len(obs), dtype=bool)
             envs[self._beginning] = True
             self.actor.observe_first(obs, envs)
             self._beginning = None
@@ -89,7 +90,7 @@ class EnvironmentLoop:
         self.envs, self.algorithm, self.recorder = envs, algorithm, recorder
         self.bind()
         obs, _ = envs.reset(seed=seed)
-        self.obs = np.asarray(obs)
+        self.obs = F.map_obs(np.asarray, obs)
         n = envs.num_envs
         self.beginning = np.ones(n, dtype=bool)  # these begin an episode at the next step
         self.resetting = np.zeros(n, dtype=bool)  # this env's next step is an autoreset
@@ -111,7 +112,7 @@ class EnvironmentLoop:
             self.algorithm.begin_episodes(np.flatnonzero(self.beginning))
         action = self.algorithm.perform(self.obs)
         obs, reward, terminated, truncated, _ = self.envs.step(action)
-        obs = np.asarray(obs)
+        obs = F.map_obs(np.asarray, obs)
         reward = np.asarray(reward, dtype=np.float64)
         terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         skip = self.resetting

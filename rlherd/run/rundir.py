@@ -93,7 +93,13 @@ class RunDir:
         atomic_write_json(self.path / "config.json", config)
 
     def read_config(self) -> dict[str, Any]:
-        return read_json(self.path / "config.json")
+        """The run's config; an environment it names by module must be an installed one (see
+        :func:`rlherd.envs.check_recorded`)."""
+        from rlherd import envs as rl_envs
+
+        config = read_json(self.path / "config.json")
+        rl_envs.check_recorded(str(config.get("env", "")), self.path)
+        return config
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.path / "summary.json", summary)

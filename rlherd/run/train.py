@@ -8,6 +8,8 @@ import difflib
 import itertools
 import shutil
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,10 @@ from rlherd.runtime import (
     torch_threads,
 )
 from rlherd.runtime import settings as settings_mod
+
+
+class ObservationNotice(UserWarning):
+    """Part of an environment's observation is left out (it is not an array)."""
 
 
 @dataclass
@@ -77,7 +83,8 @@ def check_runtime(agent: str, runtime: str) -> None:
 
 def default_run_dir(agent: str, env: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{agent}-{env.replace('/', '_')}-{stamp}"
+    name = env.split(":")[-1].replace("/", "_")  # an id, without the module that registers it
+    return Path("runs") / f"{agent}-{name}-{stamp}"
 
 
 def _new_run_dir(run_dir: str | Path | None, agent: str, env: str, overwrite: bool) -> RunDir:
@@ -124,7 +131,7 @@ def _split(agent: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[
 
 def train(
     agent: str | None = None,
-    env: str | None = None,
+    env: str | Callable[..., Any] | None = None,
     *,
     runtime: str | None = None,
     total_steps: int | None = None,
@@ -141,7 +148,10 @@ def train(
 ) -> Run:
     """Train ``agent`` on ``env`` with ``runtime`` and return the :class:`Run`.
 
-    Left out, they are IMPALA, CartPole-v1, ``single`` and seed 0. Keyword ``overrides`` set
+    Left out, they are IMPALA, CartPole-v1, ``single`` and seed 0. ``env`` is any id
+    :func:`rlherd.envs.make` takes, or an environment factory (a module-level function returning
+    a ``gymnasium.Env``), which the run records by its import path so that every process (and a
+    later ``eval`` or ``--resume``) can make it. Keyword ``overrides`` set
     agent config fields or runtime settings (:mod:`rlherd.runtime.settings`; strings are parsed
     like ``--set``). A ``dataset`` (a Minari dataset id) trains offline: the ``offline`` runtime,
     where ``total_steps`` counts learner steps and the policy is evaluated every ``eval_every``
@@ -172,7 +182,7 @@ def train(
             meta["eval_episodes"] = eval_episodes
         checkpoint = rundir.load_checkpoint()
     else:
-        agent, env = agent or "impala", env or "CartPole-v1"
+        agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
         runtime, seed = runtime or "single", 0 if seed is None else seed
         eval_episodes = 10 if eval_episodes is None else eval_episodes
         agent_overrides, given = _split(agent, overrides)
@@ -199,6 +209,9 @@ def train(
         raise ConfigError(f"total_steps must be positive, got {meta['total_steps']}")
     # Fail fast on a bad id, option or pairing, before any directory is made.
     spec = _spec(meta)
+    notice = rl_envs.dropped_notice(spec) if spec is not None and resume is None else None
+    if notice:
+        warnings.warn(notice, ObservationNotice, stacklevel=2)
     builder = BUILDERS[agent](config)
     RUNTIMES[runtime].check(builder, settings)
     if resume is None:
@@ -215,19 +228,20 @@ def train(
 
 
 def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: int = 0,
-             progress: bool = True) -> Run:
-    """The run of ``agent`` on ``env`` with its default preset, ``total_steps`` long, in
-    ``run_dir``: a finished one there (as long or longer) is left as it is, one stopped on its
-    way there (Ctrl-C, SIGTERM) continues from its latest checkpoint, and anything else (no
-    checkpoint, another length, seed or config, say an older preset's) is trained again from
-    the start. A run of hours can so go in pieces: stop it and call again. The benchmarks train
-    this way."""
-    path = Path(run_dir)
+             progress: bool = True, runtime: str = "single", eval_every: int | None = None,
+             eval_episodes: int | None = None) -> Run:  # fmt: skip
+    """The run of ``agent`` on ``env`` with its default preset, ``total_steps`` long, on
+    ``runtime``, in ``run_dir``: a finished one there (as long or longer) is left as it is, one
+    stopped on its way there (Ctrl-C, SIGTERM) continues from its latest checkpoint, and
+    anything else (no checkpoint, another length, runtime, seed or config, say an older
+    preset's) is trained again from the start. A run of hours can so go in pieces: stop it and
+    call again. The benchmarks train this way."""
+    path, env = Path(run_dir), rl_envs.resolve(env)
     config, _ = resolve_config(agent, env, None, {})
     if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
         meta = RunDir(path).read_config()
-        same = (meta["agent"], meta["env"], meta["seed"], meta["config"]) == (
-            agent, env, seed, to_json(config))
+        same = (meta["agent"], meta["env"], meta["runtime"], meta["seed"], meta["config"]) == (
+            agent, env, runtime, seed, to_json(config))
         summary_path = path / "summary.json"
         summary = read_json(summary_path) if summary_path.exists() else {}
         done = summary.get(RUNTIMES[meta["runtime"]].counts, 0)
@@ -235,8 +249,9 @@ def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: 
             return Run(path, meta, summary)
         if same and meta["total_steps"] == total_steps:
             return train(resume=path, progress=progress)
-    return train(agent, env, total_steps=total_steps, seed=seed, run_dir=path, overwrite=True,
-                 progress=progress)  # fmt: skip
+    return train(agent, env, runtime=runtime, total_steps=total_steps, seed=seed, run_dir=path,
+                 overwrite=True, progress=progress, eval_every=eval_every,
+                 eval_episodes=eval_episodes)  # fmt: skip
 
 
 def _offline_eval_every(runtime: str, total_steps: int) -> int:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from rlherd import types as F
-from rlherd.core import EnvSpec
+from rlherd.core import EnvSpec, Leaf
 from rlherd.envs.device import DeviceEnv, make_device
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
 from rlherd.run.config import ConfigError, apply_overrides
@@ -42,7 +42,7 @@ from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 def policy_spec(env: DeviceEnv, env_id: str) -> EnvSpec:
     """The spec every agent of ``env`` shares: a vector observation and (multi-)discrete
     actions."""
-    common = dict(env_id=env_id, obs_shape=(env.obs_dim,), obs_dtype=np.dtype(np.float32))
+    common = dict(env_id=env_id, obs=Leaf((env.obs_dim,), np.dtype(np.float32)))
     if len(env.action_nvec) == 1:
         return EnvSpec(action_kind="discrete", num_actions=env.action_nvec[0], **common)
     nvec = tuple(env.action_nvec)

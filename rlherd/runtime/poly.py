@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlherd.core import VariableClient
+from rlherd import types as F
+from rlherd.core import EnvSpec, VariableClient
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
 from rlherd.run.config import ConfigError
 from rlherd.run.loop import EnvironmentLoop
@@ -124,7 +125,8 @@ class LocalServers:
 
 
 class StreamEnvs:
-    """A server stream seen as a vector environment (next-step autoreset, as the server's)."""
+    """A server stream seen as a vector environment (next-step autoreset, as the server's);
+    observations are the stream's, an array or a dict of arrays."""
 
     def __init__(self, stream):
         self.stream, self.num_envs = stream, stream.num_envs
@@ -142,13 +144,14 @@ class StreamEnvs:
 
 class BatchedPolicy:
     """Looks like the agent's policy to its actor, but sends every call through the shared
-    :class:`DynamicBatcher` (recurrent state travels batch-first)."""
+    :class:`DynamicBatcher`, which batches flat dicts of tensors: a dict observation travels as
+    its fields (``obs.image``, ...), recurrent state batch-first."""
 
     def __init__(self, batcher: DynamicBatcher, initial_state):
         self.batcher, self.initial_state = batcher, initial_state
 
     def __call__(self, obs, first, state, generator):
-        inputs = dict(obs=obs, first=first)
+        inputs = dict(F.obs_fields(F.OBS, obs), first=first)
         for j, s in enumerate(state):  # [layers, K, H] -> batch first
             inputs[f"state{j}"] = s.transpose(0, 1)
         out = self.batcher.compute(inputs)
@@ -166,7 +169,7 @@ def _inference(policy, lock: threading.Lock, seed: int):
         n = sum(k.startswith("state") for k in inputs)
         state = tuple(inputs[f"state{j}"].transpose(0, 1).contiguous() for j in range(n))
         with lock:
-            outputs, new_state = policy(inputs["obs"], inputs["first"], state, generator)
+            outputs, new_state = policy(F.obs_of(inputs, F.OBS), inputs["first"], state, generator)
         result = {k: v.cpu() for k, v in outputs.items()}
         for j, s in enumerate(new_state):
             result[f"state{j}"] = s.transpose(0, 1).cpu()
@@ -248,6 +251,7 @@ class Actors:
                         f"{envs.stream.address} serves {envs.num_envs} environments per stream; "
                         f"set --envs-per-actor {envs.num_envs}"
                     )
+                _check_served(envs.stream, ctx.spec)
                 policy = BatchedPolicy(self.batcher, self.policy_template.initial_state)
                 actor = ctx.builder.make_actor(seed, policy, ctx.spec, self.produce(k), None)
                 loop = EnvironmentLoop(envs, actor, ctx.recorder, seed)
@@ -283,6 +287,19 @@ class Actors:
     def join(self) -> None:
         for t in self.threads:
             t.join(timeout=10)
+
+
+def _check_served(stream, spec: EnvSpec) -> None:
+    """The learner's networks were built for ``spec`` (the run's environment, made here): a
+    server of other observations (other keys, dtypes or shapes) or actions is a configuration
+    error, said here rather than deep inside a network."""
+    served = EnvSpec.from_spaces(stream.env_id, stream.observation_space, stream.action_space)
+    for what in ("obs", "action_kind", "num_actions", "action_shape", "action_nvec"):
+        if getattr(served, what) != getattr(spec, what):
+            raise ConfigError(
+                f"{stream.address} serves {stream.env_id} ({what} {getattr(served, what)}), "
+                f"but this run's environment is {spec.env_id} ({what} {getattr(spec, what)})"
+            )
 
 
 def run(ctx: RunContext) -> None:

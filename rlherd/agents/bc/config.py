@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd.agents.base import check_at_least_one
+from rlherd.networks import ObservationConfig
 
 __all__ = ["BCConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
 
@@ -12,7 +13,7 @@ LOSSES = ("logp", "mse")
 
 
 @dataclass
-class BCConfig:
+class BCConfig(ObservationConfig):
     """Defaults: Acme's ``BCConfig`` sets the learning rate (Adam, 1e-4) and its examples the
     ``logp`` loss; Acme leaves the batch and the network to the example, and these are the
     CQL and CRR papers' (batches of 256, two hidden layers of 256)."""

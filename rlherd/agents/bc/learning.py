@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from rlherd import types as F
 from rlherd.agents.bc.config import BCConfig
 from rlherd.agents.bc.networks import BCNetwork
 from rlherd.agents.learning import NetworkLearner, adam
@@ -31,7 +32,8 @@ class BCLearner(NetworkLearner):
         self.num_steps = 0
 
     def learn(self, sample: ReplaySample) -> dict[str, Any]:
-        loss = clone_loss(self.net, sample.data["obs"], sample.data["action"], self.config.loss)
+        obs = F.obs_of(sample.data, "obs")
+        loss = clone_loss(self.net, obs, sample.data["action"], self.config.loss)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()

@@ -7,7 +7,7 @@ from torch import nn
 
 from rlherd.agents.bc.config import BCConfig
 from rlherd.core import EnvSpec
-from rlherd.networks import make_torso
+from rlherd.networks import torso_of
 from rlherd.networks.continuous import (
     ActionBounds,
     GaussianPolicy,
@@ -27,7 +27,7 @@ class BCNetwork(ActionBounds, nn.Module):
         if self.discrete:
             if config.loss == "mse":
                 raise ConfigError("loss=mse is for continuous actions; use loss=logp")
-            torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+            torso = torso_of(spec, config)
             self.policy = nn.Sequential(torso, nn.Linear(torso.out_dim, spec.num_actions))
             return
         if spec.action_kind != "continuous":

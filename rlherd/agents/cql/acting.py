@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from rlherd import types as F
-from rlherd.agents.acting import FeedForwardPolicy
+from rlherd.agents.acting import FeedForwardPolicy, to_device
 
 
 class TanhGaussianSamplingPolicy(FeedForwardPolicy):
@@ -16,7 +16,7 @@ class TanhGaussianSamplingPolicy(FeedForwardPolicy):
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        mean, log_std = self.net.policy(obs.to(self.device))
+        mean, log_std = self.net.policy(to_device(obs, self.device))
         u = mean
         if not self.greedy:
             u = mean + log_std.exp() * torch.randn(mean.shape, generator=generator,

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd.agents.base import check_at_least_one
+from rlherd.networks import ObservationConfig
 
 __all__ = ["CQLConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
 
 
 @dataclass
-class CQLConfig:
+class CQLConfig(ObservationConfig):
     """Continuous actions: Acme's CQL defaults (``acme/agents/jax/cql/config.py``): batches of
     256, Adam at 3e-5 for the policy and 3e-4 for the critics, Polyak targets with tau 0.005, a
     fixed conservative coefficient of 5, 10 sampled actions per source for the log-sum-exp, no

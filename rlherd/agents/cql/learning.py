@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from rlherd import types as F
 from rlherd.agents.cql.config import CQLConfig
 from rlherd.agents.cql.networks import DiscreteQ, SACNetworks
 from rlherd.agents.learning import NetworkLearner, adam, copy_parameters
@@ -76,11 +77,12 @@ class DiscreteCQLLearner(_CQLLearner):
 
     def learn(self, sample: ReplaySample) -> dict[str, Any]:
         d = sample.data
-        q = self.net(d["obs"])
+        next_obs = F.obs_of(d, "next_obs")
+        q = self.net(F.obs_of(d, "obs"))
         with torch.no_grad():
-            q_next, q_next_target = self.net(d["next_obs"]), self.target_net(d["next_obs"])
+            q_next, q_next_target = self.net(next_obs), self.target_net(next_obs)
         td = double_q_learning_td(q, d["action"], d["reward"], d["discount"], q_next_target,
-                                  q_next)  # fmt: skip
+                                  q_next, F.action_mask(next_obs))  # fmt: skip
         gap = cql_gap_discrete(q, d["action"])
         penalty, alpha_loss = self.penalty(gap)
         td_loss = huber(td).mean()
@@ -118,7 +120,8 @@ class ContinuousCQLLearner(_CQLLearner):
     def learn(self, sample: ReplaySample) -> dict[str, Any]:
         c, net, target = self.config, self.net, self.target_net
         d = sample.data
-        obs, next_obs, action = d["obs"], d["next_obs"], net.from_env(d["action"])
+        obs, next_obs = F.obs_of(d, "obs"), F.obs_of(d, "next_obs")
+        action = net.from_env(d["action"])
         entropy = self.entropy_coefficient().detach()
         n = c.cql_num_samples
         with torch.no_grad():
@@ -129,7 +132,7 @@ class ContinuousCQLLearner(_CQLLearner):
             uniform = torch.rand(n, *action.shape, device=action.device) * 2.0 - 1.0
             at_obs, log_pi = tanh_gaussian_sample(*net.policy(obs), n)
             at_next, log_pi_next = tanh_gaussian_sample(*net.policy(next_obs), n)
-        obs_n = obs.expand(n, *obs.shape)
+        obs_n = F.map_obs(lambda x: x.expand(n, *x.shape), obs)
         td_loss, penalty, alpha_loss, gaps = 0.0, 0.0, 0.0, []
         for critic in (net.q1, net.q2):
             q = critic(obs, action)

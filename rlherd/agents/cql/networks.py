@@ -8,7 +8,7 @@ from torch import nn
 
 from rlherd.agents.cql.config import CQLConfig
 from rlherd.core import EnvSpec
-from rlherd.networks import make_torso
+from rlherd.networks import torso_of
 from rlherd.networks.continuous import (
     ActionBounds,
     Critic,
@@ -26,7 +26,7 @@ class DiscreteQ(nn.Module):
 
     def __init__(self, spec: EnvSpec, config: CQLConfig):
         super().__init__()
-        torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+        torso = torso_of(spec, config)
         self.q = nn.Sequential(torso, nn.Linear(torso.out_dim, spec.num_actions))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:

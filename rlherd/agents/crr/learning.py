@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from rlherd import types as F
 from rlherd.agents.crr.config import CRRConfig
 from rlherd.agents.learning import NetworkLearner, adam, copy_parameters
 from rlherd.losses.offline import crr_weights, weighted_likelihood_loss
@@ -36,17 +37,18 @@ class CRRLearner(NetworkLearner):
     def learn(self, sample: ReplaySample) -> dict[str, Any]:
         c, net = self.config, self.net
         d = sample.data
-        obs, action = d["obs"], net.from_env(d["action"])
+        obs, next_obs = F.obs_of(d, "obs"), F.obs_of(d, "next_obs")
+        action = net.from_env(d["action"])
         with torch.no_grad():  # the critic's target: the target policy's action at next_obs
-            next_action = sample_actions(*self.target_net.policy(d["next_obs"]))
-            target = d["reward"] + d["discount"] * self.target_net.critic(d["next_obs"],
-                                                                          next_action)
+            next_action = sample_actions(*self.target_net.policy(next_obs))
+            target = d["reward"] + d["discount"] * self.target_net.critic(next_obs, next_action)
         q = net.critic(obs, action)
         critic_loss = 0.5 * (q - target).square().mean()
         mean, std = net.policy(obs)
         with torch.no_grad():  # the weights: the dataset action's advantage over the policy's
             samples = sample_actions(mean, std, c.num_action_samples)
-            q_samples = net.critic(obs.expand(c.num_action_samples, *obs.shape), samples)
+            expanded = F.map_obs(lambda x: x.expand(c.num_action_samples, *x.shape), obs)
+            q_samples = net.critic(expanded, samples)
             weights = crr_weights(q.detach(), q_samples, c.weighting, c.beta, c.ratio_upper_bound)
         log_prob = torch.distributions.Normal(mean, std).log_prob(action).sum(-1)
         policy_loss = weighted_likelihood_loss(log_prob, weights)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from rlherd import types as F
-from rlherd.agents.acting import FeedForwardPolicy
+from rlherd.agents.acting import FeedForwardPolicy, to_device
 from rlherd.networks.continuous import ActorCritic
 
 
@@ -22,7 +22,7 @@ class D4PGPolicy(FeedForwardPolicy):
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        action = self.net.policy(obs.to(self.device))
+        action = self.net.policy(to_device(obs, self.device))
         if not self.greedy and self.sigma > 0:
             noise = torch.randn(action.shape, generator=generator, device=self.device)
             action = action + self.sigma * noise

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from rlherd import types as F
 from rlherd.agents.d4pg.config import D4PGConfig
 from rlherd.agents.learning import (
     NetworkLearner,
@@ -65,9 +66,10 @@ class D4PGLearner(NetworkLearner):
     def critic_loss(self, data: dict[str, torch.Tensor], action: torch.Tensor):
         """The critic's loss, and the target mass overflowing the support (0 for DDPG)."""
         with torch.no_grad():
-            next_action = self.target.policy(data["next_obs"])
-            target_out = self.target.critic(data["next_obs"], next_action)
-        out = self.net.critic(data["obs"], action)
+            next_obs = F.obs_of(data, "next_obs")
+            next_action = self.target.policy(next_obs)
+            target_out = self.target.critic(next_obs, next_action)
+        out = self.net.critic(F.obs_of(data, "obs"), action)
         if self.config.distributional:
             atoms = self.net.critic.atoms
             td = categorical_cross_entropy(out, torch.softmax(target_out, -1), atoms,
@@ -96,7 +98,7 @@ class D4PGLearner(NetworkLearner):
         critic_norm = clip_grad_norm(self.critic_params, c.grad_norm_clip)
         self.critic_optimizer.step()
 
-        policy_loss = self.policy_loss(data["obs"])
+        policy_loss = self.policy_loss(F.obs_of(data, "obs"))
         self.policy_optimizer.zero_grad()
         policy_loss.backward()
         policy_norm = clip_grad_norm(self.policy_params, c.grad_norm_clip)

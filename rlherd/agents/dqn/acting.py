@@ -11,8 +11,9 @@ import numpy as np
 import torch
 
 from rlherd import types as F
-from rlherd.agents.acting import FeedForwardPolicy
+from rlherd.agents.acting import FeedForwardPolicy, as_tensor, explore, to_device
 from rlherd.core import VariableClient
+from rlherd.losses.td import greedy
 from rlherd.replay import BatchAdder
 
 
@@ -32,9 +33,11 @@ class DQNPolicy(FeedForwardPolicy):
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        q = self.net(obs.to(self.device))
+        obs = to_device(obs, self.device)
+        q = self.net(obs)
         experience = self.net.experience.expand(len(q))  # per row, so batchers can split it
-        return {F.ACTION: q.argmax(-1), "q_values": q, "experience": experience}, state
+        action = greedy(q, F.action_mask(obs))
+        return {F.ACTION: action, "q_values": q, "experience": experience}, state
 
 
 class DQNActor:
@@ -57,13 +60,12 @@ class DQNActor:
         self.steps = 0
 
     def select_action(self, obs: np.ndarray) -> np.ndarray:
-        obs = torch.as_tensor(np.asarray(obs))
-        outputs, _ = self.policy(obs, torch.zeros(len(obs), dtype=torch.bool), (), None)
-        greedy = outputs[F.ACTION].cpu().numpy()
+        tensors = F.map_obs(as_tensor, obs)
+        first = torch.zeros(F.obs_len(tensors), dtype=torch.bool)
+        outputs, _ = self.policy(tensors, first, (), None)
         experience = max(self.steps, int(outputs["experience"][0]))
-        explore = self.rng.random(len(greedy)) < self.epsilon(experience)
-        random = self.rng.integers(outputs["q_values"].shape[-1], size=len(greedy))
-        return np.where(explore, random, greedy)
+        return explore(self.rng, outputs[F.ACTION].cpu().numpy(), self.epsilon(experience), obs,
+                       outputs["q_values"].shape[-1])  # fmt: skip
 
     def observe_first(self, obs: np.ndarray, envs: np.ndarray) -> None:
         if self.adder is not None:

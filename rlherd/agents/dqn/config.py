@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd.agents.base import check_at_least_one, check_replay
+from rlherd.networks import ObservationConfig
 
 
 @dataclass
-class DQNConfig:
+class DQNConfig(ObservationConfig):
     """Defaults follow Rainbow-lite DQN for Atari (double Q, dueling, 3-step returns,
     prioritised replay, Adam). ``samples_per_insert`` is Acme's replay ratio: how many times each
     inserted transition is sampled on average (one learner step per
@@ -185,6 +186,20 @@ PRESETS: dict[str, dict] = {
         epsilon_decay_steps=2_000,
         hidden_sizes=(32,),
     ),
+    # Gymnasium's toy text (Taxi, FrozenLake, CliffWalking, Blackjack: a Discrete state, one-hot
+    # encoded): the classic preset's network and replay with Adam at 1e-3, frequent target
+    # copies, and exploration over the first quarter of Taxi's 200k steps; rlherd's own choice,
+    # measured here (the README's toy text table).
+    "toytext": dict(
+        batch_size=64,
+        learning_rate=1e-3,
+        adam_eps=1e-8,
+        target_update_period=250,
+        replay_size=50_000,
+        min_replay_size=1_000,
+        epsilon_end=0.05,
+        epsilon_decay_steps=50_000,
+    ),
 }
 
 DEFAULT_TOTAL_STEPS: dict[str, int] = {
@@ -194,6 +209,7 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "minatar": 5_000_000,
     "minatar_paper": 5_000_000,
     "toy": 10_000,
+    "toytext": 200_000,
 }
 
 # Settings each preset suggests to the runtimes that use them (what a user sets wins).
@@ -206,6 +222,7 @@ RUNTIME_DEFAULTS: dict[str, dict] = {
     "minatar": dict(num_envs=4, envs_per_actor=4),
     "minatar_paper": dict(num_envs=1, envs_per_actor=1),  # the MinAtar paper steps one env
     "toy": dict(num_envs=2, num_actors=2, envs_per_actor=1),
+    "toytext": dict(num_envs=4, num_actors=2, envs_per_actor=2),
 }
 
 # DQfD (Hester et al. 2018) as Acme has it: DQN with demonstrations mixed into every batch at a

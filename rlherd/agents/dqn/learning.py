@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from rlherd import types as F
 from rlherd.agents.dqn.config import DQNConfig
 from rlherd.agents.learning import (
     CenteredRMSprop,
@@ -38,17 +39,23 @@ def dqn_loss(
     CartPole step, benchmarks/learner_step.py). With ``margin_loss_weight`` and demonstrations in
     the batch (``data["demonstration"]``), DQfD's large-margin loss, averaged over the
     demonstrated transitions, is added."""
-    q_tm1 = net(data["obs"])
+    obs, next_obs = F.obs_of(data, "obs"), F.obs_of(data, "next_obs")
+    q_tm1 = net(obs)
     with torch.no_grad():
-        q_t_value = target_net(data["next_obs"])
-        q_t_selector = net(data["next_obs"]) if config.double_q else None
+        q_t_value = target_net(next_obs)
+        q_t_selector = net(next_obs) if config.double_q else None
     args = (q_tm1, data["action"], data["reward"], data["discount"], q_t_value)
-    td = double_q_learning_td(*args, q_t_selector) if config.double_q else q_learning_td(*args)
+    mask_t = F.action_mask(next_obs)  # bootstrap from the legal actions only
+    if config.double_q:
+        td = double_q_learning_td(*args, q_t_selector, mask_t)
+    else:
+        td = q_learning_td(*args, mask_t)
     loss = huber(td, config.huber_delta)
     loss = loss.mean() if weights is None else (weights * loss).mean()
     if config.margin_loss_weight and "demonstration" in data:
         demo = data["demonstration"].float()
-        margin = (large_margin(q_tm1, data["action"], config.margin) * demo).sum()
+        mask = F.action_mask(obs)
+        margin = (large_margin(q_tm1, data["action"], config.margin, mask) * demo).sum()
         loss = loss + config.margin_loss_weight * margin / demo.sum().clamp(min=1)
     return loss, td.detach()
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from rlherd.agents.dqn.config import DQNConfig
 from rlherd.core import EnvSpec
-from rlherd.networks import make_torso, require_discrete
+from rlherd.networks import require_discrete, torso_of
 
 
 class QNetwork(nn.Module):
@@ -16,7 +16,7 @@ class QNetwork(nn.Module):
     def __init__(self, spec: EnvSpec, config: DQNConfig):
         super().__init__()
         require_discrete(spec, "DQN")
-        self.torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+        self.torso = torso_of(spec, config)
         self.dueling = config.dueling
         self.advantage = nn.Linear(self.torso.out_dim, spec.num_actions)
         self.value = nn.Linear(self.torso.out_dim, 1) if config.dueling else None

@@ -23,9 +23,8 @@ class ImpalaPolicy:
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        outputs, state = self.net(
-            obs.to(self.device)[None], first.to(self.device)[None], state
-        )
+        obs = F.map_obs(lambda x: x.to(self.device)[None], obs)
+        outputs, state = self.net(obs, first.to(self.device)[None], state)
         logits = outputs[F.POLICY_LOGITS][0]
         action = logits.argmax(-1) if self.greedy else sample_categorical(logits, generator)
         baseline = outputs[F.BASELINE][0]

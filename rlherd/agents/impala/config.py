@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.networks import PRECISIONS
+from rlherd.networks import PRECISIONS, ObservationConfig
 
 
 @dataclass
-class ImpalaConfig:
+class ImpalaConfig(ObservationConfig):
     """Defaults are TorchBeast's for Atari (``polybeast``/``monobeast`` flags).
 
     The algorithm only: where actors run, how many, and on which device the learner lives are
@@ -34,7 +34,7 @@ class ImpalaConfig:
     clip_pg_rho_threshold: float = 1.0
 
     # Network.
-    torso: str = "auto"  # auto | mlp | shallow | deep | minatar
+    torso: str = "auto"  # auto | mlp | shallow | deep | minatar | nethack
     hidden_sizes: tuple[int, ...] = (64, 64)  # MLP torso
     use_lstm: bool = False
     lstm_size: int = 256
@@ -88,6 +88,24 @@ PRESETS: dict[str, dict] = {
         optimizer="adam",
         learning_rate=6e-3,
     ),
+    # MiniGrid (dict observations: the 7x7 egocentric image through the small-image torso, the
+    # direction one-hot): the classic preset's Adam and entropy on 16 x 20 rollouts. rlherd's
+    # own choice, measured on MiniGrid-Empty-5x5-v0 (the README's MiniGrid table).
+    "minigrid": dict(
+        unroll_length=20,
+        batch_size=16,
+        reward_clip=None,
+        entropy_cost=0.01,
+        optimizer="adam",
+        learning_rate=1e-3,
+        hidden_sizes=(64,),
+    ),
+    # NetHack: the NLE paper's TorchBeast baseline (facebookresearch/nle, nle/agent/agent.py,
+    # trained with TorchBeast's defaults, which are this config's): glyph embeddings, a 9x9
+    # crop around the agent and an MLP over the bottom-line stats (torso "nethack":
+    # rlherd.networks.encoders.NetHackTorso), then an LSTM of 512 as its core. NLE's own
+    # observation keys are cut to glyphs and blstats by rlherd.envs (NETHACK_KEYS).
+    "nethack": dict(torso="nethack", use_lstm=True, lstm_size=512),
     # rlherd's tiny test environments.
     "toy": dict(
         unroll_length=8,
@@ -106,6 +124,8 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "atari": 50_000_000,
     "classic": 500_000,
     "minatar": 5_000_000,
+    "minigrid": 200_000,
+    "nethack": 2_000_000,
     "toy": 20_000,
 }
 
@@ -114,5 +134,7 @@ RUNTIME_DEFAULTS: dict[str, dict] = {
     "atari": {},
     "classic": dict(num_actors=2, envs_per_actor=8),
     "minatar": dict(envs_per_actor=8),
+    "minigrid": dict(num_actors=2, envs_per_actor=8),
+    "nethack": dict(num_actors=2, envs_per_actor=4),
     "toy": dict(num_actors=2, envs_per_actor=4),
 }

@@ -26,7 +26,7 @@ def impala_loss(
     """The IMPALA loss of one ``[T + 1, B]`` batch of rollouts, and its parts for logging."""
     first = torch.zeros_like(batch[F.RESET])
     first[1:] = batch[F.RESET][:-1]  # the state is zeroed after a final observation
-    outputs, _ = net(batch[F.OBS], first, core_state)
+    outputs, _ = net(F.obs_of(batch), first, core_state)
     logits, values = outputs[F.POLICY_LOGITS], outputs[F.BASELINE]
 
     rewards = batch[F.REWARD][:-1]

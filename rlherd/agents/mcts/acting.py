@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from rlherd import types as F
-from rlherd.agents.acting import FeedForwardPolicy
+from rlherd.agents.acting import FeedForwardPolicy, as_tensor, to_device
 from rlherd.agents.mcts.models import LearnedModel, Simulator
 from rlherd.agents.mcts.search import SearchSettings, search, visit_policy
 from rlherd.core import VariableClient
@@ -26,7 +26,7 @@ class MCTSPolicy(FeedForwardPolicy):
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        logits, value = self.net(obs.to(self.device))
+        logits, value = self.net(to_device(obs, self.device))
         return {F.ACTION: logits.argmax(-1), "logits": logits, "value": value}, state
 
 
@@ -65,21 +65,21 @@ class MCTSActor:
 
     def evaluate(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The search's calls of the network: ``(logits [K, A], value [K])``."""
-        first = torch.zeros(len(obs), dtype=torch.bool)
-        out, _ = self.policy(torch.as_tensor(np.asarray(obs)), first, (), None)
+        first = torch.zeros(F.obs_len(obs), dtype=torch.bool)
+        out, _ = self.policy(F.map_obs(as_tensor, obs), first, (), None)
         return out["logits"].float().cpu().numpy(), out["value"].float().cpu().numpy()
 
     def select_action(self, obs: np.ndarray) -> np.ndarray:
-        obs = np.asarray(obs)
+        obs, n = F.map_obs(np.asarray, obs), F.obs_len(obs)
         if self.ended is None:
-            self.ended = np.zeros(len(obs), dtype=bool)
+            self.ended = np.zeros(n, dtype=bool)
         live = np.flatnonzero(~self.ended)  # an ended env's next step only resets it
-        action = np.zeros(len(obs), dtype=np.int64)
-        self.search_policy = np.full((len(obs), self.num_actions), 1 / self.num_actions,
-                                     np.float32)  # fmt: skip
+        action = np.zeros(n, dtype=np.int64)
+        self.search_policy = np.full((n, self.num_actions), 1 / self.num_actions, np.float32)
         if len(live):
-            roots, legal = self.model.roots(live, obs[live])
-            tree = search(roots, obs[live], legal, self.model, self.evaluate, self.settings,
+            obs_live = F.map_obs(lambda x: x[live], obs)
+            roots, legal = self.model.roots(live, obs_live)
+            tree = search(roots, obs_live, legal, self.model, self.evaluate, self.settings,
                           self.rng)  # fmt: skip
             self.model.after_search(roots)
             self.search_policy[live] = visit_policy(tree, 1.0)

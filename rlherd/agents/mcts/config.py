@@ -9,12 +9,13 @@ from dataclasses import dataclass
 
 from rlherd.agents.base import check_at_least_one, check_replay
 from rlherd.agents.mcts.search import SearchSettings
+from rlherd.networks import ObservationConfig
 
 MODELS = ("simulator", "learned")
 
 
 @dataclass
-class MCTSConfig:
+class MCTSConfig(ObservationConfig):
     """Search, acting and learning settings (Acme's unless a comment says otherwise)."""
 
     # Search.

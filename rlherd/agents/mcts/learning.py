@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from rlherd import types as F
 from rlherd.agents.learning import NetworkLearner, adam
 from rlherd.agents.mcts.config import MCTSConfig
 from rlherd.agents.mcts.networks import MCTSNetworks
@@ -28,15 +29,16 @@ class MCTSLearner(NetworkLearner):
 
     def learn(self, sample: ReplaySample) -> dict[str, Any]:
         data = sample.data
-        logits, value = self.net(data["obs"])
+        obs = F.obs_of(data, "obs")
+        logits, value = self.net(obs)
         with torch.no_grad():
-            _, next_value = self.net(data["next_obs"])
+            _, next_value = self.net(F.obs_of(data, "next_obs"))
         value_loss = value_td_loss(value, data["reward"], data["discount"], next_value).mean()
         policy_loss = search_policy_kl(logits, data["search_policy"]).mean()
         loss = value_loss + policy_loss
         metrics = dict(value_loss=value_loss.detach(), policy_kl=policy_loss.detach())
         if self.net.model is not None:  # on each transition's first step
-            predicted = self.net.model(data["obs"], data["action"])
+            predicted = self.net.model(obs, data["action"])
             continues = ~data["step_terminated"]
             model_loss = transition_model_loss(predicted, data["step_next_obs"],
                                                data["step_reward"], continues)  # fmt: skip

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlherd import types as F
 from rlherd.agents.mcts.search import ModelStep
 from rlherd.run.config import ConfigError
 
@@ -52,11 +53,19 @@ def _shared(env: gym.Env) -> dict[int, Any]:
     return memo
 
 
-def legal_actions(env: gym.Env) -> np.ndarray | None:
-    """The actions legal now, where the environment says (``legal_action_mask()``: board games);
-    None: every action."""
-    mask = getattr(env.unwrapped, "legal_action_mask", None)
-    return None if mask is None else np.asarray(mask(), dtype=bool)
+def stack(obs: list[Any]) -> Any:
+    """Observations of single environments as one batch (arrays, or dicts of them)."""
+    if isinstance(obs[0], dict):
+        return {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+    return np.stack(obs)
+
+
+def legal_actions(obs: Any) -> np.ndarray | None:
+    """The actions legal in each row of a batch of observations: their ``action_mask``, where
+    the environment has one (board games: see :mod:`rlherd.envs.openspiel`); None: every
+    action."""
+    mask = F.action_mask(obs)
+    return None if mask is None else np.asarray(mask, dtype=bool)
 
 
 class Simulator:
@@ -92,18 +101,18 @@ class Simulator:
         state = emulator.cloneState(include_rng=True) if emulator is not None else None
         return Snapshot(copy.deepcopy(env, dict(self.memos[i])), state)
 
-    def roots(self, indices: np.ndarray, obs: np.ndarray):
-        """The snapshots of environments ``indices`` now, and their legal actions."""
+    def roots(self, indices: np.ndarray, obs: Any):
+        """The snapshots of environments ``indices`` now (observed as ``obs``), and their legal
+        actions."""
         if self.envs is None:
             raise RuntimeError("bind the environments first (the environment loop does)")
         for i in indices:  # rendering may have made objects since the last search
             self.memos[i] = _shared(self.envs[i])
         roots = [(i, self._snapshot(self.envs[i], i)) for i in indices]
-        masks = [legal_actions(self.envs[i]) for i in indices]
-        return roots, None if masks[0] is None else np.stack(masks)
+        return roots, legal_actions(obs)
 
     def step(self, states: list[tuple[int, Snapshot]], actions: np.ndarray) -> ModelStep:
-        out, obs, reward, terminal, truncated, legal = [], [], [], [], [], []
+        out, obs, reward, terminal, truncated = [], [], [], [], []
         for (i, snap), action in zip(states, actions, strict=True):
             env = copy.deepcopy(snap.env, dict(self.memos[i]))
             if snap.emulator is not None:
@@ -114,11 +123,10 @@ class Simulator:
             reward.append(r)
             terminal.append(term)
             truncated.append(trunc)
-            legal.append(legal_actions(env))
-        legal_mask = None if legal[0] is None else np.stack(legal)
+        obs_ = stack(obs)
         reward_, terminal_ = np.asarray(reward, np.float64), np.asarray(terminal, bool)
         truncated_ = np.asarray(truncated, bool)
-        return ModelStep(out, np.stack(obs), reward_, terminal_, truncated_, legal_mask)
+        return ModelStep(out, obs_, reward_, terminal_, truncated_, legal_actions(obs_))
 
     @staticmethod
     def _snapshot_stepped(env: gym.Env, parent: Snapshot) -> Snapshot:

@@ -10,7 +10,7 @@ from torch import nn
 
 from rlherd.agents.mcts.config import MCTSConfig
 from rlherd.core import EnvSpec
-from rlherd.networks import make_torso, require_discrete
+from rlherd.networks import require_discrete, torso_of
 
 
 def mlp(sizes: tuple[int, ...]) -> nn.Sequential:
@@ -49,7 +49,7 @@ class MCTSNetworks(nn.Module):
     def __init__(self, spec: EnvSpec, config: MCTSConfig):
         super().__init__()
         require_discrete(spec, "MCTS")
-        self.torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+        self.torso = torso_of(spec, config)
         self.logits = nn.Linear(self.torso.out_dim, spec.num_actions)
         self.value = nn.Linear(self.torso.out_dim, 1)
         self.model = None

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from rlherd import types as F
 from rlherd.agents.learning import (
     NetworkLearner,
     SupportPlacer,
@@ -74,12 +75,12 @@ class MPOLearner(NetworkLearner):
             mean, std = self.target.policy(next_obs)
             noise = torch.randn((self.config.num_samples, *mean.shape), device=mean.device)
             actions = mean + std * noise
-            obs = next_obs.expand(len(actions), *next_obs.shape)
+            obs = F.map_obs(lambda x: x.expand(len(actions), *x.shape), next_obs)
             return actions, mean, std, self.target.critic(obs, actions)
 
     def critic_loss(self, data, action, sampled_out):
         """The critic's loss, and the target mass overflowing the support (0 for MPO)."""
-        out = self.net.critic(data["obs"], action)
+        out = self.net.critic(F.obs_of(data, "obs"), action)
         if self.config.distributional:
             probs = torch.softmax(sampled_out, -1).mean(0)  # the samples' mixture, [B, N]
             td = categorical_cross_entropy(out, probs, self.net.critic.atoms, data["reward"],
@@ -92,7 +93,8 @@ class MPOLearner(NetworkLearner):
         data, c = sample.data, self.config
         self.support.place(data["reward"])
         action = self.net.from_env(data["action"])
-        actions, target_mean, target_std, sampled_out = self.target_samples(data["next_obs"])
+        next_obs = F.obs_of(data, "next_obs")
+        actions, target_mean, target_std, sampled_out = self.target_samples(next_obs)
         critic_loss, overflow = self.critic_loss(data, action, sampled_out)
         self.critic_optimizer.zero_grad()
         critic_loss.backward()
@@ -102,7 +104,7 @@ class MPOLearner(NetworkLearner):
         q_values = sampled_out
         if c.distributional:
             q_values = categorical_mean(sampled_out, self.target.critic.atoms)
-        online_mean, online_std = self.net.policy(data["next_obs"])
+        online_mean, online_std = self.net.policy(next_obs)
         d = self.duals
         mpo = gaussian_mpo_loss(
             online_mean=online_mean, online_std=online_std, target_mean=target_mean,

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd import envs as rl_envs
+from rlherd.networks import ObservationConfig
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(ObservationConfig):
     """Each update learns on ``batch_size`` rollouts of ``unroll_length`` steps (CleanRL's
     ``num_envs`` and ``num_steps``), running ``epochs`` passes of ``minibatches`` minibatches over
     their valid rows (autoreset rows are dropped). The algorithm only: where and on how many
@@ -246,6 +247,38 @@ PRESETS: dict[str, dict] = {
         value_clip=0.2,
         reward_scaling=None,
     ),
+    # MiniGrid: the PPO of the MiniGrid authors' starter code (lcswillems/rl-starter-files on
+    # torch-ac): 16 environments of 128 steps, 4 epochs of minibatches of 256 rows (8 per
+    # update), Adam 1e-3 with eps 1e-8 and no annealing, clip 0.2 with the values clipped too,
+    # entropy 0.01, gradient norm 0.5, discount 0.99, GAE 0.95, a 64-unit tanh layer before the
+    # heads. Its value loss weighs the squared error by 0.5, rlherd's halves it first: value
+    # cost 1. (Its network reads the image alone; rlherd's reads the direction too.)
+    "minigrid": dict(
+        batch_size=16,
+        unroll_length=128,
+        epochs=4,
+        minibatches=8,
+        learning_rate=1e-3,
+        adam_eps=1e-8,
+        lr_anneal=False,
+        clip=0.2,
+        value_clip=0.2,
+        entropy_cost=0.01,
+        value_cost=1.0,
+        max_grad_norm=0.5,
+        hidden_sizes=(64,),
+    ),
+    # Gymnasium's toy text (Taxi, FrozenLake, CliffWalking, Blackjack): RL Zoo's CartPole
+    # settings (the classic preset) with an entropy bonus for Taxi's sparse +20, measured here
+    # (the README's toy text table).
+    "toytext": dict(
+        batch_size=8,
+        unroll_length=128,
+        minibatches=4,
+        epochs=4,
+        learning_rate=1e-3,
+        entropy_cost=0.01,
+    ),
     # rlherd's tiny test environments.
     "toy": dict(batch_size=4, unroll_length=16, minibatches=2, epochs=4, learning_rate=3e-3),
 }
@@ -276,6 +309,8 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "mujoco": 1_000_000,
     "batchppo": 1_000_000,
     "toy": 20_000,
+    "minigrid": 500_000,
+    "toytext": 200_000,
     "atari": 10_000_000,
     "minatar": 5_000_000,
     "tag-gridworld": 100_000_000,  # agent steps
@@ -287,6 +322,8 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
 RUNTIME_DEFAULTS: dict[str, dict] = {
     "classic": dict(num_actors=2, envs_per_actor=4),
     "toy": dict(num_actors=2, envs_per_actor=2),
+    "minigrid": dict(num_actors=2, envs_per_actor=8),
+    "toytext": dict(num_actors=2, envs_per_actor=4),
     "atari": dict(num_actors=2, envs_per_actor=4),
     "minatar": dict(num_actors=2, envs_per_actor=4),
     "tag-gridworld": dict(num_envs=2000),

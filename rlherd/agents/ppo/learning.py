@@ -30,7 +30,7 @@ from rlherd.losses.ppo import (
     value_loss,
 )
 
-_ROW_FIELDS = (F.OBS, F.ACTION, F.BEHAVIOUR_LOG_PROB, F.POLICY_PARAMS, F.BASELINE)
+_ROW_FIELDS = (F.ACTION, F.BEHAVIOUR_LOG_PROB, F.POLICY_PARAMS, F.BASELINE)
 
 
 def flatten_valid(rollout: dict[str, torch.Tensor], config: PPOConfig) -> dict[str, torch.Tensor]:
@@ -46,7 +46,8 @@ def flatten_valid(rollout: dict[str, torch.Tensor], config: PPOConfig) -> dict[s
         lambda_=config.gae_lambda,
     )
     valid = mask.flatten()
-    rows = {k: rollout[k][:-1].flatten(0, 1)[valid] for k in _ROW_FIELDS}
+    fields = [*F.obs_fields(F.OBS, F.obs_of(rollout)), *_ROW_FIELDS]
+    rows = {k: rollout[k][:-1].flatten(0, 1)[valid] for k in fields}
     rows["advantage"] = advantages.flatten()[valid]
     rows["return"] = returns.flatten()[valid]
     return rows
@@ -96,7 +97,7 @@ class PPOLearner(NetworkLearner):
         T, B = rollout[F.REWARD].shape[0] - 1, rollout[F.REWARD].shape[1]
         rows = {k: v.to(device) for k, v in flatten_valid(rollout, c).items()}
         if self.net.obs_norm is not None:
-            self.net.obs_norm.update(rows[F.OBS])
+            self.net.obs_norm.update(rows[F.OBS])  # an array observation's
         frac = self.progress_remaining()
         lr_scale = frac if c.lr_anneal else 1.0
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
@@ -120,7 +121,8 @@ class PPOLearner(NetworkLearner):
                 updates += 1
         out = {k: v / updates for k, v in sums.items()}
         with torch.no_grad():
-            chunks = [self.net(obs) for obs in rows[F.OBS].split(c.max_rows_per_pass)]
+            obs, m = F.obs_of(rows), c.max_rows_per_pass
+            chunks = [self.net(F.map_obs(lambda x, i=i: x[i : i + m], obs)) for i in range(0, n, m)]
             params = torch.cat([p for p, _ in chunks]) if chunks else rows[F.POLICY_PARAMS]
             values = torch.cat([v for _, v in chunks]) if chunks else rows["return"]
             kl = self.net.dist.kl(rows[F.POLICY_PARAMS], params).mean() if n else torch.zeros(())
@@ -166,7 +168,7 @@ class PPOLearner(NetworkLearner):
 
     def _loss(self, mb: dict[str, torch.Tensor], clip: float) -> tuple[torch.Tensor, dict]:
         c, dist = self.config, self.net.dist
-        params, values = self.net(mb[F.OBS])
+        params, values = self.net(F.obs_of(mb))
         log_prob = dist.log_prob(params, mb[F.ACTION])
         advantages = mb["advantage"]
         clipped = clipped_surrogate_loss(log_prob, mb[F.BEHAVIOUR_LOG_PROB], advantages, clip)

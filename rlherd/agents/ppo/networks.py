@@ -11,12 +11,14 @@ import torch
 from torch import nn
 
 from rlherd import types as F
-from rlherd.agents.acting import FeedForwardPolicy
+from rlherd.agents.acting import FeedForwardPolicy, to_device
 from rlherd.agents.ppo.config import PPOConfig
 from rlherd.core import EnvSpec
 from rlherd.networks import MLPTorso, make_torso
-from rlherd.networks.distributions import distribution_for
+from rlherd.networks.distributions import distribution_for, mask_logits
 from rlherd.networks.normalization import RunningNorm
+
+Obs = torch.Tensor | dict[str, torch.Tensor]  # [N, ...]: an array, or a dict of them
 
 
 def _init(layer: nn.Linear, gain: float, orthogonal: bool) -> nn.Linear:
@@ -46,15 +48,20 @@ class PPONet(nn.Module):
         self.discrete = spec.action_kind != "continuous"
         self.dist, num_params = distribution_for(spec)
         action_dim = num_params if self.discrete else num_params // 2
+        # Streaming normalisation suits a vector of numbers; images and dict observations (read
+        # by the multi-input encoder: codes, one-hots, images) go to the network as they are.
         self.obs_norm = (
             RunningNorm(spec.obs_shape, clip=config.obs_clip)
-            if config.normalize_obs and not spec.is_image
+            if config.normalize_obs and not (spec.is_image or spec.structured)
             else None
         )
         ortho = config.orthogonal_init
-        self.shared = config.shared_network or spec.is_image
+        self.shared = config.shared_network or spec.is_image or spec.structured
         if spec.is_image:
             self.policy_torso = make_torso(spec)
+        elif spec.structured:  # one encoder for both heads, as for images
+            self.policy_torso = make_torso(spec, "auto", config.hidden_sizes, config.obs_keys,
+                                           config.obs_encoders)  # fmt: skip
         else:
             self.policy_torso = MLPTorso(spec.obs_shape, config.hidden_sizes, config.activation)
         self.value_torso = None
@@ -74,15 +81,21 @@ class PPONet(nn.Module):
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(config.init_log_std)))
 
-    def normalize(self, obs: torch.Tensor) -> torch.Tensor:
+    def normalize(self, obs: Obs) -> Obs:
+        if isinstance(obs, dict):
+            return obs
         if self.obs_norm is None:
             return obs if obs.dtype == torch.uint8 else obs.float()
         return self.obs_norm(obs.float())
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """An action mask in the observation masks the logits of discrete actions: sampling,
+        log-probabilities, entropy and KL are then over the legal actions only."""
         x = self.normalize(obs)
         features = self.policy_torso(x)
         out = self.policy_head(features)
+        if self.spec.has_action_mask:
+            out = mask_logits(out, obs[F.ACTION_MASK])
         if not self.discrete:
             mean = torch.tanh(out) if self.tanh_mean else out
             out = torch.cat([mean, self.log_std.expand_as(mean)], -1)
@@ -112,7 +125,7 @@ class PPOPolicy(FeedForwardPolicy):
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        params, value = self.net(obs.to(self.device))
+        params, value = self.net(to_device(obs, self.device))
         dist = self.net.dist
         action = dist.mode(params) if self.greedy else dist.sample(params, generator)
         outputs = {

@@ -10,7 +10,9 @@ import numpy as np
 import torch
 
 from rlherd import types as F
+from rlherd.agents.acting import as_tensor, explore
 from rlherd.core import VariableClient
+from rlherd.losses.td import greedy
 from rlherd.replay import BatchAdder
 
 STATE_KEYS = ("core_h", "core_c")  # the recurrent state, stored once per replay sequence
@@ -40,8 +42,11 @@ class R2D2Policy:
     def __call__(self, obs, first, state, generator):
         keep = (~first.to(self.device)).float()[None, :, None]
         state = tuple(s.to(self.device) * keep for s in state)
-        q, state = self.net.unroll(obs.to(self.device)[None], state)
-        return {F.ACTION: q[0].argmax(-1), "q_values": q[0]}, state
+        obs = F.map_obs(lambda x: x.to(self.device)[None], obs)
+        q, state = self.net.unroll(obs, state)
+        mask = F.action_mask(obs)
+        action = greedy(q[0], None if mask is None else mask[0])
+        return {F.ACTION: action, "q_values": q[0]}, state
 
 
 class R2D2Actor:
@@ -80,14 +85,12 @@ class R2D2Actor:
             self.adder.add_first(obs, envs)
 
     def select_action(self, obs: np.ndarray) -> np.ndarray:
-        obs = torch.as_tensor(np.asarray(obs))
-        outputs, state = self.policy(obs, torch.as_tensor(self.first), self.state, None)
+        tensors = F.map_obs(as_tensor, obs)
+        outputs, state = self.policy(tensors, torch.as_tensor(self.first), self.state, None)
         self.state_before, self.state = self.state, tuple(s.cpu() for s in state)
         self.first[:] = False
-        greedy = outputs[F.ACTION].cpu().numpy()
-        explore = self.rng.random(len(greedy)) < self.epsilon
-        random = self.rng.integers(outputs["q_values"].shape[-1], size=len(greedy))
-        return np.where(explore, random, greedy)
+        return explore(self.rng, outputs[F.ACTION].cpu().numpy(), self.epsilon, obs,
+                       outputs["q_values"].shape[-1])  # fmt: skip
 
     def observe(self, action, reward, next_obs, terminated, truncated, skip, extras=None) -> None:
         if self.adder is None:

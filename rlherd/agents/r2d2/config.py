@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd.agents.base import check_at_least_one, check_replay
+from rlherd.networks import ObservationConfig
 
 
 @dataclass
-class R2D2Config:
+class R2D2Config(ObservationConfig):
     """Replay counts (``replay_size``, ``min_replay_size``, ``batch_size``,
     ``samples_per_insert``) are in sequences: one is written every ``sequence_period`` steps of
     each environment, ``burn_in + trace_length + 1`` rows long."""

@@ -10,10 +10,12 @@ from typing import Any
 
 import torch
 
+from rlherd import types as F
 from rlherd.agents.learning import NetworkLearner, adam, clip_grad_norm, copy_parameters
 from rlherd.agents.r2d2.acting import STATE_KEYS
 from rlherd.agents.r2d2.config import R2D2Config
 from rlherd.losses.td import (
+    greedy,
     n_step_sequence_returns,
     sequence_priorities,
     signed_hyperbolic,
@@ -44,18 +46,19 @@ def r2d2_loss(
     per_sequence = (*STATE_KEYS, "demonstration")
     seq = {k: v.transpose(0, 1) for k, v in data.items() if k not in per_sequence}
     state = tuple(data[k].transpose(0, 1).contiguous() for k in STATE_KEYS)
-    burn, obs, starts = config.burn_in, seq["obs"], seq["first"][0]
+    burn, obs, starts = config.burn_in, F.obs_of(seq, "obs"), seq["first"][0]
     with torch.no_grad():
         q_target, _ = target_net.unroll(obs, state)
     if burn:
-        q_burn, burned = net.unroll(obs[:burn], state)
+        q_burn, burned = net.unroll(F.map_obs(lambda x: x[:burn], obs), state)
         keep = starts.float()[None, :, None]  # gradients flow on from the burn-in only here
         burned = tuple(s * keep + s.detach() * (1 - keep) for s in burned)
-        q = torch.cat([q_burn, net.unroll(obs[burn:], burned)[0]])
+        q = torch.cat([q_burn, net.unroll(F.map_obs(lambda x: x[burn:], obs), burned)[0]])
     else:
         q, _ = net.unroll(obs, state)
 
-    values = q_target.gather(-1, q.detach().argmax(-1, keepdim=True))[..., 0]
+    # Each row's bootstrap action: the online network's best among those legal there.
+    values = q_target.gather(-1, greedy(q.detach(), F.action_mask(obs))[..., None])[..., 0]
     if config.value_rescaling:
         values = signed_parabolic(values, config.value_rescaling_eps)
     ended = seq["terminated"] | seq["truncated"]

@@ -5,11 +5,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rlherd import types as F
 from rlherd.agents.r2d2.config import R2D2Config
 from rlherd.core import EnvSpec
-from rlherd.networks import make_torso, require_discrete
+from rlherd.networks import require_discrete, torso_of
 
 State = tuple[torch.Tensor, torch.Tensor]  # the LSTM's (h, c), each [1, B, lstm_size]
+Obs = torch.Tensor | dict[str, torch.Tensor]  # [T, B, ...]: an array, or a dict of them
 
 
 class R2D2Network(nn.Module):
@@ -23,7 +25,7 @@ class R2D2Network(nn.Module):
     def __init__(self, spec: EnvSpec, config: R2D2Config):
         super().__init__()
         require_discrete(spec, "R2D2")
-        self.torso = make_torso(spec, config.torso, tuple(config.hidden_sizes))
+        self.torso = torso_of(spec, config)
         self.lstm = nn.LSTM(self.torso.out_dim, config.lstm_size)
         self.value = nn.Sequential(
             nn.Linear(config.lstm_size, config.head_size), nn.ReLU(),
@@ -39,9 +41,9 @@ class R2D2Network(nn.Module):
         device = self.lstm.weight_ih_l0.device
         return torch.zeros(shape, device=device), torch.zeros(shape, device=device)
 
-    def unroll(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        T, B = obs.shape[:2]
-        x = self.torso(obs.flatten(0, 1)).view(T, B, -1)
+    def unroll(self, obs: Obs, state: State) -> tuple[torch.Tensor, State]:
+        T, B = F.first_array(obs).shape[:2]
+        x = self.torso(F.map_obs(lambda v: v.flatten(0, 1), obs)).view(T, B, -1)
         out, state = self.lstm(x, state)
         a = self.advantage(out)
         return self.value(out) + a - a.mean(-1, keepdim=True), state

@@ -24,29 +24,37 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"rlherd/envs/proto/env_server.proto\x12\nrlherd.env\"3\n\x05\x41rray\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"a\n\x05Space\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\t\n\x01n\x18\x02 \x01(\x03\x12\x1e\n\x03low\x18\x03 \x01(\x0b\x32\x11.rlherd.env.Array\x12\x1f\n\x04high\x18\x04 \x01(\x0b\x32\x11.rlherd.env.Array\"\'\n\x05Reset\x12\x10\n\x08has_seed\x18\x01 \x01(\x08\x12\x0c\n\x04seed\x18\x02 \x01(\x03\"+\n\x06\x41\x63tion\x12!\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x11.rlherd.env.Array\"a\n\rClientMessage\x12\"\n\x05reset\x18\x01 \x01(\x0b\x32\x11.rlherd.env.ResetH\x00\x12$\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x12.rlherd.env.ActionH\x00\x42\x06\n\x04kind\"\x9a\x01\n\x04Spec\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x10\n\x08num_envs\x18\x02 \x01(\x05\x12,\n\x11observation_space\x18\x03 \x01(\x0b\x32\x11.rlherd.env.Space\x12\'\n\x0c\x61\x63tion_space\x18\x04 \x01(\x0b\x32\x11.rlherd.env.Space\x12\x19\n\x11max_episode_steps\x18\x05 \x01(\x05\"\xaa\x01\n\x04Step\x12&\n\x0bobservation\x18\x01 \x01(\x0b\x32\x11.rlherd.env.Array\x12!\n\x06reward\x18\x02 \x01(\x0b\x32\x11.rlherd.env.Array\x12%\n\nterminated\x18\x03 \x01(\x0b\x32\x11.rlherd.env.Array\x12$\n\ttruncated\x18\x04 \x01(\x0b\x32\x11.rlherd.env.ArrayJ\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07\"[\n\rServerMessage\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x10.rlherd.env.SpecH\x00\x12 \n\x04step\x18\x02 \x01(\x0b\x32\x10.rlherd.env.StepH\x00\x42\x06\n\x04kind2O\n\tEnvServer\x12\x42\n\x06Stream\x12\x19.rlherd.env.ClientMessage\x1a\x19.rlherd.env.ServerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"rlherd/envs/proto/env_server.proto\x12\nrlherd.env\"3\n\x05\x41rray\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"\x82\x02\n\x05Space\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\t\n\x01n\x18\x02 \x01(\x03\x12\x1e\n\x03low\x18\x03 \x01(\x0b\x32\x11.rlherd.env.Array\x12\x1f\n\x04high\x18\x04 \x01(\x0b\x32\x11.rlherd.env.Array\x12\x1f\n\x04nvec\x18\x05 \x01(\x0b\x32\x11.rlherd.env.Array\x12\r\n\x05shape\x18\x06 \x03(\x03\x12-\n\x06spaces\x18\x07 \x03(\x0b\x32\x1d.rlherd.env.Space.SpacesEntry\x1a@\n\x0bSpacesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.rlherd.env.Space:\x02\x38\x01\"\'\n\x05Reset\x12\x10\n\x08has_seed\x18\x01 \x01(\x08\x12\x0c\n\x04seed\x18\x02 \x01(\x03\"+\n\x06\x41\x63tion\x12!\n\x06\x61\x63tion\x18\x01 \x01(\x0b\x32\x11.rlherd.env.Array\"a\n\rClientMessage\x12\"\n\x05reset\x18\x01 \x01(\x0b\x32\x11.rlherd.env.ResetH\x00\x12$\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x12.rlherd.env.ActionH\x00\x42\x06\n\x04kind\"\x9a\x01\n\x04Spec\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x10\n\x08num_envs\x18\x02 \x01(\x05\x12,\n\x11observation_space\x18\x03 \x01(\x0b\x32\x11.rlherd.env.Space\x12\'\n\x0c\x61\x63tion_space\x18\x04 \x01(\x0b\x32\x11.rlherd.env.Space\x12\x19\n\x11max_episode_steps\x18\x05 \x01(\x05\"\xac\x02\n\x04Step\x12&\n\x0bobservation\x18\x01 \x01(\x0b\x32\x11.rlherd.env.Array\x12\x38\n\x0cobservations\x18\x07 \x03(\x0b\x32\".rlherd.env.Step.ObservationsEntry\x12!\n\x06reward\x18\x02 \x01(\x0b\x32\x11.rlherd.env.Array\x12%\n\nterminated\x18\x03 \x01(\x0b\x32\x11.rlherd.env.Array\x12$\n\ttruncated\x18\x04 \x01(\x0b\x32\x11.rlherd.env.Array\x1a\x46\n\x11ObservationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.rlherd.env.Array:\x02\x38\x01J\x04\x08\x05\x10\x06J\x04\x08\x06\x10\x07\"[\n\rServerMessage\x12 \n\x04spec\x18\x01 \x01(\x0b\x32\x10.rlherd.env.SpecH\x00\x12 \n\x04step\x18\x02 \x01(\x0b\x32\x10.rlherd.env.StepH\x00\x42\x06\n\x04kind2O\n\tEnvServer\x12\x42\n\x06Stream\x12\x19.rlherd.env.ClientMessage\x1a\x19.rlherd.env.ServerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rlherd.envs.proto.env_server_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_SPACE_SPACESENTRY']._loaded_options = None
+  _globals['_SPACE_SPACESENTRY']._serialized_options = b'8\001'
+  _globals['_STEP_OBSERVATIONSENTRY']._loaded_options = None
+  _globals['_STEP_OBSERVATIONSENTRY']._serialized_options = b'8\001'
   _globals['_ARRAY']._serialized_start=50
   _globals['_ARRAY']._serialized_end=101
-  _globals['_SPACE']._serialized_start=103
-  _globals['_SPACE']._serialized_end=200
-  _globals['_RESET']._serialized_start=202
-  _globals['_RESET']._serialized_end=241
-  _globals['_ACTION']._serialized_start=243
-  _globals['_ACTION']._serialized_end=286
-  _globals['_CLIENTMESSAGE']._serialized_start=288
-  _globals['_CLIENTMESSAGE']._serialized_end=385
-  _globals['_SPEC']._serialized_start=388
-  _globals['_SPEC']._serialized_end=542
-  _globals['_STEP']._serialized_start=545
-  _globals['_STEP']._serialized_end=715
-  _globals['_SERVERMESSAGE']._serialized_start=717
-  _globals['_SERVERMESSAGE']._serialized_end=808
-  _globals['_ENVSERVER']._serialized_start=810
-  _globals['_ENVSERVER']._serialized_end=889
+  _globals['_SPACE']._serialized_start=104
+  _globals['_SPACE']._serialized_end=362
+  _globals['_SPACE_SPACESENTRY']._serialized_start=298
+  _globals['_SPACE_SPACESENTRY']._serialized_end=362
+  _globals['_RESET']._serialized_start=364
+  _globals['_RESET']._serialized_end=403
+  _globals['_ACTION']._serialized_start=405
+  _globals['_ACTION']._serialized_end=448
+  _globals['_CLIENTMESSAGE']._serialized_start=450
+  _globals['_CLIENTMESSAGE']._serialized_end=547
+  _globals['_SPEC']._serialized_start=550
+  _globals['_SPEC']._serialized_end=704
+  _globals['_STEP']._serialized_start=707
+  _globals['_STEP']._serialized_end=1007
+  _globals['_STEP_OBSERVATIONSENTRY']._serialized_start=925
+  _globals['_STEP_OBSERVATIONSENTRY']._serialized_end=995
+  _globals['_SERVERMESSAGE']._serialized_start=1009
+  _globals['_SERVERMESSAGE']._serialized_end=1100
+  _globals['_ENVSERVER']._serialized_start=1102
+  _globals['_ENVSERVER']._serialized_end=1181
 # @@protoc_insertion_point(module_scope)

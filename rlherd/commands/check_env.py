@@ -1,0 +1,168 @@
+"""``rlherd check-env ENV``: will rlherd train this environment, and how?
+
+It builds the environment as a run would (:func:`rlherd.envs.make`) and reports:
+
+- Gymnasium's own API checker (``gymnasium.utils.env_checker.check_env``) on the environment
+  itself, with every warning it gives (a failure is reported; rlherd's runs do not depend on
+  all it checks, e.g. NLE 1.3 fails its ``reset(options={})``, which rlherd never calls);
+- the observation as rlherd carries it: each array, its shape, dtype and kind, and how an
+  agent's network reads it (:mod:`rlherd.networks.encoders`), plus any leaf left out;
+- the action space, and whether an action mask was found (and where);
+- raw steps per second, random (legal) actions in one environment;
+- which agents can train it (each one's networks are built for it, as a run would) and on which
+  runtimes.
+
+``rlherd check-env tag-gridworld --consistency`` runs the device environments' consistency check
+against their numpy references instead (:func:`rlherd.envs.device.check_consistency`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import warnings
+from typing import Any
+
+import gymnasium as gym
+
+from rlherd import envs as rl_envs
+from rlherd.agents import BUILDERS
+from rlherd.core import EnvSpec, Leaf
+from rlherd.envs.wrappers import sample_action
+from rlherd.run.config import ConfigError
+from rlherd.runtime import RUNTIMES, runtimes_for
+
+
+def gymnasium_check(env: gym.Env) -> tuple[bool, list[str]]:
+    """Gymnasium's checker on the environment under rlherd's wrappers: whether it passed, and
+    its warnings (or the error that stopped it)."""
+    from gymnasium.utils.env_checker import check_env
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            check_env(env.unwrapped, skip_render_check=True, skip_close_check=True)
+        except Exception as e:  # the checker's verdict: reported, not raised
+            return False, [*_messages(caught), f"{type(e).__name__}: {e}"]
+    return True, _messages(caught)
+
+
+def _messages(caught: list[warnings.WarningMessage]) -> list[str]:
+    """Warnings' texts, once each, without Gymnasium's terminal colours."""
+    return list(dict.fromkeys(re.sub(r"\x1b\[[0-9;]*m", "", str(w.message)).strip()
+                              for w in caught))  # fmt: skip
+
+
+def encoders(spec: EnvSpec) -> dict[str, str]:
+    """How an agent's network reads each array of the observation (automatic choices)."""
+    from rlherd.networks.encoders import auto_encoder
+
+    if not spec.structured:
+        return {"": "image torso" if spec.is_image else "MLP"}
+    return {key: auto_encoder(key, leaf) for key, leaf in spec.obs.items()}
+
+
+def steps_per_second(env: gym.Env, seconds: float, seed: int) -> float:
+    """Environment steps per second with uniformly random (legal) actions."""
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        obs, _, terminated, truncated, _ = env.step(sample_action(env.action_space, obs))
+        steps += 1
+        if terminated or truncated:
+            obs, _ = env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def trainers(spec: EnvSpec) -> dict[str, str | list[str]]:
+    """Each agent's verdict: the runtimes it trains the environment on, or why it cannot (its
+    networks are built for the environment, with its preset for it, as a run would)."""
+    from rlherd.run.train import resolve_config
+
+    out: dict[str, str | list[str]] = {}
+    for name, builder_class in sorted(BUILDERS.items()):
+        try:
+            config, _ = resolve_config(name, spec.env_id, None, {})
+            builder_class(config).make_networks(spec)
+        except (ConfigError, TypeError, ValueError) as e:
+            out[name] = str(e).split("\n")[0]
+            continue
+        allowed = builder_class.runtimes or RUNTIMES
+        out[name] = [r for r in runtimes_for(builder_class.dataflow) if r in allowed
+                     and r != "device"]  # fmt: skip
+    return out
+
+
+def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2.0,
+          seed: int = 0) -> dict[str, Any]:  # fmt: skip
+    """The report :func:`format_report` prints (a dict, for scripts)."""
+    env_id = rl_envs.resolve(env)
+    made = rl_envs.make(env_id, **(env_kwargs or {}))
+    try:
+        spec = rl_envs.spec_of(made, env_id)
+        passed, notes = gymnasium_check(made)
+        sps = steps_per_second(made, seconds, seed)
+    finally:
+        made.close()
+    leaves = spec.obs if spec.structured else {"": spec.obs}
+    return dict(
+        env=env_id,
+        gymnasium_check=passed,
+        gymnasium_notes=notes,
+        observation={k: _leaf(leaf) for k, leaf in leaves.items()},
+        encoders=encoders(spec),
+        dropped=list(spec.dropped),
+        action=_action(spec),
+        action_mask=spec.has_action_mask,
+        steps_per_second=round(sps, 1),
+        agents=trainers(spec),
+    )
+
+
+def _leaf(leaf: Leaf) -> dict[str, Any]:
+    out = dict(shape=list(leaf.shape), dtype=leaf.dtype.name, kind=leaf.kind)
+    if leaf.categories:
+        out["categories"] = leaf.categories
+    return out
+
+
+def _action(spec: EnvSpec) -> str:
+    if spec.action_kind == "discrete":
+        return f"Discrete({spec.num_actions})"
+    if spec.action_kind == "multidiscrete":
+        return f"MultiDiscrete({list(spec.action_nvec)})"
+    return f"Box({list(spec.action_shape)})"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as lines a person reads."""
+    lines = [f"{report['env']}"]
+    verdict = "passed" if report["gymnasium_check"] else (
+        "FAILED (what it found below; rlherd's runs do not depend on it, --strict makes it an "
+        "error)")
+    lines.append(f"  Gymnasium's env checker: {verdict}")
+    lines += [f"    - {note}" for note in report["gymnasium_notes"]]
+    lines.append("  observation (array: shape dtype kind -> how networks read it):")
+    for key, leaf in report["observation"].items():
+        categories = f" ({leaf['categories']} values)" if "categories" in leaf else ""
+        name = key or "(one array)"
+        lines.append(f"    {name}: {tuple(leaf['shape'])} {leaf['dtype']} {leaf['kind']}"
+                     f"{categories} -> {report['encoders'][key]}")  # fmt: skip
+    if report["dropped"]:
+        lines.append(f"    left out (not arrays): {', '.join(report['dropped'])}")
+    mask = "yes, obs['action_mask']" if report["action_mask"] else "none"
+    lines.append(f"  actions: {report['action']}; action mask: {mask}")
+    lines.append(f"  raw speed: {report['steps_per_second']:,.0f} steps/s (random actions)")
+    lines.append("  agents (runtimes they train it on, or why not):")
+    for name, verdict in report["agents"].items():
+        text = ", ".join(verdict) if isinstance(verdict, list) else f"no: {verdict}"
+        lines.append(f"    {name}: {text}")
+    if not trainable(report):
+        lines.append("  no agent of rlherd trains this environment")
+    return "\n".join(lines)
+
+
+def trainable(report: dict[str, Any]) -> bool:
+    """Some agent trains the environment on some runtime."""
+    return any(isinstance(verdict, list) for verdict in report["agents"].values())

@@ -1,0 +1,116 @@
+"""The two wrappers :func:`rlherd.envs.make` puts around environments that need them, so that
+every agent and runtime sees observations one way: an array, or a flat dict of named arrays whose
+``action_mask`` (where the environment has one) says which actions are legal.
+
+- :class:`FlatObservation`: nested ``Dict`` / ``Tuple`` observations as one level of named arrays
+  (keys joined by ``"."``), ``Discrete`` values counted from 0, and leaves that are not arrays
+  (MiniGrid's ``mission`` text) left out (:func:`rlherd.core.flatten_space`).
+- :class:`ActionMaskObservation`: an action mask that the environment hands out in
+  ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
+  convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
+  An array observation becomes ``{"obs": ..., "action_mask": ...}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlherd.core import flatten_space
+from rlherd.types import ACTION_MASK
+
+OBS_KEY = "obs"  # an array observation's key once a mask joins it
+
+
+class FlatObservation(gym.ObservationWrapper):
+    """See the module docstring. ``dropped`` lists the keys left out."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.observation_space, self.dropped = flatten_space(env.observation_space)
+
+    def observation(self, observation: Any) -> Any:
+        return _flatten(self.env.observation_space, observation, "", {})
+
+
+def needs_flattening(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Dict | gym.spaces.Tuple) or (
+        isinstance(space, gym.spaces.Discrete) and int(space.start) != 0
+    )
+
+
+def _flatten(space: gym.Space, value: Any, path: str, out: dict[str, Any]) -> Any:
+    """``value`` of ``space`` as :func:`rlherd.core.flatten_space` lays it out (into ``out``)."""
+    if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
+        items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space)
+        for key, sub in items:
+            _flatten(sub, value[key], f"{path}.{key}" if path else str(key), out)
+        return out
+    if isinstance(space, gym.spaces.Discrete):
+        value = np.int64(value - space.start)
+    elif not isinstance(space, gym.spaces.Box | gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
+        return out  # left out: not an array
+    if not path:
+        return value
+    out[path] = value
+    return out
+
+
+class ActionMaskObservation(gym.Wrapper):
+    """See the module docstring; ``source`` is ``"info"`` or ``"method"``."""
+
+    def __init__(self, env: gym.Env, source: str):
+        super().__init__(env)
+        if source not in ("info", "method"):
+            raise ValueError(f"source must be 'info' or 'method', got {source!r}")
+        self.source = source
+        n = int(env.action_space.n)
+        mask = gym.spaces.MultiBinary(n)
+        space = env.observation_space
+        leaves = dict(space.spaces) if isinstance(space, gym.spaces.Dict) else {OBS_KEY: space}
+        self.observation_space = gym.spaces.Dict({**leaves, ACTION_MASK: mask})
+        self._wrap = not isinstance(space, gym.spaces.Dict)
+
+    def _with_mask(self, obs: Any, info: dict[str, Any]) -> dict[str, Any]:
+        if self.source == "info":
+            mask = info[ACTION_MASK]
+        else:
+            mask = self.env.get_wrapper_attr("action_masks")()
+        obs = {OBS_KEY: np.asarray(obs)} if self._wrap else dict(obs)
+        obs[ACTION_MASK] = np.asarray(mask, dtype=np.int8)
+        return obs
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        return self._with_mask(obs, info), info
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._with_mask(obs, info), reward, terminated, truncated, info
+
+
+def mask_source(env: gym.Env, probe_info: dict[str, Any] | None) -> str | None:
+    """Where ``env``'s action mask comes from, if it has one outside its observation:
+    ``"method"`` (``action_masks()``), ``"info"`` (``info["action_mask"]`` at reset), or None.
+    A mask already in a dict observation needs nothing."""
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces:
+        return None
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        return None
+    if callable(getattr(env.unwrapped, "action_masks", None)):
+        return "method"
+    if probe_info is not None and ACTION_MASK in probe_info:
+        return "info"
+    return None
+
+
+def sample_action(space: gym.Space, obs: Any) -> Any:
+    """A uniformly random action from ``space`` (with its own random stream), among the legal
+    ones where ``obs`` has an action mask."""
+    mask = obs.get(ACTION_MASK) if isinstance(obs, dict) else None
+    if mask is None:
+        return space.sample()
+    return space.sample(mask=np.asarray(mask, dtype=np.int8))
