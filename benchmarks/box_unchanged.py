@@ -2,7 +2,7 @@
 bit, after the same learner steps.
 
 Each case trains in a process of its own for each tree (the older commit checked out into a
-temporary git worktree, first on ``sys.path``), then hashes every tensor of the learner's state
+temporary git worktree: ``trees.py``), then hashes every tensor of the learner's state
 in its last checkpoint (network, target network, optimiser state). Equal hashes mean every
 update saw the same numbers.
 
@@ -25,11 +25,9 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
-import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from trees import ROOT, older_tree, run_in
+
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count())
 
 FROZEN = dict(learning_rate=1e-30, num_actors=1)  # mono: parameters never move (see above)
@@ -81,12 +79,7 @@ if __name__ == "__main__":
 
 
 def fingerprint(script: str, tree: str, case: tuple) -> dict:
-    env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run([sys.executable, script, json.dumps(case)], env=env,
-                         capture_output=True, text=True)  # fmt: skip
-    if out.returncode != 0:
-        raise RuntimeError(f"{case} failed in {tree}:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(run_in(tree, script, json.dumps(case)))
 
 
 def main() -> None:
@@ -94,25 +87,16 @@ def main() -> None:
     parser.add_argument("--rev", default="64a6c20", help="the older commit")
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        script, old = os.path.join(tmp, "run.py"), os.path.join(tmp, "tree")
-        with open(script, "w") as f:
-            f.write(RUN)
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", old, args.rev],
-                       check=True, capture_output=True)  # fmt: skip
-        try:
-            for name in args.cases:
-                prints = {}
-                for tree_name, tree in ((args.rev, old), ("this", ROOT)):
-                    prints[tree_name] = fingerprint(script, tree, CASES[name])
-                    print(json.dumps(dict(bench="box_unchanged", case=name, tree=tree_name,
-                                          **prints[tree_name], machine=MACHINE)), flush=True)
-                equal = prints[args.rev] == prints["this"]
-                print(json.dumps(dict(bench="box_unchanged", case=name, rev=args.rev,
-                                      equal=equal, machine=MACHINE)), flush=True)  # fmt: skip
-        finally:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old],
-                           check=False, capture_output=True)  # fmt: skip
+    with older_tree(args.rev, RUN) as (script, old):
+        for name in args.cases:
+            prints = {}
+            for tree_name, tree in ((args.rev, old), ("this", ROOT)):
+                prints[tree_name] = fingerprint(script, tree, CASES[name])
+                print(json.dumps(dict(bench="box_unchanged", case=name, tree=tree_name,
+                                      **prints[tree_name], machine=MACHINE)), flush=True)
+            equal = prints[args.rev] == prints["this"]
+            print(json.dumps(dict(bench="box_unchanged", case=name, rev=args.rev, equal=equal,
+                                  machine=MACHINE)), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

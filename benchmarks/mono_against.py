@@ -3,8 +3,8 @@ alternating runs: the issue's layout (2 actors, batch 8, unroll 80, 57,600 agent
 and with 8 environments per actor, steady agent steps/s from each run's ``learner.csv``.
 
 The older commit is checked out into a temporary git worktree, and each training run is its own
-process with that tree first on ``sys.path`` (every tree has ``rlherd.train``), so both trees run
-on the same machine in the same session; their order alternates, as this kind of machine's
+process with that tree first on ``sys.path`` (``trees.py``), so both trees run on the same
+machine in the same session; their order alternates, as this kind of machine's
 speed drifts within minutes. Prints one JSON line per run and one per round and layout with the
 ratio. ``--set key=value`` applies to this tree's runs only (e.g. ``precision=bfloat16``).
 Usage: python benchmarks/mono_against.py [--rev 125efb9] [--rounds 3] [--layouts 8 1]
@@ -17,13 +17,11 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
-import tempfile
+
+from trees import ROOT, older_tree, run_in
 
 from rlherd.run.config import parse_set
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count())
 
 # One training run, in a process of its own: rlherd is whichever tree PYTHONPATH puts first.
@@ -46,10 +44,7 @@ if __name__ == "__main__":
 
 
 def steps_per_s(script: str, tree: str, envs_per_actor: int, extra: dict) -> float:
-    env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run([sys.executable, script, str(envs_per_actor), json.dumps(extra)],
-                         env=env, capture_output=True, text=True, check=True)  # fmt: skip
-    return float(out.stdout.strip().splitlines()[-1])
+    return float(run_in(tree, script, str(envs_per_actor), json.dumps(extra)))
 
 
 def main() -> None:
@@ -60,29 +55,20 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], help="key=value for this tree's runs")
     args = parser.parse_args()
     extra = parse_set(args.set)  # strings: rlherd.train parses them as its fields' types
-    with tempfile.TemporaryDirectory() as tmp:
-        script, old = os.path.join(tmp, "run.py"), os.path.join(tmp, "tree")
-        with open(script, "w") as f:
-            f.write(RUN)
-        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", old, args.rev],
-                       check=True, capture_output=True)  # fmt: skip
-        try:
-            for round_ in range(args.rounds):
-                for k in args.layouts:
-                    figures = {}
-                    for name, tree, given in ((args.rev, old, {}), ("this", ROOT, extra)):
-                        figures[name] = steps_per_s(script, tree, k, given)
-                        print(json.dumps(dict(bench="mono_against", tree=name, round=round_,
-                                              envs_per_actor=k, set=given,
-                                              steps_per_s=round(figures[name], 1),
-                                              machine=MACHINE)), flush=True)  # fmt: skip
-                    print(json.dumps(dict(bench="mono_against", round=round_, envs_per_actor=k,
-                                          set=extra, rev=args.rev,
-                                          ratio=round(figures["this"] / figures[args.rev], 3),
+    with older_tree(args.rev, RUN) as (script, old):
+        for round_ in range(args.rounds):
+            for k in args.layouts:
+                figures = {}
+                for name, tree, given in ((args.rev, old, {}), ("this", ROOT, extra)):
+                    figures[name] = steps_per_s(script, tree, k, given)
+                    print(json.dumps(dict(bench="mono_against", tree=name, round=round_,
+                                          envs_per_actor=k, set=given,
+                                          steps_per_s=round(figures[name], 1),
                                           machine=MACHINE)), flush=True)  # fmt: skip
-        finally:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old],
-                           check=False, capture_output=True)  # fmt: skip
+                print(json.dumps(dict(bench="mono_against", round=round_, envs_per_actor=k,
+                                      set=extra, rev=args.rev,
+                                      ratio=round(figures["this"] / figures[args.rev], 3),
+                                      machine=MACHINE)), flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

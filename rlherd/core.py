@@ -91,6 +91,27 @@ ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                 gym.spaces.MultiBinary)  # fmt: skip
 
 
+def flatten_value(space: gym.Space, value: Any) -> Any:
+    """``value``, an observation of ``space``, laid out as :func:`flatten_space` lays out the
+    space: an array as it is (a ``Discrete`` value counted from 0), a nested one as a dict of
+    its array leaves by path; leaves that are not arrays are left out. Works on a batch of
+    observations too (a recorded episode's), whose leaves have a leading dimension."""
+    leaves: dict[str, Any] = {}
+
+    def walk(s: gym.Space, v: Any, path: str) -> None:
+        if isinstance(s, gym.spaces.Dict | gym.spaces.Tuple):
+            items = s.spaces.items() if isinstance(s, gym.spaces.Dict) else enumerate(s.spaces)
+            for key, sub in items:
+                walk(sub, v[key], f"{path}.{key}" if path else str(key))
+        elif isinstance(s, gym.spaces.Discrete):
+            leaves[path] = np.asarray(v, dtype=np.int64) - int(s.start)
+        elif isinstance(s, ARRAY_SPACES):
+            leaves[path] = v
+
+    walk(space, value, "")
+    return leaves.get("", leaves)  # an array space's one leaf has the empty path
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """What an agent needs to know about an environment, derived from its Gymnasium spaces.

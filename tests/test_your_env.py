@@ -430,3 +430,37 @@ def test_a_mask_of_the_wrong_length_is_refused_naming_it():
     obs = gym.spaces.Dict({"x": gym.spaces.Box(0, 1, (2,)), "action_mask": mask})
     with pytest.raises(TypeError, match="one entry per action"):
         EnvSpec.from_spaces("x", obs, gym.spaces.Discrete(4))
+
+
+# ------------------------------------------------------------------------------ learning
+# The issue's figures, at their full budgets, are benchmarks/your_env_scores.py's (seed 1: PPO
+# DoorKey 0.96 at 300k, DQN Taxi 7.8 greedy at 100k and 200k, IMPALA Empty-5x5 0.93-0.94 at
+# 100k on mono, poly and distributed). These check each within the suite's budget, where seed 1
+# is past the goal with room to spare.
+@pytest.mark.slow
+def test_ppo_solves_minigrid_doorkey(tmp_path):
+    """Seed 1 passes 0.85 at ~27k steps (0.92 at 50k)."""
+    run = rlherd.train("ppo", "MiniGrid-DoorKey-5x5-v0", total_steps=60_000, seed=1,
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["final_return_mean"] >= 0.85, run.summary
+
+
+@pytest.mark.slow
+def test_dqn_learns_taxi_to_near_its_optimum(tmp_path):
+    """Greedy over 100 episodes: seed 1 gets 7.8 at 100k steps (the optimum is about 7.9)."""
+    run = rlherd.train("dqn", "Taxi-v3", total_steps=100_000, seed=1, run_dir=tmp_path / "run",
+                       progress=False, eval_every=100_000, eval_episodes=100)  # fmt: skip
+    assert run.summary["eval_return_mean"] >= 7.0, run.summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["mono", "poly",
+                                     pytest.param("distributed", marks=pytest.mark.ray)])
+def test_impala_learns_minigrid_with_dict_observations_across_processes(runtime, tmp_path):
+    """The issue's budget: seed 1 holds 0.93-0.94 from 40k steps on each runtime when alone on
+    the machine, but these runtimes are asynchronous, and beside other work (the suite's other
+    worker) their actors lag further behind the learner: at 50k, 0.90 and 0.73 once (mono,
+    distributed), 0.94 and 0.95 the next time."""
+    run = rlherd.train("impala", "MiniGrid-Empty-5x5-v0", runtime=runtime, total_steps=100_000,
+                       seed=1, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["final_return_mean"] >= 0.9, run.summary

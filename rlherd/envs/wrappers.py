@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.core import flatten_space
+from rlherd.core import flatten_space, flatten_value
 from rlherd.types import ACTION_MASK
 
 OBS_KEY = "obs"  # an array observation's key once a mask joins it
@@ -32,30 +32,13 @@ class FlatObservation(gym.ObservationWrapper):
         self.observation_space, self.dropped = flatten_space(env.observation_space)
 
     def observation(self, observation: Any) -> Any:
-        return _flatten(self.env.observation_space, observation, "", {})
+        return flatten_value(self.env.observation_space, observation)
 
 
 def needs_flattening(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Dict | gym.spaces.Tuple) or (
         isinstance(space, gym.spaces.Discrete) and int(space.start) != 0
     )
-
-
-def _flatten(space: gym.Space, value: Any, path: str, out: dict[str, Any]) -> Any:
-    """``value`` of ``space`` as :func:`rlherd.core.flatten_space` lays it out (into ``out``)."""
-    if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
-        items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space)
-        for key, sub in items:
-            _flatten(sub, value[key], f"{path}.{key}" if path else str(key), out)
-        return out
-    if isinstance(space, gym.spaces.Discrete):
-        value = np.int64(value - space.start)
-    elif not isinstance(space, gym.spaces.Box | gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
-        return out  # left out: not an array
-    if not path:
-        return value
-    out[path] = value
-    return out
 
 
 class ActionMaskObservation(gym.Wrapper):

@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.core import ARRAY_SPACES, EnvSpec, Leaf
+from rlherd.core import EnvSpec, Leaf, flatten_space, flatten_value
 from rlherd.run.config import ConfigError
 from rlherd.types import map_obs
 
@@ -148,21 +148,11 @@ def read_observations(space: gym.Space, stored: Any) -> Observations:
     out. Every array is given its space's dtype, which an agent's tables are made for: Minari's
     HDF5 storage keeps every dtype as written (uint8, int8, int16, bool, ...), but a dataset
     written by other code, or kept in another storage, need not hold its space's."""
-    leaves: dict[str, np.ndarray] = {}
-
-    def walk(s: gym.Space, value: Any, path: str) -> None:
-        if isinstance(s, gym.spaces.Dict | gym.spaces.Tuple):
-            items = s.spaces.items() if isinstance(s, gym.spaces.Dict) else enumerate(s.spaces)
-            for key, sub in items:
-                walk(sub, value[key], f"{path}.{key}" if path else str(key))
-        elif isinstance(s, ARRAY_SPACES):
-            array = np.asarray(value)
-            if isinstance(s, gym.spaces.Discrete) and s.start:
-                array = array - s.start
-            leaves[path] = array.astype(s.dtype, copy=False)
-
-    walk(space, stored, "")
-    return leaves.get("", leaves)  # an array space's one leaf has the empty path
+    flat, _ = flatten_space(space)
+    leaves = map_obs(np.asarray, flatten_value(space, stored))
+    if isinstance(flat, gym.spaces.Dict):
+        return {k: leaves[k].astype(sub.dtype, copy=False) for k, sub in flat.spaces.items()}
+    return leaves.astype(flat.dtype, copy=False)
 
 
 def _describe(obs: Leaf | dict[str, Leaf]) -> str:
