@@ -56,30 +56,43 @@ class Leaf:
         raise TypeError(f"{space!r} is not an array space")
 
 
+ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                gym.spaces.MultiBinary)  # fmt: skip
+CONTAINERS = (gym.spaces.Dict, gym.spaces.Tuple)
+OBS_KEY = "obs"  # an observation's array, where it must join a dict (alone codes, or a mask)
+
+
+def _from_zero(space: gym.Space) -> gym.Space:
+    """A ``Discrete`` counted from 0, as observations are given; other spaces as they are."""
+    return gym.spaces.Discrete(space.n) if isinstance(space, gym.spaces.Discrete) else space
+
+
 def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
     """A Gymnasium observation space as rlherd carries it, and the keys it leaves out.
 
-    Array spaces (``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``) stay as they are,
-    except that a ``Discrete`` counts from 0.
+    A ``Box`` stays as it is: the one array an agent reads (and ``EnvSpec.obs`` a single
+    :class:`Leaf`). A ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` alone becomes a ``Dict``
+    of that one array under ``"obs"``, so that networks read its codes by their kind (one-hot,
+    embedding) as they read them in any dict; a ``Discrete`` counts from 0.
     ``Dict`` and ``Tuple`` spaces, nested or not, become one ``Dict`` of their array leaves,
     keyed by their paths joined with ``"."`` (a ``Tuple``'s entries by position: ``"0"``,
     ``"1"``); leaves that are not arrays (MiniGrid's ``mission`` text, a ``Graph``) are left out
     and their keys returned, so the caller can say so once.
     """
-    if isinstance(space, gym.spaces.Discrete):
-        return gym.spaces.Discrete(space.n), []  # counted from 0, as rlherd.envs.make gives it
-    if not isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
+    if isinstance(space, gym.spaces.Box) or not isinstance(space, ARRAY_SPACES + CONTAINERS):
         return space, []
+    if isinstance(space, ARRAY_SPACES):  # codes alone: one array of a dict, read by its kind
+        return gym.spaces.Dict({OBS_KEY: _from_zero(space)}), []
     leaves: dict[str, gym.Space] = {}
     dropped: list[str] = []
 
     def walk(s: gym.Space, path: str) -> None:
-        if isinstance(s, gym.spaces.Dict | gym.spaces.Tuple):
+        if isinstance(s, CONTAINERS):
             items = s.spaces.items() if isinstance(s, gym.spaces.Dict) else enumerate(s.spaces)
             for key, sub in items:
                 walk(sub, f"{path}.{key}" if path else str(key))
         elif isinstance(s, ARRAY_SPACES):
-            leaves[path] = flatten_space(s)[0]
+            leaves[path] = _from_zero(s)
         else:
             dropped.append(path)
 
@@ -87,19 +100,16 @@ def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
     return gym.spaces.Dict(leaves), dropped
 
 
-ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
-                gym.spaces.MultiBinary)  # fmt: skip
-
-
 def flatten_value(space: gym.Space, value: Any) -> Any:
     """``value``, an observation of ``space``, laid out as :func:`flatten_space` lays out the
-    space: an array as it is (a ``Discrete`` value counted from 0), a nested one as a dict of
-    its array leaves by path; leaves that are not arrays are left out. Works on a batch of
+    space: a ``Box``'s array as it is, another array alone as ``{"obs": array}``, a nested one as
+    a dict of its array leaves by path (``Discrete`` values counted from 0, leaves that are not
+    arrays left out). Works on a batch of
     observations too (a recorded episode's), whose leaves have a leading dimension."""
     leaves: dict[str, Any] = {}
 
     def walk(s: gym.Space, v: Any, path: str) -> None:
-        if isinstance(s, gym.spaces.Dict | gym.spaces.Tuple):
+        if isinstance(s, CONTAINERS):
             items = s.spaces.items() if isinstance(s, gym.spaces.Dict) else enumerate(s.spaces)
             for key, sub in items:
                 walk(sub, v[key], f"{path}.{key}" if path else str(key))
@@ -109,7 +119,9 @@ def flatten_value(space: gym.Space, value: Any) -> Any:
             leaves[path] = v
 
     walk(space, value, "")
-    return leaves.get("", leaves)  # an array space's one leaf has the empty path
+    if "" not in leaves:
+        return leaves
+    return leaves[""] if isinstance(space, gym.spaces.Box) else {OBS_KEY: leaves[""]}
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,33 @@ def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():
     assert seen[-1] == torch.float32
 
 
+def test_rewards_squashed_by_tanh_are_what_vtrace_sees():
+    """NLE's "tim" clipping: the loss of rewards r with reward_tanh_scale s is the loss of
+    rewards tanh(r / s) with no transformation; clipping and squashing together are refused."""
+    from rlherd import envs
+    from rlherd.agents.impala.config import ImpalaConfig
+    from rlherd.agents.impala.learning import impala_loss
+    from rlherd.agents.impala.networks import ImpalaNet
+
+    torch.manual_seed(0)
+    squash = ImpalaConfig(reward_clip=None, reward_tanh_scale=100.0)
+    net = ImpalaNet(envs.spec_for("CartPole-v1"), squash)
+    T, B = 5, 3
+    batch = {"obs": torch.randn(T + 1, B, 4), "action": torch.randint(2, (T + 1, B)),
+             "reward": 300 * torch.randn(T + 1, B), "terminated": torch.zeros(T + 1, B, dtype=bool),
+             "truncated": torch.zeros(T + 1, B, dtype=bool),
+             "reset": torch.zeros(T + 1, B, dtype=bool),
+             "policy_logits": torch.randn(T + 1, B, 2)}  # fmt: skip
+    squashed = dict(batch, reward=torch.tanh(batch["reward"] / 100.0))
+    loss, _ = impala_loss(net, batch, (), squash)
+    expected, _ = impala_loss(net, squashed, (), ImpalaConfig(reward_clip=None))
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
+    raw, _ = impala_loss(net, batch, (), ImpalaConfig(reward_clip=None))
+    assert raw.item() != pytest.approx(expected.item(), rel=1e-3)
+    with pytest.raises(ValueError, match="reward_clip=None"):
+        ImpalaConfig(reward_tanh_scale=100.0)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("runtime", ["single", "mono"])
 def test_learner_on_cuda(runtime, tmp_path):

@@ -3,8 +3,9 @@ every agent and runtime sees observations one way: an array, or a flat dict of n
 ``action_mask`` (where the environment has one) says which actions are legal.
 
 - :class:`FlatObservation`: nested ``Dict`` / ``Tuple`` observations as one level of named arrays
-  (keys joined by ``"."``), ``Discrete`` values counted from 0, and leaves that are not arrays
-  (MiniGrid's ``mission`` text) left out (:func:`rlherd.core.flatten_space`).
+  (keys joined by ``"."``), a ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` alone as such a
+  dict of one array (``"obs"``), ``Discrete`` values counted from 0, and leaves that are not
+  arrays (MiniGrid's ``mission`` text) left out (:func:`rlherd.core.flatten_space`).
 - :class:`ActionMaskObservation`: an action mask that the environment hands out in
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
@@ -18,10 +19,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.core import flatten_space, flatten_value
+from rlherd.core import OBS_KEY, flatten_space, flatten_value
 from rlherd.types import ACTION_MASK
-
-OBS_KEY = "obs"  # an array observation's key once a mask joins it
 
 
 class FlatObservation(gym.ObservationWrapper):
@@ -36,9 +35,8 @@ class FlatObservation(gym.ObservationWrapper):
 
 
 def needs_flattening(space: gym.Space) -> bool:
-    return isinstance(space, gym.spaces.Dict | gym.spaces.Tuple) or (
-        isinstance(space, gym.spaces.Discrete) and int(space.start) != 0
-    )
+    """Anything but a ``Box`` (see :func:`rlherd.core.flatten_space`)."""
+    return not isinstance(space, gym.spaces.Box)
 
 
 class ActionMaskObservation(gym.Wrapper):

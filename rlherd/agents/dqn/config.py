@@ -186,10 +186,11 @@ PRESETS: dict[str, dict] = {
         epsilon_decay_steps=2_000,
         hidden_sizes=(32,),
     ),
-    # Gymnasium's toy text (Taxi, FrozenLake, CliffWalking, Blackjack: a Discrete state, one-hot
-    # encoded): the classic preset's network and replay with Adam at 1e-3, frequent target
-    # copies, and exploration over the first quarter of Taxi's 200k steps; rlherd's own choice,
-    # measured here (the README's toy text table).
+    # Gymnasium's toy text (Taxi, FrozenLake, Blackjack: a Discrete state, one-hot encoded): the
+    # classic preset's network and replay with Adam at 1e-3, frequent target copies, and
+    # exploration over the first quarter of Taxi's 200k steps. rlherd's own choice: seed 1,
+    # greedy over 100 episodes, Taxi 7.8 at 100k and 200k steps (optimum ~7.9); at 100k
+    # FrozenLake 0.71, Blackjack -0.06.
     "toytext": dict(
         batch_size=64,
         learning_rate=1e-3,

@@ -20,6 +20,9 @@ class ImpalaConfig(ObservationConfig):
     batch_size: int = 8  # rollouts (environment trajectories) per learner step
     discount: float = 0.99
     reward_clip: float | None = 1.0  # rewards clipped to [-clip, clip] in the learner; None: off
+    # Rewards squashed to tanh(r / scale) in the learner instead (NLE's "tim" clipping, scale
+    # 100: a NetHack score's +1s and +50s keep their order); None: off. Needs reward_clip None.
+    reward_tanh_scale: float | None = None
     entropy_cost: float = 0.0006
     baseline_cost: float = 0.5
     grad_norm_clip: float = 40.0
@@ -57,6 +60,13 @@ class ImpalaConfig(ObservationConfig):
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.reward_tanh_scale is not None and (
+            self.reward_tanh_scale <= 0 or self.reward_clip is not None
+        ):
+            raise ValueError(
+                "reward_tanh_scale must be > 0, with reward_clip=None (one transformation of "
+                f"the rewards), got {self.reward_tanh_scale} and reward_clip={self.reward_clip}"
+            )
 
 
 PRESETS: dict[str, dict] = {
@@ -100,12 +110,26 @@ PRESETS: dict[str, dict] = {
         learning_rate=1e-3,
         hidden_sizes=(64,),
     ),
-    # NetHack: the NLE paper's TorchBeast baseline (facebookresearch/nle, nle/agent/agent.py,
-    # trained with TorchBeast's defaults, which are this config's): glyph embeddings, a 9x9
-    # crop around the agent and an MLP over the bottom-line stats (torso "nethack":
-    # rlherd.networks.encoders.NetHackTorso), then an LSTM of 512 as its core. NLE's own
-    # observation keys are cut to glyphs and blstats by rlherd.envs (NETHACK_KEYS).
-    "nethack": dict(torso="nethack", use_lstm=True, lstm_size=512),
+    # NetHack: the NLE paper's TorchBeast baseline. Its network is agent.py's NetHackNet
+    # (facebookresearch/nle, nle/agent/agent.py): glyph embeddings, a 9x9 crop around the agent
+    # and an MLP over the bottom-line stats (torso "nethack": rlherd.networks.encoders), then an
+    # LSTM of 512. Its training values are the NeurIPS 2020 release's (nle/agent/config.yaml and
+    # polybeast_learner.py): RMSprop at 2e-4 with eps 1e-6 ("do not use 0.01", TorchBeast's
+    # Atari value, with which a first run here stayed near a random policy's 25 for 800k
+    # steps), entropy 0.001, discount 0.999, rewards squashed by tanh(r / 100) ("tim"), TorchBeast's
+    # unrolls of 80 and batches of 8. NLE's observation keys are cut to glyphs and blstats by
+    # rlherd.envs (NETHACK_KEYS).
+    "nethack": dict(
+        torso="nethack",
+        use_lstm=True,
+        lstm_size=512,
+        learning_rate=2e-4,
+        rmsprop_eps=1e-6,
+        entropy_cost=0.001,
+        discount=0.999,
+        reward_clip=None,
+        reward_tanh_scale=100.0,
+    ),
     # rlherd's tiny test environments.
     "toy": dict(
         unroll_length=8,

@@ -32,6 +32,8 @@ def impala_loss(
     rewards = batch[F.REWARD][:-1]
     if config.reward_clip is not None:
         rewards = rewards.clamp(-config.reward_clip, config.reward_clip)
+    elif config.reward_tanh_scale is not None:
+        rewards = torch.tanh(rewards / config.reward_tanh_scale)
     mask = ~batch[F.RESET][:-1]
     actions = batch[F.ACTION][:-1]
     vtrace = vtrace_from_logits(

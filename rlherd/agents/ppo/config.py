@@ -250,9 +250,11 @@ PRESETS: dict[str, dict] = {
     # MiniGrid: the PPO of the MiniGrid authors' starter code (lcswillems/rl-starter-files on
     # torch-ac): 16 environments of 128 steps, 4 epochs of minibatches of 256 rows (8 per
     # update), Adam 1e-3 with eps 1e-8 and no annealing, clip 0.2 with the values clipped too,
-    # entropy 0.01, gradient norm 0.5, discount 0.99, GAE 0.95, a 64-unit tanh layer before the
-    # heads. Its value loss weighs the squared error by 0.5, rlherd's halves it first: value
-    # cost 1. (Its network reads the image alone; rlherd's reads the direction too.)
+    # entropy 0.01, gradient norm 0.5, discount 0.99, GAE 0.95, one shared image network and a
+    # 64-unit layer before the heads. Its value loss weighs the squared error by 0.5, rlherd's
+    # halves it first: value cost 1. Its network reads the image alone and its 64-unit layer is
+    # tanh; rlherd's reads the direction too, through ReLU, with which DoorKey-5x5 passed 0.85
+    # at 27k and 45k steps (seeds 1, 2) against 64k and 35k with tanh (0.96 at 100k either way).
     "minigrid": dict(
         batch_size=16,
         unroll_length=128,
@@ -266,11 +268,15 @@ PRESETS: dict[str, dict] = {
         entropy_cost=0.01,
         value_cost=1.0,
         max_grad_norm=0.5,
+        shared_network=True,  # its convolutions serve both heads
         hidden_sizes=(64,),
+        activation="relu",
     ),
-    # Gymnasium's toy text (Taxi, FrozenLake, CliffWalking, Blackjack): RL Zoo's CartPole
-    # settings (the classic preset) with an entropy bonus for Taxi's sparse +20, measured here
-    # (the README's toy text table).
+    # Gymnasium's toy text (Taxi, FrozenLake, Blackjack; their state a one-hot): CleanRL's
+    # network (separate 64x64 tanh MLPs: one shared between policy and value, Taxi's greedy
+    # policy stayed at -200) with 8 x 128 rollouts, 4 epochs of 4 minibatches, Adam 1e-3 and an
+    # entropy bonus for Taxi's sparse +20. rlherd's own choice: seed 1 at 200k steps, greedy
+    # over 100 episodes, Taxi 7.6 (optimum ~7.9); at 100k FrozenLake 0.72, Blackjack -0.01.
     "toytext": dict(
         batch_size=8,
         unroll_length=128,

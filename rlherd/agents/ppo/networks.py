@@ -16,6 +16,7 @@ from rlherd.agents.ppo.config import PPOConfig
 from rlherd.core import EnvSpec
 from rlherd.networks import MLPTorso, make_torso
 from rlherd.networks.distributions import distribution_for, mask_logits
+from rlherd.networks.encoders import MultiInputTorso
 from rlherd.networks.normalization import RunningNorm
 
 Obs = torch.Tensor | dict[str, torch.Tensor]  # [N, ...]: an array, or a dict of them
@@ -56,18 +57,12 @@ class PPONet(nn.Module):
             else None
         )
         ortho = config.orthogonal_init
-        self.shared = config.shared_network or spec.is_image or spec.structured
-        if spec.is_image:
-            self.policy_torso = make_torso(spec)
-        elif spec.structured:  # one encoder for both heads, as for images
-            self.policy_torso = make_torso(spec, "auto", config.hidden_sizes, config.obs_keys,
-                                           config.obs_encoders)  # fmt: skip
-        else:
-            self.policy_torso = MLPTorso(spec.obs_shape, config.hidden_sizes, config.activation)
+        self.shared = config.shared_network or spec.is_image
+        self.policy_torso = self._torso(spec, config, config.hidden_sizes)
         self.value_torso = None
         if not self.shared:
             value_hidden = config.value_hidden_sizes or config.hidden_sizes
-            self.value_torso = MLPTorso(spec.obs_shape, value_hidden, config.activation)
+            self.value_torso = self._torso(spec, config, value_hidden)
         if ortho:
             for m in self.modules():
                 if isinstance(m, nn.Linear | nn.Conv2d):
@@ -80,6 +75,16 @@ class PPONet(nn.Module):
         self.tanh_mean = config.tanh_mean and not self.discrete
         if not self.discrete:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(config.init_log_std)))
+
+    @staticmethod
+    def _torso(spec: EnvSpec, config: PPOConfig, hidden: tuple[int, ...]) -> nn.Module:
+        """An image torso, the multi-input encoder of a dict observation, or an MLP."""
+        if spec.is_image:
+            return make_torso(spec)
+        if spec.structured:
+            return MultiInputTorso(spec.obs, hidden, config.obs_encoders, config.obs_keys,
+                                   config.activation)  # fmt: skip
+        return MLPTorso(spec.obs_shape, hidden, config.activation)
 
     def normalize(self, obs: Obs) -> Obs:
         if isinstance(obs, dict):
