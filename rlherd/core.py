@@ -7,6 +7,7 @@ An agent is written once against these; runtimes (single, mono, ...) decide wher
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -18,9 +19,6 @@ from rlherd.types import ACTION_MASK
 
 if TYPE_CHECKING:  # environment workers import this module without torch
     import torch
-
-
-LEAF_KINDS = ("box", "discrete", "binary")
 
 
 @dataclass(frozen=True)
@@ -59,12 +57,34 @@ class Leaf:
 ARRAY_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                 gym.spaces.MultiBinary)  # fmt: skip
 CONTAINERS = (gym.spaces.Dict, gym.spaces.Tuple)
-OBS_KEY = "obs"  # an observation's array, where it must join a dict (alone codes, or a mask)
+# The key of an observation's own array where it must join a dict: codes alone (below), or an
+# array beside the action mask that rlherd.envs moves into the observation. PettingZoo's name.
+OBS_KEY = "observation"
 
 
-def _from_zero(space: gym.Space) -> gym.Space:
-    """A ``Discrete`` counted from 0, as observations are given; other spaces as they are."""
-    return gym.spaces.Discrete(space.n) if isinstance(space, gym.spaces.Discrete) else space
+def _leaves(space: gym.Space, value: Any = None, path: str = "") -> Iterator[tuple]:
+    """``(path, space, value)`` of every leaf of a (nested) space and of a value of it; a
+    leaf that is not an array has the space ``None``."""
+    if isinstance(space, CONTAINERS):
+        items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space)
+        for key, sub in items:
+            yield from _leaves(sub, None if value is None else value[key],
+                               f"{path}.{key}" if path else str(key))  # fmt: skip
+    else:
+        yield path, space if isinstance(space, ARRAY_SPACES) else None, value
+
+
+def _codes_from_zero(space: gym.Space, value: Any = None) -> tuple[gym.Space, Any]:
+    """A ``Discrete`` or ``MultiDiscrete`` space counted from 0 in int64 (what every agent's
+    one-hots and embeddings index), and a value of it shifted the same way; other spaces and
+    their values as they are."""
+    if isinstance(space, gym.spaces.Discrete):
+        shifted = None if value is None else np.asarray(value, np.int64) - int(space.start)
+        return gym.spaces.Discrete(space.n), shifted
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        shifted = None if value is None else np.asarray(value, np.int64) - space.start
+        return gym.spaces.MultiDiscrete(space.nvec, dtype=np.int64), shifted
+    return space, value
 
 
 def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
@@ -72,56 +92,40 @@ def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
 
     A ``Box`` stays as it is: the one array an agent reads (and ``EnvSpec.obs`` a single
     :class:`Leaf`). A ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` alone becomes a ``Dict``
-    of that one array under ``"obs"``, so that networks read its codes by their kind (one-hot,
-    embedding) as they read them in any dict; a ``Discrete`` counts from 0.
-    ``Dict`` and ``Tuple`` spaces, nested or not, become one ``Dict`` of their array leaves,
-    keyed by their paths joined with ``"."`` (a ``Tuple``'s entries by position: ``"0"``,
-    ``"1"``); leaves that are not arrays (MiniGrid's ``mission`` text, a ``Graph``) are left out
-    and their keys returned, so the caller can say so once.
+    of that one array under :data:`OBS_KEY`, so that networks read its codes by their kind
+    (one-hot, embedding) as they read them in any dict. ``Dict`` and ``Tuple`` spaces, nested or
+    not, become one ``Dict`` of their array leaves, keyed by their paths joined with ``"."`` (a
+    ``Tuple``'s entries by position: ``"0"``, ``"1"``); leaves that are not arrays (MiniGrid's
+    ``mission`` text, a ``Graph``) are left out and their keys returned, so the caller can say
+    so once. Codes count from 0, in int64.
     """
     if isinstance(space, gym.spaces.Box) or not isinstance(space, ARRAY_SPACES + CONTAINERS):
         return space, []
-    if isinstance(space, ARRAY_SPACES):  # codes alone: one array of a dict, read by its kind
-        return gym.spaces.Dict({OBS_KEY: _from_zero(space)}), []
-    leaves: dict[str, gym.Space] = {}
-    dropped: list[str] = []
-
-    def walk(s: gym.Space, path: str) -> None:
-        if isinstance(s, CONTAINERS):
-            items = s.spaces.items() if isinstance(s, gym.spaces.Dict) else enumerate(s.spaces)
-            for key, sub in items:
-                walk(sub, f"{path}.{key}" if path else str(key))
-        elif isinstance(s, ARRAY_SPACES):
-            leaves[path] = _from_zero(s)
-        else:
-            dropped.append(path)
-
-    walk(space, "")
+    leaves = {path or OBS_KEY: _codes_from_zero(s)[0] for path, s, _ in _leaves(space) if s}
+    dropped = [path for path, s, _ in _leaves(space) if s is None]
     return gym.spaces.Dict(leaves), dropped
 
 
 def flatten_value(space: gym.Space, value: Any) -> Any:
     """``value``, an observation of ``space``, laid out as :func:`flatten_space` lays out the
-    space: a ``Box``'s array as it is, another array alone as ``{"obs": array}``, a nested one as
-    a dict of its array leaves by path (``Discrete`` values counted from 0, leaves that are not
-    arrays left out). Works on a batch of
-    observations too (a recorded episode's), whose leaves have a leading dimension."""
-    leaves: dict[str, Any] = {}
+    space. Works on a batch of observations too (a recorded episode's), whose leaves have a
+    leading dimension."""
+    if isinstance(space, gym.spaces.Box):
+        return value
+    return {path or OBS_KEY: _codes_from_zero(s, v)[1]
+            for path, s, v in _leaves(space, value) if s}  # fmt: skip
 
-    def walk(s: gym.Space, v: Any, path: str) -> None:
-        if isinstance(s, CONTAINERS):
-            items = s.spaces.items() if isinstance(s, gym.spaces.Dict) else enumerate(s.spaces)
-            for key, sub in items:
-                walk(sub, v[key], f"{path}.{key}" if path else str(key))
-        elif isinstance(s, gym.spaces.Discrete):
-            leaves[path] = np.asarray(v, dtype=np.int64) - int(s.start)
-        elif isinstance(s, ARRAY_SPACES):
-            leaves[path] = v
 
-    walk(space, value, "")
-    if "" not in leaves:
-        return leaves
-    return leaves[""] if isinstance(space, gym.spaces.Box) else {OBS_KEY: leaves[""]}
+# A batch of observations: an array, or a dict of named arrays (see flatten_space), each with the
+# environments along its first dimension.
+Observation = np.ndarray | dict[str, np.ndarray]
+
+
+def stack_obs(observations: list[Any]) -> Any:
+    """Observations of one environment (each an array or a dict of arrays) as rows of one."""
+    if isinstance(observations[0], dict):
+        return {key: np.stack([o[key] for o in observations]) for key in observations[0]}
+    return np.stack(observations)
 
 
 @dataclass(frozen=True)
@@ -279,7 +283,7 @@ class Policy(Protocol):
 
     def __call__(
         self,
-        obs: torch.Tensor,
+        obs: torch.Tensor | dict[str, torch.Tensor],
         first: torch.Tensor,
         state: tuple[torch.Tensor, ...],
         generator: torch.Generator | None,
@@ -299,15 +303,15 @@ class Actor(Protocol):
     where they live in other processes.
     """
 
-    def select_action(self, obs: np.ndarray) -> np.ndarray: ...
+    def select_action(self, obs: Observation) -> np.ndarray: ...
 
-    def observe_first(self, obs: np.ndarray, envs: np.ndarray) -> None: ...
+    def observe_first(self, obs: Observation, envs: np.ndarray) -> None: ...
 
     def observe(
         self,
         action: np.ndarray,
         reward: np.ndarray,
-        next_obs: np.ndarray,
+        next_obs: Observation,
         terminated: np.ndarray,
         truncated: np.ndarray,
         skip: np.ndarray,
@@ -336,7 +340,7 @@ class BatchedAlgorithm(Protocol):
 
     def begin_episodes(self, indices: np.ndarray) -> None: ...
 
-    def perform(self, obs: np.ndarray) -> np.ndarray: ...
+    def perform(self, obs: Observation) -> np.ndarray: ...
 
     def experience(self, obs, action, reward, next_obs, terminated, truncated, skip) -> None: ...
 
@@ -347,7 +351,7 @@ class BatchedAlgorithm(Protocol):
 class Adder(Protocol):
     """Turns one environment's steps into replay items (see :mod:`rlherd.replay.adders`)."""
 
-    def add_first(self, obs: np.ndarray) -> None: ...
+    def add_first(self, obs: Observation) -> None: ...
 
     def add(self, action, reward, next_obs, terminated, truncated, extras=None) -> None: ...
 

@@ -129,6 +129,26 @@ def test_channels_first_images_are_read_as_they_are():
     assert net.parts[0].torso.conv[0].in_channels == 3
 
 
+def test_channels_first_when_the_last_side_is_not_the_shortest():
+    """(16, 8, 8): 16 channels of 8 x 8 (its last side is not shorter than its second)."""
+    net = features({"planes": Leaf((16, 8, 8), np.dtype(np.float32), "box")})
+    assert net.parts[0].torso.conv[0].in_channels == 16
+    assert net({"planes": torch.randn(2, 16, 8, 8)}).shape == (2, 128)  # MinAtar's fc
+
+
+def test_grayscale_frames_are_images_and_small_grids_are_codes():
+    """A 2-D uint8 frame of Atari's size is a one-channel image; NetHack's 21 x 79 uint8
+    characters are codes."""
+    assert auto_encoder("screen", Leaf((84, 84), U8, "box", 256)) == "cnn"
+    assert auto_encoder("chars", Leaf((21, 79), U8, "box", 256)) == "embed"
+    net = features({"screen": Leaf((84, 84), U8, "box", 256)})
+    torso = net.parts[0].torso
+    assert isinstance(torso, AtariShallowTorso) and torso.convs[0].in_channels == 1
+    x = torch.randint(0, 256, (2, 84, 84), dtype=torch.uint8)
+    expected = torso.fc(torso.convs(x[:, None].float() / 255.0))
+    torch.testing.assert_close(net.parts[0](x), expected)
+
+
 def test_large_images_go_through_the_atari_torso_scaled():
     net = features({"frame": Leaf((84, 84, 3), U8, "box", 256)})
     torso = net.parts[0].torso
@@ -176,7 +196,7 @@ def test_encoders_override_the_automatic_choice():
         (dict(keys=("image", "mission")), "'mission' is not in this observation; its keys are"),
         (dict(encoders={"image": "conv"}), "unknown encoder 'conv'.*cnn, embed, onehot, flat, "
                                            "skip"),
-        (dict(encoders={"direction": "cnn"}), "'cnn' reads images of 3 dimensions.*'direction'"),
+        (dict(encoders={"direction": "cnn"}), "'cnn' reads images.*'direction'"),
         (dict(encoders={"image": "skip", "direction": "skip"}), "nothing to encode"),
         (dict(keys=("image",), encoders={"direction": "flat"}), "selected keys .* leave out"),
     ],

@@ -128,6 +128,12 @@ def test_train_to_continues_a_stopped_run_leaves_a_finished_one_and_retrains_the
     for steps in (640, 480):  # finished, or longer than asked: left as it is
         again = train_to("impala", "rlherd/Bandit-v0", run, steps, seed=3, progress=False)
         assert again.summary == continued.summary
+    # A run from before a config field was added (recorded without it: its default) too.
+    config = json.loads((run / "config.json").read_text())
+    del config["config"]["obs_encoders"]
+    (run / "config.json").write_text(json.dumps(config))
+    again = train_to("impala", "rlherd/Bandit-v0", run, 640, seed=3, progress=False)
+    assert again.summary == continued.summary and (run / "marker").exists()
     assert (run / "metrics" / "train.csv").read_text() == episodes  # nothing more trained
     # Another seed, or a finished run shorter than asked (its schedules ended at its own
     # length), is trained again from the start.

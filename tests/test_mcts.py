@@ -310,7 +310,7 @@ def test_open_spiel_game_as_one_environment_for_both_players():
     env, obs = _tic_tac_toe([0, 3, 1, 4])  # x: 0 1, o: 3 4; x to move, 2 wins
     game = env.unwrapped
     legal = [0] * 2 + [1] + [0] * 2 + [1] * 4
-    assert obs["obs"].shape == (27,) and game.current_player == 0
+    assert obs["observation"].shape == (27,) and game.current_player == 0
     assert game.action_masks().tolist() == [bool(x) for x in legal]
     assert obs["action_mask"].tolist() == legal  # the mask travels in the observation
     copy_ = copy.deepcopy(env)

@@ -19,8 +19,10 @@ from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents.acting import explore
 from rlherd.core import EnvSpec
+from rlherd.envs import ids
 from rlherd.envs.wrappers import sample_action
-from rlherd.losses.td import double_q_learning_td, greedy, large_margin, q_learning_td
+from rlherd.losses.td import double_q_learning_td, greedy_action, large_margin, q_learning_td
+from rlherd.networks import make_torso
 from rlherd.networks.distributions import (
     MASKED_LOGIT,
     Categorical,
@@ -76,8 +78,38 @@ class OneLegalActionMethod(OneLegalAction):
         return np.eye(self.N, dtype=bool)[self.legal]
 
 
+class ActionMasker(gym.Wrapper):
+    """sb3-contrib's ActionMasker, in short: the mask method lives on a wrapper."""
+
+    def action_masks(self) -> np.ndarray:
+        return np.eye(self.env.unwrapped.N, dtype=bool)[self.env.unwrapped.legal]
+
+
 def one_legal_action(source: str = "obs") -> gym.Env:
+    if source == "wrapper":
+        return ActionMasker(OneLegalAction("method"))
     return (OneLegalActionMethod if source == "method" else OneLegalAction)(source)
+
+
+class Codes(gym.Env):
+    """Codes that do not count from 0: a Discrete from 5, a MultiDiscrete from -1 (int32)."""
+
+    observation_space = gym.spaces.Dict({
+        "d": gym.spaces.Discrete(3, start=5),
+        "m": gym.spaces.MultiDiscrete([3, 4], start=[-1, -1], dtype=np.int32),
+    })  # fmt: skip
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"d": 7, "m": np.array([-1, 2], np.int32)}, {}
+
+    def step(self, action):
+        return {"d": 5, "m": np.array([1, -1], np.int32)}, 0.0, True, False, {}
+
+
+def codes() -> gym.Env:
+    return Codes()
 
 
 def not_an_env() -> str:
@@ -87,7 +119,7 @@ def not_an_env() -> str:
 ONE_LEGAL = f"{__name__}:one_legal_action"
 
 
-@pytest.mark.parametrize("source", ["obs", "info", "method"])
+@pytest.mark.parametrize("source", ["obs", "info", "method", "wrapper"])
 def test_a_mask_from_any_of_its_three_places_reaches_the_observation(source):
     env = rl_envs.make(ONE_LEGAL, source=source)
     spec = rl_envs.spec_of(env, ONE_LEGAL)
@@ -96,8 +128,19 @@ def test_a_mask_from_any_of_its_three_places_reaches_the_observation(source):
     for _ in range(20):
         assert obs[F.ACTION_MASK].sum() == 1
         obs, *_ = env.step(int(np.argmax(obs[F.ACTION_MASK])))
-    if source != "obs":  # an array observation joins the mask under "obs"
-        assert set(obs) == {"obs", F.ACTION_MASK}
+    if source != "obs":  # an array observation joins the mask under "observation"
+        assert set(obs) == {"observation", F.ACTION_MASK}
+
+
+def test_codes_count_from_zero_in_int64_whatever_their_start():
+    env = rl_envs.make(f"{__name__}:codes")
+    obs, _ = env.reset(seed=0)
+    assert obs["d"] == 2 and obs["m"].tolist() == [0, 3] and obs["m"].dtype == np.int64
+    spec = rl_envs.spec_of(env)
+    assert (spec.obs["d"].categories, spec.obs["m"].categories) == (3, 4)
+    torso = make_torso(spec)  # one-hots index 0 .. categories - 1
+    batch = F.map_obs(lambda x: torch.as_tensor(np.asarray(x))[None], env.step(0)[0])
+    assert torso(batch).shape == (1, 64)
 
 
 def test_ids_of_installed_packages_resolve_to_their_module():
@@ -115,10 +158,10 @@ def test_ids_of_installed_packages_resolve_to_their_module():
 def test_ids_that_cannot_be_found_name_the_fix(monkeypatch):
     with pytest.raises(ConfigError, match="Did you mean: MiniGrid-DoorKey-5x5-v0"):
         rl_envs.make("minigrid:MiniGrid-DoorKey-5x5-v9")
-    with pytest.raises(MissingExtra, match="no_such_package.*not installed"):
+    with pytest.raises(MissingExtra, match="no_such_package.*not found.*PYTHONPATH=."):
         rl_envs.make("no_such_package:Env-v0")
-    real = rl_envs.importlib.util.find_spec
-    monkeypatch.setattr(rl_envs.importlib.util, "find_spec",
+    real = ids.importlib.util.find_spec
+    monkeypatch.setattr(ids.importlib.util, "find_spec",
                         lambda name: None if name == "nle" else real(name))  # fmt: skip
     monkeypatch.setattr(gym, "registry", {k: v for k, v in gym.registry.items()
                                           if not k.startswith("NetHack")})  # fmt: skip
@@ -145,8 +188,12 @@ def test_factories_travel_as_import_paths_and_bad_ones_are_clear_errors():
         rl_envs.make(f"{__name__}:nothing_here")
 
 
-def test_a_factory_trains_on_actor_processes_and_the_run_records_its_path(tmp_path):
-    run = rlherd.train("ppo", one_legal_action, runtime="mono", total_steps=600, seed=0,
+@pytest.mark.parametrize("runtime", ["mono", "poly",
+                                     pytest.param("distributed", marks=pytest.mark.ray)])
+def test_a_factory_trains_in_other_processes_and_the_run_records_its_path(runtime, tmp_path):
+    """This test module is importable here only (pytest put its folder on sys.path): actor
+    processes, environment servers and Ray workers import it all the same."""
+    run = rlherd.train("ppo", one_legal_action, runtime=runtime, total_steps=600, seed=0,
                        run_dir=tmp_path / "run", progress=False, num_actors=2,
                        envs_per_actor=1)  # fmt: skip
     assert json.loads((run.path / "config.json").read_text())["env"] == ONE_LEGAL
@@ -160,7 +207,7 @@ def test_a_run_never_imports_a_module_from_its_own_directory(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(run))  # as `python -m` from inside it would
     with pytest.raises(ConfigError, match="from inside the run directory"):
         rl_envs.check_recorded("evil:make_env", run)
-    with pytest.raises(MissingExtra, match="not installed"):
+    with pytest.raises(MissingExtra, match="not found here"):
         rl_envs.check_recorded("not_a_module_anywhere:Env-v0", run)
     rl_envs.check_recorded("minigrid:MiniGrid-Empty-5x5-v0", run)  # installed: fine
 
@@ -178,7 +225,8 @@ def test_codes_alone_are_read_as_codes(agent, tmp_path):
     """A Discrete observation alone (FrozenLake's cell) is a dict of one array, one-hot encoded
     like any dict's codes (an MLP once got its raw integer, and failed on its shape)."""
     spec = rl_envs.spec_for("FrozenLake-v1")
-    assert spec.structured and set(spec.obs) == {"obs"} and spec.obs["obs"].categories == 16
+    assert spec.structured and set(spec.obs) == {"observation"}
+    assert spec.obs["observation"].categories == 16
     run = rlherd.train(agent, "FrozenLake-v1", total_steps=300, run_dir=tmp_path / "run",
                        progress=False)  # fmt: skip
     assert run.summary["actor_steps"] >= 300
@@ -356,7 +404,7 @@ def test_masked_q_targets_against_naive_references():
     # Without the mask the targets differ somewhere (the test can see the mask's absence).
     assert not torch.allclose(q_learning_td(q_tm1, a_tm1, reward, discount, q_t), got)
     assert [argbest(r, m) for r, m in zip(q_t.tolist(), mask.tolist(), strict=True)] == \
-        greedy(q_t, mask).tolist()  # fmt: skip
+        greedy_action(q_t, mask).tolist()  # fmt: skip
     margin = 0.8
     expected = [max(q_tm1[b, a] + (0 if a == a_tm1[b] else margin)
                     for a in range(A) if mask[b, a] or a == a_tm1[b]) - q_tm1[b, a_tm1[b]]
@@ -413,7 +461,7 @@ def _check_env(*args: str) -> subprocess.CompletedProcess:
                          "impala: single, mono, poly, distributed"]),
     ("Blackjack-v1", ["env checker: passed", "0: () int64 discrete (32 values) -> onehot",
                       "action mask: none", "dqn: single, mono, poly, distributed, offline"]),
-    ("Taxi-v3", ["env checker: passed", "obs: () int64 discrete (500 values) -> onehot",
+    ("Taxi-v3", ["env checker: passed", "observation: () int64 discrete (500 values) -> onehot",
                  "action mask: yes, obs['action_mask']",
                  "d4pg: no: d4pg acts in continuous (Box) action spaces"]),
 ])  # fmt: skip

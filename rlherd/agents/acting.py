@@ -32,11 +32,11 @@ def to_device(obs, device: torch.device):
 
 
 def explore(
-    rng: np.random.Generator, greedy_action: np.ndarray, epsilon, obs, num_actions: int
+    rng: np.random.Generator, greedy: np.ndarray, epsilon, obs, num_actions: int
 ) -> np.ndarray:
     """Epsilon-greedy: each row's greedy action, or with probability ``epsilon`` (a number or
     one per row) an action drawn uniformly from the legal ones (all, without a mask)."""
-    rows = len(greedy_action)
+    rows = len(greedy)
     explore_ = rng.random(rows) < epsilon
     mask = F.action_mask(obs)
     if mask is None:
@@ -45,7 +45,7 @@ def explore(
         legal = np.asarray(mask).astype(bool)
         k = np.floor(rng.random(rows) * legal.sum(-1))
         random = (legal.cumsum(-1) <= k[:, None]).sum(-1).clip(max=num_actions - 1)
-    return np.where(explore_, random, greedy_action)
+    return np.where(explore_, random, greedy)
 
 
 class FeedForwardPolicy:

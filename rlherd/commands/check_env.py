@@ -34,8 +34,9 @@ from rlherd.runtime import RUNTIMES, runtimes_for
 
 
 def gymnasium_check(env: gym.Env) -> tuple[bool, list[str]]:
-    """Gymnasium's checker on the environment under rlherd's wrappers: whether it passed, and
-    its warnings (or the error that stopped it)."""
+    """Gymnasium's checker on the environment itself (``env.unwrapped``: what its author wrote,
+    under none of rlherd's wrappers nor a factory's): whether it passed, and its warnings (or
+    the error that stopped it)."""
     from gymnasium.utils.env_checker import check_env
 
     with warnings.catch_warnings(record=True) as caught:
@@ -143,7 +144,8 @@ def format_report(report: dict[str, Any]) -> str:
         "error)")
     lines.append(f"  Gymnasium's env checker: {verdict}")
     lines += [f"    - {note}" for note in report["gymnasium_notes"]]
-    lines.append("  observation (array: shape dtype kind -> how networks read it):")
+    lines.append("  observation (array: shape dtype kind -> how networks read it, unless a "
+                 "preset picks a torso of its own):")
     for key, leaf in report["observation"].items():
         categories = f" ({leaf['categories']} values)" if "categories" in leaf else ""
         name = key or "(one array)"

@@ -2,14 +2,14 @@
 every agent and runtime sees observations one way: an array, or a flat dict of named arrays whose
 ``action_mask`` (where the environment has one) says which actions are legal.
 
-- :class:`FlatObservation`: nested ``Dict`` / ``Tuple`` observations as one level of named arrays
+- :class:`NamedArrays`: nested ``Dict`` / ``Tuple`` observations as one level of named arrays
   (keys joined by ``"."``), a ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` alone as such a
-  dict of one array (``"obs"``), ``Discrete`` values counted from 0, and leaves that are not
+  dict of one array (``"observation"``), codes counted from 0, and leaves that are not
   arrays (MiniGrid's ``mission`` text) left out (:func:`rlherd.core.flatten_space`).
 - :class:`ActionMaskObservation`: an action mask that the environment hands out in
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
-  An array observation becomes ``{"obs": ..., "action_mask": ...}``.
+  An array observation becomes ``{"observation": ..., "action_mask": ...}``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rlherd.core import OBS_KEY, flatten_space, flatten_value
 from rlherd.types import ACTION_MASK
 
 
-class FlatObservation(gym.ObservationWrapper):
+class NamedArrays(gym.ObservationWrapper):
     """See the module docstring. ``dropped`` lists the keys left out."""
 
     def __init__(self, env: gym.Env):
@@ -32,11 +32,6 @@ class FlatObservation(gym.ObservationWrapper):
 
     def observation(self, observation: Any) -> Any:
         return flatten_value(self.env.observation_space, observation)
-
-
-def needs_flattening(space: gym.Space) -> bool:
-    """Anything but a ``Box`` (see :func:`rlherd.core.flatten_space`)."""
-    return not isinstance(space, gym.spaces.Box)
 
 
 class ActionMaskObservation(gym.Wrapper):
@@ -81,8 +76,11 @@ def mask_source(env: gym.Env, probe_info: dict[str, Any] | None) -> str | None:
         return None
     if not isinstance(env.action_space, gym.spaces.Discrete):
         return None
-    if callable(getattr(env.unwrapped, "action_masks", None)):
-        return "method"
+    try:  # on the environment or on a wrapper of it (sb3-contrib's ActionMasker)
+        if callable(env.get_wrapper_attr("action_masks")):
+            return "method"
+    except AttributeError:
+        pass
     if probe_info is not None and ACTION_MASK in probe_info:
         return "info"
     return None

@@ -48,11 +48,15 @@ def weighted_likelihood_loss(log_prob: torch.Tensor, weights: torch.Tensor) -> t
     return -(weights.detach() * log_prob).mean()
 
 
-def cql_gap_discrete(q: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+def cql_gap_discrete(
+    q: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """CQL(H)'s gap for discrete actions (Kumar et al. 2020, equation 4): ``logsumexp_a Q(s, a)
-    - Q(s, a_data)`` per state (``q [B, A]``, ``actions [B]``). Minimising it pushes down the
-    values of actions the dataset does not take, relative to those it does."""
-    return torch.logsumexp(q, -1) - q.gather(-1, actions.long()[:, None])[:, 0]
+    - Q(s, a_data)`` per state (``q [B, A]``, ``actions [B]``), the log-sum-exp over the legal
+    actions where a ``mask`` says which. Minimising it pushes down the values of actions the
+    dataset does not take, relative to those it does."""
+    legal = q if mask is None else q.masked_fill(~mask.bool(), -torch.inf)
+    return torch.logsumexp(legal, -1) - q.gather(-1, actions.long()[:, None])[:, 0]
 
 
 def cql_gap_continuous(

@@ -17,7 +17,7 @@ def huber(x: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
     return torch.nn.functional.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
 
 
-def greedy(q: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def greedy_action(q: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """``argmax_a q(a)`` over the last dimension, among the legal actions (``mask`` true or 1)
     where a mask is given; a row with no legal action (a game's end) takes action 0."""
     if mask is not None:
@@ -38,7 +38,7 @@ def q_learning_td(
     if mask_t is None:
         best = q_t.max(-1).values
     else:
-        best = q_t.gather(-1, greedy(q_t, mask_t)[:, None])[:, 0]
+        best = q_t.gather(-1, greedy_action(q_t, mask_t)[:, None])[:, 0]
     target = reward + discount * best
     return target.detach() - q_tm1.gather(-1, a_tm1.long()[:, None])[:, 0]
 
@@ -55,7 +55,7 @@ def double_q_learning_td(
     """Double Q-learning (van Hasselt et al. 2016): the online network selects the next action
     (among the legal ones, ``mask_t``), the target network values it:
     ``r + d * q_t_value(argmax q_t_selector) - q_tm1(a_tm1)``."""
-    best = greedy(q_t_selector, mask_t)[:, None]
+    best = greedy_action(q_t_selector, mask_t)[:, None]
     target = reward + discount * q_t_value.gather(-1, best)[:, 0]
     return target.detach() - q_tm1.gather(-1, a_tm1.long()[:, None])[:, 0]
 

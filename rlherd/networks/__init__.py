@@ -217,11 +217,7 @@ def make_torso(
             f"torso {kind!r} reads one array; {spec.env_id} observes a dict of arrays "
             f"({', '.join(spec.obs)}); choose torso auto, mlp or nethack"
         )
-    if obs_keys or obs_encoders:
-        raise ConfigError(
-            f"{spec.env_id}: this environment observes one array; obs_keys and obs_encoders "
-            "apply to dict observations"
-        )
+    refuse_dict_options(spec, obs_keys, obs_encoders)
     if kind == "nethack":
         raise ConfigError(
             f"torso 'nethack' reads NetHack's dict of glyphs and blstats; {spec.env_id} "
@@ -269,6 +265,15 @@ class LSTMCore(nn.Module):
             out, (h, c) = self.lstm(x[t : t + 1], (h, c))
             outputs.append(out)
         return torch.cat(outputs), (h, c)
+
+
+def refuse_dict_options(spec: EnvSpec, obs_keys: tuple, obs_encoders: dict | None) -> None:
+    """``obs_keys`` and ``obs_encoders`` given for an environment that observes one array."""
+    if obs_keys or obs_encoders:
+        raise ConfigError(
+            f"{spec.env_id}: this environment observes one array; obs_keys and obs_encoders "
+            "apply to dict observations"
+        )
 
 
 @dataclass

@@ -15,18 +15,20 @@ import torch
 
 from rlherd.core import EnvSpec
 
-# What an illegal action's logit becomes: the lowest float32. Its softmax probability is exactly
-# 0, so log-probabilities, entropies and KLs computed from masked logits are those of the
-# distribution over the legal actions alone; -inf would give 0 * -inf = nan in the entropy.
+# What an illegal action's logit becomes: the lowest float32 (the lowest value of the logits'
+# dtype). Its softmax probability is exactly 0, so log-probabilities, entropies and KLs computed
+# from masked logits are those of the distribution over the legal actions alone; -inf would
+# give 0 * -inf = nan in the entropy.
 MASKED_LOGIT = torch.finfo(torch.float32).min
 
 
 def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """``logits [..., A]`` with the actions ``mask`` marks illegal (false or 0) set to
-    :data:`MASKED_LOGIT`, which no gradient reaches; unchanged without a mask."""
+    """``logits [..., A]`` with the actions ``mask`` marks illegal (false or 0) set to the
+    lowest value of their dtype (:data:`MASKED_LOGIT` for float32), which no gradient reaches;
+    unchanged without a mask."""
     if mask is None:
         return logits
-    return logits.masked_fill(~mask.bool(), MASKED_LOGIT)
+    return logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min)
 
 
 def sample_categorical(

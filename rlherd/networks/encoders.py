@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from itertools import pairwise
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -46,7 +47,8 @@ def auto_encoder(key: str, leaf: Leaf) -> str:
 
     The action mask is left to the policy heads. Codes (discrete leaves, integer grids with a
     known number of categories) are one-hot when that stays small, embedded otherwise; 3-D boxes
-    are images; everything else is read as numbers.
+    are images, and so are 2-D uint8 frames of Atari's size (a grayscale screen, not codes:
+    NetHack's 21 x 79 character grid is a grid of codes); everything else is read as numbers.
     """
     if key == ACTION_MASK:
         return "skip"
@@ -54,11 +56,15 @@ def auto_encoder(key: str, leaf: Leaf) -> str:
         return "onehot" if math.prod(leaf.shape) * leaf.categories <= ONEHOT_LIMIT else "embed"
     if leaf.kind == "binary":
         return "flat"
-    if len(leaf.shape) == 3:
+    if len(leaf.shape) == 3 or (_frame_2d(leaf) and min(leaf.shape) >= ATARI_MIN_SIZE):
         return "cnn"
     if len(leaf.shape) == 2 and leaf.categories > 0:
         return "embed"
     return "flat"
+
+
+def _frame_2d(leaf: Leaf) -> bool:
+    return len(leaf.shape) == 2 and leaf.dtype == np.uint8
 
 
 def _check(key: str, leaf: Leaf, encoder: str) -> None:
@@ -73,9 +79,9 @@ def _check(key: str, leaf: Leaf, encoder: str) -> None:
             f"{ACTION_MASK!r} is the legal-action mask, which the policy heads read; it cannot "
             f"be encoded as {encoder!r}"
         )
-    if encoder == "cnn" and len(leaf.shape) != 3:
+    if encoder == "cnn" and len(leaf.shape) not in (2, 3):
         raise ConfigError(
-            f"encoder 'cnn' reads images of 3 dimensions; observation key {key!r} has shape "
+            f"encoder 'cnn' reads images (2 or 3 dimensions); observation key {key!r} has shape "
             f"{leaf.shape}"
         )
     if encoder in ("onehot", "embed") and leaf.categories == 0:
@@ -99,8 +105,9 @@ def _conv_stack(in_channels: int, layers: int) -> nn.Sequential:
 
 
 class _Image(nn.Module):
-    """An image through an existing torso; channels-last images (MiniGrid's ``(7, 7, 3)``: the
-    last side shorter than the first) are turned channels-first.
+    """An image through an existing torso: a 2-D one as one channel; a 3-D one whose last side
+    is its shortest (MiniGrid's ``(7, 7, 3)``, a ``(84, 84, 4)`` stack) is channels-last and is
+    turned channels-first, any other (``(4, 84, 84)``, ``(16, 8, 8)``) is channels-first.
 
     MinAtar's torso reads values unscaled: small grids such as MiniGrid's hold object, colour
     and state codes, not pixels, and rlherd reads MinAtar's the same way. The Atari torso scales
@@ -108,8 +115,10 @@ class _Image(nn.Module):
 
     def __init__(self, key: str, leaf: Leaf):
         super().__init__()
-        self.channels_last = leaf.shape[2] < leaf.shape[0]
-        c, h, w = (leaf.shape[2], *leaf.shape[:2]) if self.channels_last else leaf.shape
+        shape = (1, *leaf.shape) if len(leaf.shape) == 2 else leaf.shape
+        self.plane = len(leaf.shape) == 2
+        self.channels_last = shape[2] < min(shape[0], shape[1])
+        c, h, w = (shape[2], *shape[:2]) if self.channels_last else shape
         if min(h, w) < 3:
             raise ConfigError(
                 f"encoder 'cnn' needs images of at least 3x3; observation key {key!r} has shape "
@@ -120,6 +129,8 @@ class _Image(nn.Module):
         self.out_dim = self.torso.out_dim
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.plane:
+            return self.torso(x[:, None])
         return self.torso(x.permute(0, 3, 1, 2) if self.channels_last else x)
 
 

@@ -16,8 +16,9 @@ import numpy as np
 from rich.progress import Progress
 
 from rlherd import envs as rl_envs
+from rlherd.core import stack_obs
 from rlherd.envs.wrappers import sample_action
-from rlherd.replay.offline import Episode, Observations, write_dataset
+from rlherd.replay.offline import Episode, write_dataset
 from rlherd.run.config import ConfigError
 from rlherd.run.evaluate import MAX_EPISODE_STEPS, eval_actor, load_run
 from rlherd.types import batch_of_one, map_obs
@@ -41,6 +42,7 @@ def collect(
     if not 0.0 <= epsilon <= 1.0:
         raise ConfigError(f"epsilon must be in [0, 1], got {epsilon}")
     act = None
+    env = None if env is None else rl_envs.resolve(env)  # as a run records it
     if run_dir is not None:
         meta, builder, checkpoint = load_run(run_dir)
         if env is not None and env != meta["env"]:
@@ -132,16 +134,9 @@ class EpisodeRows:
         self.trunc.append(truncated)
 
     def episode(self, action_dtype: Any) -> Episode:
-        return Episode(_stack(self.obs), np.stack(self.action).astype(action_dtype),
+        return Episode(stack_obs(self.obs), np.stack(self.action).astype(action_dtype),
                        np.asarray(self.reward, np.float32), np.asarray(self.term, bool),
                        np.asarray(self.trunc, bool))  # fmt: skip
-
-
-def _stack(observations: list[Any]) -> Observations:
-    """One episode's observations, each an array or a dict of arrays, as rows."""
-    if isinstance(observations[0], dict):
-        return {key: np.stack([o[key] for o in observations]) for key in observations[0]}
-    return np.stack(observations)
 
 
 class RecordingAlgorithm:

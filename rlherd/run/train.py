@@ -240,8 +240,8 @@ def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: 
     config, _ = resolve_config(agent, env, None, {})
     if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
         meta = RunDir(path).read_config()
-        same = (meta["agent"], meta["env"], meta["runtime"], meta["seed"], meta["config"]) == (
-            agent, env, runtime, seed, to_json(config))
+        same = (meta["agent"], meta["env"], meta["runtime"], meta["seed"]) == (
+            agent, env, runtime, seed) and _same_config(meta, config)
         summary_path = path / "summary.json"
         summary = read_json(summary_path) if summary_path.exists() else {}
         done = summary.get(RUNTIMES[meta["runtime"]].counts, 0)
@@ -252,6 +252,16 @@ def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: 
     return train(agent, env, runtime=runtime, total_steps=total_steps, seed=seed, run_dir=path,
                  overwrite=True, progress=progress, eval_every=eval_every,
                  eval_episodes=eval_episodes)  # fmt: skip
+
+
+def _same_config(meta: dict[str, Any], config: Any) -> bool:
+    """Whether a run's recorded config is ``config``; an older run's lacks the fields added
+    since, which count as their defaults."""
+    try:
+        recorded = apply_overrides(type(config)(), meta["config"])
+    except ConfigError:  # a field since removed or renamed
+        return False
+    return to_json(recorded) == to_json(config)
 
 
 def _offline_eval_every(runtime: str, total_steps: int) -> int:

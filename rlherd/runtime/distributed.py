@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from rlherd.envs.ids import child_env
 from rlherd.envs.vector import alive
 from rlherd.run.config import ConfigError, NodeDied, TrainingDiverged
 from rlherd.run.rundir import atomic_write_json
@@ -92,8 +93,10 @@ def connect(settings: Any) -> str:
         if address:
             ray.init(address=address, **quiet)
         else:  # "local": a new Ray here, even if a `ray start` cluster runs on this machine
+            # Its workers import what this process imports (a factory's module of the user's
+            # own); a cluster's machines must have it installed.
             ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     **quiet)  # fmt: skip
+                     runtime_env={"env_vars": child_env()}, **quiet)  # fmt: skip
     except (ConnectionError, ValueError) as e:
         where = f"the Ray cluster at {address!r}" if address else "a local Ray"
         raise ConfigError(

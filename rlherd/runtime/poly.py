@@ -36,6 +36,7 @@ import torch
 
 from rlherd import types as F
 from rlherd.core import EnvSpec, VariableClient
+from rlherd.envs.ids import child_env
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
 from rlherd.run.config import ConfigError
 from rlherd.run.loop import EnvironmentLoop
@@ -86,6 +87,7 @@ class LocalServers:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=dict(os.environ, **child_env()),  # a factory's module is found there too
         )
 
     def _wait_ready(self, i: int) -> None:

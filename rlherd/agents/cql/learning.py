@@ -77,13 +77,13 @@ class DiscreteCQLLearner(_CQLLearner):
 
     def learn(self, sample: ReplaySample) -> dict[str, Any]:
         d = sample.data
-        next_obs = F.obs_of(d, "next_obs")
-        q = self.net(F.obs_of(d, "obs"))
+        obs, next_obs = F.obs_of(d, "obs"), F.obs_of(d, "next_obs")
+        q = self.net(obs)
         with torch.no_grad():
             q_next, q_next_target = self.net(next_obs), self.target_net(next_obs)
         td = double_q_learning_td(q, d["action"], d["reward"], d["discount"], q_next_target,
                                   q_next, F.action_mask(next_obs))  # fmt: skip
-        gap = cql_gap_discrete(q, d["action"])
+        gap = cql_gap_discrete(q, d["action"], F.action_mask(obs))
         penalty, alpha_loss = self.penalty(gap)
         td_loss = huber(td).mean()
         for o in self.optimizers.values():

@@ -13,7 +13,7 @@ import torch
 from rlherd import types as F
 from rlherd.agents.acting import FeedForwardPolicy, as_tensor, explore, to_device
 from rlherd.core import VariableClient
-from rlherd.losses.td import greedy
+from rlherd.losses.td import greedy_action
 from rlherd.replay import BatchAdder
 
 
@@ -36,7 +36,7 @@ class DQNPolicy(FeedForwardPolicy):
         obs = to_device(obs, self.device)
         q = self.net(obs)
         experience = self.net.experience.expand(len(q))  # per row, so batchers can split it
-        action = greedy(q, F.action_mask(obs))
+        action = greedy_action(q, F.action_mask(obs))
         return {F.ACTION: action, "q_values": q, "experience": experience}, state
 
 

@@ -15,6 +15,7 @@ from rlherd.agents.acting import FeedForwardPolicy, as_tensor, to_device
 from rlherd.agents.mcts.models import LearnedModel, Simulator
 from rlherd.agents.mcts.search import SearchSettings, search, visit_policy
 from rlherd.core import VariableClient
+from rlherd.networks.distributions import mask_logits
 from rlherd.replay import BatchAdder
 
 
@@ -26,8 +27,10 @@ class MCTSPolicy(FeedForwardPolicy):
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
-        logits, value = self.net(to_device(obs, self.device))
-        return {F.ACTION: logits.argmax(-1), "logits": logits, "value": value}, state
+        obs = to_device(obs, self.device)
+        logits, value = self.net(obs)
+        action = mask_logits(logits, F.action_mask(obs)).argmax(-1)
+        return {F.ACTION: action, "logits": logits, "value": value}, state
 
 
 class MCTSActor:

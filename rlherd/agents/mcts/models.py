@@ -17,6 +17,7 @@ import torch
 
 from rlherd import types as F
 from rlherd.agents.mcts.search import ModelStep
+from rlherd.core import stack_obs
 from rlherd.run.config import ConfigError
 
 
@@ -51,13 +52,6 @@ def _shared(env: gym.Env) -> dict[int, Any]:
     if _emulator(env) is not None:
         memo[id(env.unwrapped)] = env.unwrapped
     return memo
-
-
-def stack(obs: list[Any]) -> Any:
-    """Observations of single environments as one batch (arrays, or dicts of them)."""
-    if isinstance(obs[0], dict):
-        return {k: np.stack([o[k] for o in obs]) for k in obs[0]}
-    return np.stack(obs)
 
 
 def legal_actions(obs: Any) -> np.ndarray | None:
@@ -123,7 +117,7 @@ class Simulator:
             reward.append(r)
             terminal.append(term)
             truncated.append(trunc)
-        obs_ = stack(obs)
+        obs_ = stack_obs(obs)
         reward_, terminal_ = np.asarray(reward, np.float64), np.asarray(terminal, bool)
         truncated_ = np.asarray(truncated, bool)
         return ModelStep(out, obs_, reward_, terminal_, truncated_, legal_actions(obs_))

@@ -11,6 +11,7 @@ from torch import nn
 from rlherd.agents.mcts.config import MCTSConfig
 from rlherd.core import EnvSpec
 from rlherd.networks import require_discrete, torso_of
+from rlherd.run.config import ConfigError
 
 
 def mlp(sizes: tuple[int, ...]) -> nn.Sequential:
@@ -28,6 +29,12 @@ class TransitionModel(nn.Module):
 
     def __init__(self, spec: EnvSpec, hidden_sizes: tuple[int, ...]):
         super().__init__()
+        if spec.structured:
+            raise ConfigError(
+                f"model=learned predicts the next observation as one array, and {spec.env_id} "
+                f"observes a dict of arrays ({', '.join(spec.obs)}; an action mask makes one "
+                "too); search with the environment itself: --set model=simulator"
+            )
         self.obs_shape, self.num_actions = spec.obs_shape, spec.num_actions
         flat = math.prod(spec.obs_shape)
         inputs = (flat + spec.num_actions, *hidden_sizes)

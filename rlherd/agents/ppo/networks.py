@@ -14,7 +14,7 @@ from rlherd import types as F
 from rlherd.agents.acting import FeedForwardPolicy, to_device
 from rlherd.agents.ppo.config import PPOConfig
 from rlherd.core import EnvSpec
-from rlherd.networks import MLPTorso, make_torso
+from rlherd.networks import MLPTorso, make_torso, refuse_dict_options
 from rlherd.networks.distributions import distribution_for, mask_logits
 from rlherd.networks.encoders import MultiInputTorso
 from rlherd.networks.normalization import RunningNorm
@@ -84,6 +84,7 @@ class PPONet(nn.Module):
         if spec.structured:
             return MultiInputTorso(spec.obs, hidden, config.obs_encoders, config.obs_keys,
                                    config.activation)  # fmt: skip
+        refuse_dict_options(spec, config.obs_keys, config.obs_encoders)
         return MLPTorso(spec.obs_shape, hidden, config.activation)
 
     def normalize(self, obs: Obs) -> Obs:

@@ -12,7 +12,7 @@ import torch
 from rlherd import types as F
 from rlherd.agents.acting import as_tensor, explore
 from rlherd.core import VariableClient
-from rlherd.losses.td import greedy
+from rlherd.losses.td import greedy_action
 from rlherd.replay import BatchAdder
 
 STATE_KEYS = ("core_h", "core_c")  # the recurrent state, stored once per replay sequence
@@ -45,7 +45,7 @@ class R2D2Policy:
         obs = F.map_obs(lambda x: x.to(self.device)[None], obs)
         q, state = self.net.unroll(obs, state)
         mask = F.action_mask(obs)
-        action = greedy(q[0], None if mask is None else mask[0])
+        action = greedy_action(q[0], None if mask is None else mask[0])
         return {F.ACTION: action, "q_values": q[0]}, state
 
 

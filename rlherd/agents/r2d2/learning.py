@@ -15,7 +15,7 @@ from rlherd.agents.learning import NetworkLearner, adam, clip_grad_norm, copy_pa
 from rlherd.agents.r2d2.acting import STATE_KEYS
 from rlherd.agents.r2d2.config import R2D2Config
 from rlherd.losses.td import (
-    greedy,
+    greedy_action,
     n_step_sequence_returns,
     sequence_priorities,
     signed_hyperbolic,
@@ -58,7 +58,7 @@ def r2d2_loss(
         q, _ = net.unroll(obs, state)
 
     # Each row's bootstrap action: the online network's best among those legal there.
-    values = q_target.gather(-1, greedy(q.detach(), F.action_mask(obs))[..., None])[..., 0]
+    values = q_target.gather(-1, greedy_action(q.detach(), F.action_mask(obs))[..., None])[..., 0]
     if config.value_rescaling:
         values = signed_parabolic(values, config.value_rescaling_eps)
     ended = seq["terminated"] | seq["truncated"]

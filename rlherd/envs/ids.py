@@ -1,0 +1,276 @@
+"""Naming environments: which ids rlherd can make, the module that registers each, and the id a
+run records so that every process can make the same environment.
+
+- A registered Gymnasium id (``CartPole-v1``), one of an optional family rlherd registers when
+  it is installed (``ALE/...``, ``MinAtar/...``, ``dm_control/...``), or an OpenSpiel game
+  (``open_spiel/<game>``, registered on first use).
+- A bare id of one of :data:`PACKAGES` (``MiniGrid-*``, ``NetHack*``): its package is imported
+  first, and the run records ``module:id``.
+- ``module:Env-v0`` (Gymnasium's own form): ``module`` is imported, then the id made.
+- ``module:function``: an environment factory, a function returning a ``gymnasium.Env``.
+
+Gymnasium 1.x no longer imports installed packages by itself, so an id exists only in a process
+that imported its package: the recorded ``module:...`` form is what lets actor processes,
+environment servers, Ray nodes, ``rlherd eval`` and ``--resume`` make it too, and
+:func:`child_env` hands child processes this one's import path for modules of the user's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import importlib
+import importlib.util
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from rlherd.envs import openspiel
+from rlherd.run.config import ConfigError, MissingExtra
+
+
+def register_optional_families() -> None:
+    """Make the ids of installed optional families known to Gymnasium's registry."""
+    try:
+        import ale_py
+
+        gym.register_envs(ale_py)
+    except ImportError:
+        pass
+    if not any(k.startswith("MinAtar/") for k in gym.registry):
+        try:
+            from minatar.gym import register_envs
+
+            register_envs()
+        except ImportError:
+            pass
+    if not any(k.startswith("dm_control/") for k in gym.registry):
+        try:
+            with no_display_warning():
+                import shimmy
+
+                gym.register_envs(shimmy)
+        except ImportError:
+            pass
+
+
+@contextlib.contextmanager
+def no_display_warning() -> Iterator[None]:
+    """dm_control imports glfw, which warns on a machine with no display (rendering still works
+    with ``MUJOCO_GL=egl`` or ``osmesa``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*DISPLAY environment variable")
+        yield
+
+
+# Multi-agent games, built as their numpy references (their device versions: rlherd.envs.device).
+MULTI_AGENT = {"tag-gridworld": "TagGridWorldReference", "tag-continuous": "TagContinuousReference"}
+
+
+# Gymnasium's MuJoCo tasks, by the name before the version (continuous-control presets).
+MUJOCO_TASKS = (
+    "halfcheetah", "hopper", "ant", "walker2d", "humanoid", "humanoidstandup", "swimmer",
+    "reacher", "pusher", "invertedpendulum", "inverteddoublependulum",
+)  # fmt: skip
+
+
+# Packages whose environments register themselves when imported (Gymnasium 1.x no longer
+# imports installed packages by itself): a bare id of theirs imports the package first, and a
+# run records it as ``module:id`` so that every process imports it too.
+PACKAGES: tuple[tuple[str, str, str], ...] = (
+    # (id prefix, module that registers the ids, how to install it)
+    ("MiniGrid-", "minigrid", "pip install 'rlherd[minigrid]'"),
+    ("BabyAI-", "minigrid", "pip install 'rlherd[minigrid]'"),
+    ("NetHack", "nle", "pip install 'rlherd[nethack]'"),
+)
+
+def split_id(env_id: str) -> tuple[str, str]:
+    """``("module", "name")`` of ``module:name``; ``("", env_id)`` of a plain id."""
+    module, sep, name = env_id.partition(":")
+    return (module, name) if sep else ("", env_id)
+
+
+def family(env_id: str) -> str:
+    """The family of an id, which picks an agent's preset: atari, minatar, control (the DeepMind
+    Control Suite), openspiel, toy, minigrid, nethack, toytext (Gymnasium's toy text) or
+    classic (anything else)."""
+    module, name = split_id(env_id)
+    for prefix, kind in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("rlherd/", "toy"),
+                         ("dm_control/", "control"), ("open_spiel/", "openspiel")):  # fmt: skip
+        if name.startswith(prefix):
+            return kind
+    if module == "minigrid" or name.startswith(("MiniGrid-", "BabyAI-")):
+        return "minigrid"
+    if module == "nle" or name.startswith("NetHack"):
+        return "nethack"
+    if name in gym.registry and "toy_text" in str(gym.spec(name).entry_point):
+        return "toytext"
+    return "classic"
+
+
+def is_mujoco(env_id: str) -> bool:
+    """A Gymnasium MuJoCo task (``HalfCheetah-v5``, ``Hopper-v5``, ...)."""
+    return task_name(env_id) in MUJOCO_TASKS
+
+
+def task_name(env_id: str) -> str:
+    """An id's name before its version, lower case, without the module that registers it:
+    ``gymnasium:HalfCheetah-v5`` -> ``halfcheetah`` (presets are chosen by it)."""
+    return split_id(env_id)[1].split("-")[0].lower()
+
+
+def known_ids() -> list[str]:
+    register_optional_families()
+    return sorted([*gym.registry, *MULTI_AGENT])
+
+
+def _package(env_id: str) -> tuple[str, str] | None:
+    """``(module, install hint)`` of a bare id of one of :data:`PACKAGES`."""
+    for prefix, module, install in PACKAGES:
+        if env_id.startswith(prefix):
+            return module, install
+    return None
+
+
+def _import(module: str, env_id: str, install: str | None = None) -> Any:
+    """Import the module an id names; one that cannot be found is a :class:`MissingExtra`."""
+    how = install or (
+        f"install the package that provides {module!r} (a module of your own: put its folder "
+        "on PYTHONPATH, e.g. PYTHONPATH=. rlherd train ...)"
+    )
+    try:
+        found = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # a missing parent package of pkg.module
+        found = None
+    if found is None:
+        raise MissingExtra(f"{env_id} needs the module {module!r}, which is not found: {how}")
+    with no_display_warning():
+        return importlib.import_module(module)
+
+
+def check_id(env_id: str) -> None:
+    if env_id in gym.registry:
+        return
+    if env_id.startswith(openspiel.PREFIX):  # any OpenSpiel game, registered on first use
+        openspiel.register(env_id)
+        return
+    package = _package(env_id)
+    if package is not None:
+        _import(*package[:1], env_id, package[1])
+    else:
+        register_optional_families()
+    if env_id in gym.registry:
+        return
+    ids = known_ids()
+    hint = ""
+    for prefix, extra in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("dm_control/", "control")):
+        if env_id.startswith(prefix) and not any(i.startswith(prefix) for i in ids):
+            hint = f" {prefix[:-1]} ids need the '{extra}' extra: pip install 'rlherd[{extra}]'."
+    close = difflib.get_close_matches(env_id, ids, n=5, cutoff=0.6)
+    if not close:  # match on the name alone, e.g. "Cartpole" -> "CartPole-v1"
+        lower = {i.lower(): i for i in ids}
+        close = [lower[c] for c in difflib.get_close_matches(env_id.lower(), list(lower), n=5)]
+    did_you_mean = (
+        f" Did you mean: {', '.join(close)}?"
+        if close
+        else " Known families: Gymnasium ids (CartPole-v1), ALE/<Game>-v5, MinAtar/<Game>-v1,"
+        " dm_control/<domain>-<task>-v0, open_spiel/<game>, MiniGrid-*, NetHack*,"
+        " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0, rlherd/DeepSea-v0,"
+        " rlherd/MaskedCartPole-v1; any other package's ids as module:Env-v0."
+    )
+    raise ConfigError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
+
+
+def target(env_id: str) -> tuple[str, Any]:
+    """What ``module:name`` names once ``module`` is imported: ``("id", name)`` for an id it
+    registered, ``("factory", function)`` for a function of the module."""
+    module_name, name = split_id(env_id)
+    if not module_name or not name:
+        raise ConfigError(f"{env_id!r}: write module:Env-v0 or package.module:function")
+    module = _import(module_name, env_id)
+    if name in gym.registry:
+        return "id", name
+    factory = getattr(module, name, None)
+    if callable(factory):
+        return "factory", factory
+    close = difflib.get_close_matches(name, list(gym.registry), n=5, cutoff=0.6)
+    did_you_mean = f" Did you mean: {', '.join(close)}?" if close else ""
+    raise ConfigError(
+        f"{env_id!r}: importing {module_name} registered no environment {name!r}, and "
+        f"{module_name} has no function of that name.{did_you_mean}"
+    )
+
+
+def resolve(env: str | Callable[..., gym.Env]) -> str:
+    """The id a run records for ``env``, which every process (actor processes, environment
+    servers, Ray nodes, ``rlherd eval``, ``--resume``) can make: a registered id as it is, a
+    bare id of one of :data:`PACKAGES` as ``module:id``, and an environment factory (a function
+    returning a ``gymnasium.Env``) as its import path ``package.module:function``.
+
+    A factory must be a module-level function of an importable module: other processes import
+    it by that path, so a lambda, a nested function or one defined in ``__main__`` is refused.
+
+    >>> resolve("CartPole-v1")
+    'CartPole-v1'
+    """
+    if callable(env):
+        module, name = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
+        if module in (None, "__main__") or not name.isidentifier():
+            raise ConfigError(
+                f"environment factory {env!r} cannot be imported by other processes: define it "
+                "at the top level of a module (my_envs.py: def make_env(): ...) and pass that "
+                "function, or its path 'my_envs:make_env'"
+            )
+        env = f"{module}:{name}"
+    if not isinstance(env, str) or not env:
+        raise ConfigError(f"env must be an id or an environment factory, not {env!r}")
+    if env in MULTI_AGENT or env.startswith(openspiel.PREFIX):
+        return env
+    if ":" in env:
+        target(env)
+        return env
+    package = _package(env)
+    if package is not None:
+        check_id(env)
+        return f"{package[0]}:{env}"
+    check_id(env)
+    return env
+
+
+def check_recorded(env_id: str, run_dir: str | Path) -> None:
+    """Refuse a run's recorded environment whose module is not installed, or would be imported
+    from inside the run directory itself: importing a module runs its code, and a run directory
+    (shared, downloaded) must never run code of its own. (``python -m`` puts the working
+    directory first on the import path, so a run's own ``evil.py`` would be found first.)"""
+    module, _ = split_id(env_id)
+    if not module:
+        return
+    found = importlib.util.find_spec(module.split(".")[0])
+    if found is None:
+        raise MissingExtra(
+            f"this run's environment {env_id!r} needs the module {module!r}, which is not "
+            "found here; install the package that provides it"
+        )
+    places = [found.origin, *(found.submodule_search_locations or [])]
+    inside = Path(run_dir).resolve()
+    if any(p and Path(p).resolve().is_relative_to(inside) for p in places):
+        raise ConfigError(
+            f"this run's environment {env_id!r} would import {module!r} from inside the run "
+            f"directory ({found.origin}); rlherd imports only installed modules for a run. "
+            "Run from another directory, or install the package"
+        )
+
+
+def child_env() -> dict[str, str]:
+    """What a child process (an environment server, a local Ray worker) needs in its environment
+    to import what this process imports, modules of the user's own included (a factory's module
+    beside the script that started the run, a test's): this process's import path as its
+    ``PYTHONPATH``. (``mono``'s actor processes, started by multiprocessing, get it anyway.)"""
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path]
+    return {"PYTHONPATH": os.pathsep.join(p for p in dict.fromkeys(paths) if os.path.isdir(p))}
+
