@@ -182,7 +182,16 @@ def main(argv: list[str] | None = None) -> int:
                 **_setting_flags(args),
             )
             print(json.dumps(run.summary))
-            print(f"run directory: {run.path}", file=sys.stderr)
+            if run.finished_before:
+                print(f"rlherd: {run.path} finished at {run.steps} steps; nothing to do (train "
+                      f"it longer with --resume {run.path} --total-steps N)",
+                      file=sys.stderr)  # fmt: skip
+            elif run.stopped:
+                print(f"rlherd: interrupted at step {run.steps}; resume with `rlherd train "
+                      f"--resume {run.path}`", file=sys.stderr)  # fmt: skip
+                return 128 + run.signal  # 130 for Ctrl-C, 143 for SIGTERM, as shells expect
+            else:
+                print(f"run directory: {run.path}", file=sys.stderr)
         elif args.command == "eval" and (args.record_episodes or args.out):
             from rlherd.run.collect import collect
 

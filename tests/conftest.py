@@ -11,6 +11,13 @@ import torch
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _snapshot_key(tmp_path_factory):
+    """Runs seal their environment snapshots with a key of the user's (rlherd.run.plain); the
+    suite's, and its subprocesses', lives in a temporary folder instead."""
+    os.environ["RLHERD_SNAPSHOT_KEY"] = str(tmp_path_factory.mktemp("key") / "snapshot.key")
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:

@@ -9,11 +9,11 @@ import torch
 import rlherd
 from rlherd.agents.dqn.acting import DQNActor, linear_epsilon
 from rlherd.run.evaluate import evaluate
+from rlherd.run.rundir import RunDir
 
 
 def checkpoint(run_dir):
-    pointer = (run_dir / "checkpoints" / "latest").read_text()
-    return torch.load(run_dir / "checkpoints" / pointer, weights_only=False)
+    return RunDir(run_dir).load_checkpoint()
 
 
 def test_epsilon_schedules():

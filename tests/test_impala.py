@@ -15,12 +15,11 @@ import rlherd
 import rlherd.run.evaluate
 from rlherd.cli import main
 from rlherd.run.config import ConfigError
+from rlherd.run.rundir import RunDir
 
 
 def params(run_dir):
-    state = torch.load(run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text(),
-                       weights_only=False)  # fmt: skip
-    return state
+    return RunDir(run_dir).load_checkpoint()
 
 
 @pytest.mark.parametrize("env_id", ["rlherd/Bandit-v0", "rlherd/Corridor-v0"])

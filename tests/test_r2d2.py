@@ -26,6 +26,7 @@ from rlherd.replay import Prioritized, ReplayDataset, Table, Uniform
 from rlherd.replay.demonstrations import MixedDataset
 from rlherd.run.config import ConfigError
 from rlherd.run.evaluate import evaluate
+from rlherd.run.rundir import RunDir
 
 SMALL = dict(burn_in=3, trace_length=5, sequence_period=4, batch_size=4, replay_size=200,
              min_replay_size=8, lstm_size=8, head_size=8, hidden_sizes=(8,))  # fmt: skip
@@ -324,8 +325,7 @@ def test_r2d3_interrupted_and_resumed_continues_exactly(interrupt_at, tmp_path):
         assert resumed.summary[key] == straight.summary[key], key
 
     def checkpoint(run_dir):
-        pointer = (run_dir / "checkpoints" / "latest").read_text()
-        return torch.load(run_dir / "checkpoints" / pointer, weights_only=False)
+        return RunDir(run_dir).load_checkpoint()
 
     a, b = checkpoint(tmp_path / "a"), checkpoint(tmp_path / "b")
     for k, v in a["learner"]["net"].items():

@@ -38,6 +38,7 @@ from rlherd.run.config import ConfigError, MissingExtra
 
 try:
     import grpc
+    from google.protobuf.message import DecodeError
 
     from rlherd.envs.proto import env_server_pb2 as pb
 except ImportError as e:  # depends on the install
@@ -346,6 +347,9 @@ class EnvServicer:
     def _heard(self, requests: Iterator[pb.ClientMessage], context) -> Iterator[pb.ClientMessage]:
         for message in requests:
             self.monitor.heard(context)
+            if message is MALFORMED:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              "malformed message: not an rlherd.env.ClientMessage")  # fmt: skip
             yield message
 
     def _serve(self, requests: Iterator[pb.ClientMessage], context) -> Iterator[pb.ServerMessage]:
@@ -400,6 +404,19 @@ class EnvServicer:
             envs.close()
 
 
+MALFORMED = object()  # what _parse_request makes of bytes that are not a ClientMessage
+
+
+def _parse_request(data: bytes) -> pb.ClientMessage | object:
+    """A client's message, or ``MALFORMED`` where the bytes are not one: the stream then ends
+    with ``INVALID_ARGUMENT``. (gRPC ends it with ``INTERNAL`` when its deserializer raises or
+    returns None, which blames the server for the client's bytes.)"""
+    try:
+        return pb.ClientMessage.FromString(data)
+    except DecodeError:
+        return MALFORMED
+
+
 def serve(
     env_id: str,
     address: str = DEFAULT_ADDRESS,
@@ -428,7 +445,7 @@ def serve(
     )
     handler = grpc.stream_stream_rpc_method_handler(
         servicer.stream,
-        request_deserializer=pb.ClientMessage.FromString,
+        request_deserializer=_parse_request,
         response_serializer=pb.ServerMessage.SerializeToString,
     )
     server.add_generic_rpc_handlers(

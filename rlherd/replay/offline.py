@@ -16,6 +16,7 @@ same items (n-step transitions, sequences) that it samples online, from the same
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from collections.abc import Iterable, Iterator
@@ -111,17 +112,36 @@ def check_free(dataset_id: str) -> None:
 
 
 def load_dataset(dataset_id: str) -> Any:
-    """The local Minari dataset ``dataset_id`` (a :class:`minari.MinariDataset`)."""
+    """The local Minari dataset ``dataset_id`` (a :class:`minari.MinariDataset`), with its
+    first episode read, so that a missing or damaged one is one line before anything runs."""
     minari = _minari()
-    try:
-        return minari.load_dataset(dataset_id)
-    except (FileNotFoundError, ValueError) as e:
-        from minari.storage.datasets_root_dir import get_dataset_path
+    with _readable(dataset_id):
+        dataset = minari.load_dataset(dataset_id)
+        next(iter(dataset.iterate_episodes()), None)  # reads main_data.hdf5
+        return dataset
 
+
+@contextlib.contextmanager
+def _readable(dataset_id: str) -> Iterator[None]:
+    """Turn what Minari and h5py raise on a missing or damaged dataset into one line."""
+    from minari.storage.datasets_root_dir import get_dataset_path
+
+    try:
+        yield
+    except (OSError, ValueError, KeyError) as e:  # h5py's OSError, JSON's ValueError, ...
+        try:
+            where = get_dataset_path(dataset_id)
+        except ValueError:  # not an id at all
+            where = None
+        if where is None or not (where / "data").is_dir():
+            raise ConfigError(
+                f"no dataset {dataset_id!r} under {get_dataset_path()} ({e}). Record one with "
+                "`rlherd collect RUN --episodes N --out ID`, fetch one with `minari download "
+                "ID`, or point MINARI_DATASETS_PATH at the directory that holds it"
+            ) from None
         raise ConfigError(
-            f"no dataset {dataset_id!r} under {get_dataset_path()} ({e}). Record one with "
-            "`rlherd collect RUN --episodes N --out ID`, fetch one with `minari download ID`, "
-            "or point MINARI_DATASETS_PATH at the directory that holds it"
+            f"dataset {dataset_id!r} in {where} is damaged or not a Minari dataset ({e}); "
+            f"remove it with `minari delete {dataset_id}` and record or download it again"
         ) from None
 
 
@@ -133,11 +153,12 @@ def about(dataset: Any) -> dict[str, Any]:
 def episodes(dataset: Any) -> Iterator[Episode]:
     """The dataset's episodes, in order."""
     space = dataset.observation_space
-    for e in dataset.iterate_episodes():
-        yield Episode(read_observations(space, e.observations), np.asarray(e.actions),
-                      np.asarray(e.rewards, dtype=np.float32),
-                      np.asarray(e.terminations, dtype=bool),
-                      np.asarray(e.truncations, dtype=bool))  # fmt: skip
+    with _readable(dataset.spec.dataset_id):
+        for e in dataset.iterate_episodes():
+            yield Episode(read_observations(space, e.observations), np.asarray(e.actions),
+                          np.asarray(e.rewards, dtype=np.float32),
+                          np.asarray(e.terminations, dtype=bool),
+                          np.asarray(e.truncations, dtype=bool))  # fmt: skip
 
 
 def read_observations(space: gym.Space, stored: Any) -> Observations:

@@ -17,14 +17,28 @@ from rlherd.types import batch_of_one
 
 
 def load_run(run_dir: str | Path):
-    """A finished or running run: its metadata, its agent's builder and its latest checkpoint."""
-    from rlherd.agents import BUILDERS  # here: the evaluator's module is a runtime's, too
-
+    """A finished or running run: its metadata, its agent's builder and its latest checkpoint,
+    each checked (with summary.json) before anything runs."""
     rundir = RunDir(run_dir)
     meta = rundir.read_config()
+    rundir.read_summary()
+    return meta, builder_of(meta, rundir.path), rundir.load_checkpoint()
+
+
+def builder_of(meta: dict[str, Any], path: Path):
+    """The builder of the run at ``path`` (its ``meta``, config.json), with its recorded config;
+    one line if it names an agent or config fields this rlherd lacks (another version's run)."""
+    from rlherd.agents import BUILDERS  # here: the evaluator's module is a runtime's, too
+
+    where = path / "config.json"
+    if meta["agent"] not in BUILDERS:
+        raise ConfigError(f"{where} names agent {meta['agent']!r}, which this rlherd does not "
+                          f"have (it has {', '.join(sorted(BUILDERS))})")  # fmt: skip
     builder_class = BUILDERS[meta["agent"]]
-    builder = builder_class(apply_overrides(builder_class.config_class(), meta["config"]))
-    return meta, builder, rundir.load_checkpoint()
+    try:
+        return builder_class(apply_overrides(builder_class.config_class(), meta["config"]))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e} (a run of another rlherd version?)") from None
 
 
 # Steps after which an evaluation episode is cut: Atari's 30 minutes of play at 60 frames per

@@ -18,6 +18,7 @@ replay agents).
 from __future__ import annotations
 
 import pickle
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,12 @@ from rlherd import types as F
 from rlherd.core import Actor, BatchedAlgorithm
 from rlherd.envs import save_envs
 from rlherd.run.counting import EpisodeTracker
+from rlherd.run.plain import key_path, seal, unseal
 from rlherd.run.recorder import Recorder
+
+
+class SnapshotNotice(UserWarning):
+    """A run resumes without its environments' snapshot (it was written on another machine)."""
 
 
 class ActorAlgorithm:
@@ -134,17 +140,32 @@ class EnvironmentLoop:
             self.step()
 
     def state_dict(self) -> dict[str, Any]:
+        """The loop's state, with the environments pickled and sealed with this machine's key
+        (:func:`rlherd.run.plain.seal`), or None where they cannot be pickled."""
         keys = ("obs", "beginning", "resetting")
-        return dict(envs=save_envs(self.envs), episodes=self.episodes.state_dict(),
+        envs = save_envs(self.envs)
+        return dict(envs=None if envs is None else seal(envs),
+                    episodes=self.episodes.state_dict(),
                     **{k: getattr(self, k) for k in keys})  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore; if the environments could not be saved (ale-py), keep the fresh ones, whose
-        episodes all begin at the next step."""
+        """Restore; where the environments could not be saved (ale-py), or their snapshot was
+        not sealed by this machine's key (a colleague's run), keep the fresh ones, whose
+        episodes all begin at the next step. An unsealed snapshot is never unpickled."""
         if state["envs"] is None:
             return
+        envs = unseal(state["envs"])
+        if envs is None:
+            warnings.warn(
+                "the run's environment snapshot was not written on this machine (it is not "
+                f"sealed by the key in {key_path()}), so it is not loaded, since unpickling it "
+                "could run code; the environments start new episodes",
+                SnapshotNotice,
+                stacklevel=2,
+            )
+            return
         self.envs.close()
-        self.envs = pickle.loads(state["envs"])
+        self.envs = pickle.loads(envs)
         self.bind()
         self.episodes.load_state_dict(state["episodes"])
         for k in ("obs", "beginning", "resetting"):

@@ -7,26 +7,44 @@ half-written file.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import errno
+import fcntl
 import json
 import os
 import pickle
+import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlherd.run.config import ConfigError
+from rlherd.run.plain import from_plain, to_plain
+
 KEEP_CHECKPOINTS = 2
+CHECKPOINT_NAME = re.compile(r"ckpt-\d{12}\.pt")
+# What config.json must hold, and of which type (checked before a run is evaluated or resumed).
+RUN_FIELDS = dict(agent=str, env=str, runtime=str, seed=int, total_steps=int, env_kwargs=dict,
+                  eval_every=int, eval_episodes=int, config=dict, settings=dict)  # fmt: skip
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all (a temporary file, synced, then renamed); a full disk
+    is :class:`DiskFull`, with the temporary file removed."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with _disk_full_is_one_line(path):
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -87,6 +105,24 @@ class RunDir:
         self._csv: dict[str, CSVLogger] = {}
         self._tb = None
         self._tb_tried = False
+        self._lock = None
+
+    def lock(self) -> None:
+        """Hold this run's lock until the process ends or :meth:`unlock`: two processes never
+        train one run directory at once, and a lock that no live process holds marks a run
+        whose process died (even by SIGKILL: the system drops its locks)."""
+        self._lock = open(self.path / ".lock", "w")  # held open: the lock lasts as long
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.unlock()
+            raise ConfigError(f"{self.path} is in use by another rlherd process; wait for it to "
+                              "end, or choose another --run-dir") from None  # fmt: skip
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     # config and summary -------------------------------------------------------------------
     def write_config(self, config: dict[str, Any]) -> None:
@@ -97,9 +133,22 @@ class RunDir:
         :func:`rlherd.envs.check_recorded`)."""
         from rlherd import envs as rl_envs
 
-        config = read_json(self.path / "config.json")
-        rl_envs.check_recorded(str(config.get("env", "")), self.path)
+        path = self.path / "config.json"
+        config = read_json(path)
+        for key, kind in RUN_FIELDS.items():
+            if not isinstance(config.get(key), kind) or isinstance(config.get(key), bool):
+                got = "missing" if key not in config else f"a {type(config[key]).__name__}"
+                raise ConfigError(
+                    f"{path}: {key!r} is {got}, not a {kind.__name__}; the file is damaged or "
+                    "not rlherd's: restore it from a copy of the run, or train the run again"
+                )
+        rl_envs.check_recorded(config["env"], self.path)
         return config
+
+    def read_summary(self) -> dict[str, Any]:
+        """The run's summary.json (empty before the run's first summary)."""
+        path = self.path / "summary.json"
+        return read_json(path) if path.exists() else {}
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.path / "summary.json", summary)
@@ -109,7 +158,8 @@ class RunDir:
         """Append ``row`` to ``metrics/<source>.csv`` and to TensorBoard as ``source/key``."""
         if source not in self._csv:
             self._csv[source] = CSVLogger(self.metrics_dir / f"{source}.csv")
-        self._csv[source].write(row)
+        with _disk_full_is_one_line(self._csv[source].path):
+            self._csv[source].write(row)
         tb = self._tensorboard()
         if tb is not None:
             for key, value in row.items():
@@ -160,27 +210,43 @@ class RunDir:
 
     # checkpoints --------------------------------------------------------------------------
     def save_checkpoint(self, state: dict[str, Any], step: int) -> Path:
-        """Write ``checkpoints/ckpt-<step>.pt`` atomically, point ``latest`` at it, prune old."""
+        """Write ``checkpoints/ckpt-<step>.pt`` atomically (as plain data: :mod:`rlherd.run.plain`),
+        point ``latest`` at it, prune old. A full disk stops the run with :class:`DiskFull`;
+        the previous checkpoint stays ``latest``, and no temporary file is left."""
         path = self.checkpoint_dir / f"ckpt-{step:012d}.pt"
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(state, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        atomic_write_bytes(self.checkpoint_dir / "latest", path.name.encode())
+        plain = to_plain(state)
+        with _disk_full_is_one_line(path):
+            tmp = path.with_name(f".{path.name}.tmp")
+            try:
+                torch.save(plain, tmp)
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            atomic_write_bytes(self.checkpoint_dir / "latest", path.name.encode())
         for old in sorted(self.checkpoint_dir.glob("ckpt-*.pt"))[:-KEEP_CHECKPOINTS]:
             old.unlink()
         return path
 
     def latest_checkpoint(self) -> Path | None:
+        """The checkpoint ``latest`` names. It may only name a ``ckpt-<step>.pt`` file of this
+        run's ``checkpoints/`` (a crafted pointer to a file elsewhere is refused)."""
         pointer = self.checkpoint_dir / "latest"
         if not pointer.exists():
             return None
-        return self.checkpoint_dir / pointer.read_text().strip()
+        name = pointer.read_bytes().decode(errors="replace").strip()
+        if not CHECKPOINT_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{pointer} names {name[:80]!r}, not a checkpoint of this run "
+                "(checkpoints/ckpt-<step>.pt); delete it to use the newest checkpoint there"
+            )
+        return self.checkpoint_dir / name
 
     def load_checkpoint(self) -> dict[str, Any]:
         """The newest readable checkpoint: the one ``latest`` names, or (with a warning naming
-        the bad file) an older one beside it if that one is truncated, empty or missing."""
+        the bad file) an older one beside it if that one is truncated, empty or missing. Read
+        as plain data only: nothing in it can run code."""
         latest = self.latest_checkpoint()
         older = sorted(self.checkpoint_dir.glob("ckpt-*.pt"), reverse=True)
         candidates = ([latest] if latest is not None else []) + [p for p in older if p != latest]
@@ -188,21 +254,62 @@ class RunDir:
             raise FileNotFoundError(
                 f"no checkpoint in {self.checkpoint_dir}; the run stopped before its first one"
             )
+        inside = self.checkpoint_dir.resolve()
         for path in candidates:
+            if path.exists() and path.resolve().parent != inside:
+                raise ConfigError(f"{path} links to {path.resolve()}, outside the run directory; "
+                                  "replace the link with the file itself")  # fmt: skip
             try:
-                # Our own files, written by save_checkpoint: they hold numpy RNG states and
-                # pickled environments, so full unpickling is needed.
-                return torch.load(path, weights_only=False, map_location="cpu")
-            except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+                state = torch.load(path, weights_only=True, map_location="cpu")
+            except pickle.UnpicklingError as e:
+                if "weights_only" in str(e) or "Unsupported global" in str(e):
+                    raise ConfigError(
+                        f"{path} holds pickled Python objects (rlherd's checkpoint format before "
+                        "plain data); rlherd does not load those, since loading them can run "
+                        "code: train the run again"
+                    ) from None
                 warnings.warn(f"checkpoint {path} is unreadable ({e}); trying an older one",
                               stacklevel=2)  # fmt: skip
+            except (OSError, EOFError, RuntimeError) as e:
+                warnings.warn(f"checkpoint {path} is unreadable ({e}); trying an older one",
+                              stacklevel=2)  # fmt: skip
+            else:
+                if not isinstance(state, dict):
+                    raise ConfigError(f"{path} holds a {type(state).__name__}, not an rlherd "
+                                      "checkpoint; delete it, or train the run again")  # fmt: skip
+                return from_plain(state)
         raise FileNotFoundError(
             f"no readable checkpoint in {self.checkpoint_dir} (tried "
             f"{', '.join(p.name for p in candidates)}); the run cannot be resumed"
         )
 
 
+class DiskFull(ConfigError):
+    """A run's file could not be written for want of space."""
+
+
+@contextlib.contextmanager
+def _disk_full_is_one_line(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DiskFull(f"no space left to write {path}; free some space and continue with "
+                       f"rlherd train --resume {path.parent.parent}") from None  # fmt: skip
+
+
 def read_json(path: Path) -> dict[str, Any]:
+    """A run file holding a JSON object; anything else (missing, empty, not JSON, not an
+    object) is one line naming the file."""
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {path.parent} an rlherd run directory?")
-    return json.loads(path.read_text())
+    try:
+        value = json.loads(path.read_bytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} is not valid JSON ({e}); restore it from a copy of the run, "
+                          "or train the run again") from None  # fmt: skip
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path} holds a JSON {type(value).__name__}, not an object; restore it "
+                          "from a copy of the run, or train the run again")  # fmt: skip
+    return value

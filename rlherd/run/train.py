@@ -17,7 +17,7 @@ from typing import Any
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.run.config import ConfigError, apply_overrides, to_json
-from rlherd.run.evaluate import Evaluator
+from rlherd.run.evaluate import Evaluator, builder_of
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, read_json
 from rlherd.runtime import (
@@ -44,6 +44,13 @@ class Run:
     config: dict[str, Any]
     summary: dict[str, Any]
     stopped: bool = False
+    signal: int = 0  # the signal that stopped it (SIGINT, SIGTERM), 0 if none
+    finished_before: bool = False  # a resumed run that had already finished: nothing was done
+
+    @property
+    def steps(self) -> int:
+        """The steps the run has counted, in its runtime's unit (offline: learner steps)."""
+        return int(self.summary.get(RUNTIMES[self.config["runtime"]].counts, 0))
 
 
 def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str, Any]):
@@ -99,6 +106,10 @@ def _new_run_dir(run_dir: str | Path | None, agent: str, env: str, overwrite: bo
                 path.mkdir(parents=True)
                 return RunDir(path, create=True)
     path = Path(run_dir)
+    if (path / "config.json").exists() and not overwrite and _never_checkpointed(path):
+        warnings.warn(f"replacing the run in {path}, which stopped before its first checkpoint",
+                      stacklevel=3)  # fmt: skip
+        overwrite = True
     if (path / "config.json").exists():
         if not overwrite:
             raise ConfigError(
@@ -109,6 +120,15 @@ def _new_run_dir(run_dir: str | Path | None, agent: str, env: str, overwrite: bo
     elif path.is_dir() and any(path.iterdir()):
         raise ConfigError(f"{path} is not empty and holds no run; choose a new or empty --run-dir")
     return RunDir(path, create=True)
+
+
+def _never_checkpointed(path: Path) -> bool:
+    """Whether the run in ``path`` ended (no process holds it) before its first checkpoint: a
+    start that crashed, which holds nothing to keep."""
+    rundir = RunDir(path)
+    rundir.lock()  # in use: refused here, with the reason
+    rundir.unlock()
+    return not any(rundir.checkpoint_dir.glob("ckpt-*.pt"))
 
 
 def _split(agent: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -173,14 +193,23 @@ def train(
                             overwrite=overwrite, agent=agent, env=env, runtime=runtime,
                             seed=seed, run_dir=run_dir, resume=rundir.path.resolve())  # fmt: skip
         agent, env, runtime = meta["agent"], meta["env"], meta["runtime"]
-        config = apply_overrides(BUILDERS[agent].config_class(), meta["config"])
+        config = builder_of(meta, rundir.path).config
+        if runtime not in RUNTIMES:
+            raise ConfigError(f"{rundir.path / 'config.json'} names runtime {runtime!r}, which "
+                              f"this rlherd does not have ({', '.join(RUNTIMES)})")  # fmt: skip
         settings = settings_mod.resolve(runtime, {}, meta["settings"])
         meta["total_steps"] = meta["total_steps"] if total_steps is None else total_steps
         if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
             meta["eval_every"] = eval_every or _offline_eval_every(runtime, meta["total_steps"])
         if eval_episodes is not None:
             meta["eval_episodes"] = eval_episodes
+        rundir.lock()
+        rundir.read_summary()  # damaged: one line now, not after training
         checkpoint = rundir.load_checkpoint()
+        done = int(checkpoint["recorder"]["counters"].get(RUNTIMES[runtime].counts, 0))
+        if done >= meta["total_steps"]:
+            rundir.unlock()
+            return Run(rundir.path, meta, rundir.read_summary(), finished_before=True)
     else:
         agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
         runtime, seed = runtime or "single", 0 if seed is None else seed
@@ -216,6 +245,7 @@ def train(
     RUNTIMES[runtime].check(builder, settings)
     if resume is None:
         rundir = _new_run_dir(run_dir, agent, env, overwrite)
+        rundir.lock()
     rundir.write_config(meta)
     try:
         return _run(meta, builder, settings, spec, rundir, checkpoint, progress)
@@ -225,6 +255,8 @@ def train(
         if resume is None and rundir.latest_checkpoint() is None:
             shutil.rmtree(rundir.path, ignore_errors=True)
         raise
+    finally:
+        rundir.unlock()
 
 
 def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: int = 0,
@@ -340,7 +372,7 @@ def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:
             if evaluator is not None:
                 evaluator.close()
             summary = recorder.close()
-    return Run(rundir.path, meta, summary, stopped=graceful.signalled)
+    return Run(rundir.path, meta, summary, stopped=graceful.signum != 0, signal=graceful.signum)
 
 
 __all__ = ["Run", "train", "train_to", "resolve_config"]

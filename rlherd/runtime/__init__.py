@@ -132,13 +132,13 @@ class GracefulStop:
 
     def __init__(self) -> None:
         self.event = threading.Event()
-        self.signalled = False  # the event is also how runtimes stop their own parts
+        self.signum = 0  # the signal received, if any (the event is also how runtimes stop)
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum, frame) -> None:
         if self.event.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        self.signalled = True
+        self.signum = signum
         self.event.set()
 
     def __enter__(self) -> threading.Event:

@@ -20,6 +20,12 @@ from rlherd.replay import offline
 from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 
 
+def check(builder: Any, settings: Any) -> None:
+    """The dataset opens (a missing or damaged one is refused before the run directory is
+    made)."""
+    offline.load_dataset(settings.dataset)
+
+
 def run(ctx: RunContext) -> None:
     builder, spec, settings = ctx.builder, ctx.spec, ctx.settings
     data = offline.load_dataset(settings.dataset)

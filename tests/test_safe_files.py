@@ -1,0 +1,302 @@
+"""A run directory is safe to share and every bad file is one line: no code runs from a
+checkpoint or an environment snapshot, paths stay inside the run, damaged run files and
+datasets are refused before anything runs, a full disk keeps the last good checkpoint, and runs
+end honestly (Ctrl-C, a finished run, a crashed start)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import pickle
+import queue
+import shutil
+
+import grpc
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import rlherd
+import rlherd.run.evaluate
+import rlherd.run.rundir
+from rlherd.cli import main
+from rlherd.envs.proto import env_server_pb2 as pb
+from rlherd.envs.server import METHOD, serve
+from rlherd.run.config import ConfigError
+from rlherd.run.loop import SnapshotNotice
+from rlherd.run.plain import KEY_ENV, from_plain, to_plain
+from rlherd.run.rundir import RunDir
+
+STEPS = 400
+
+
+class _Runs:
+    """Code that a crafted pickle runs: it creates ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+def _trained(path, steps: int = STEPS):
+    """A small finished DQN run on CartPole (its checkpoint holds an environment snapshot)."""
+    return rlherd.train("dqn", "CartPole-v1", total_steps=steps, run_dir=path, progress=False,
+                        checkpoint_interval_s=0.0)  # fmt: skip
+
+
+def _latest(path):
+    return path / "checkpoints" / (path / "checkpoints" / "latest").read_text()
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def _no_episodes(monkeypatch):
+    """Fail the test if any evaluation episode runs."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an episode ran before the run's files were checked")
+
+    monkeypatch.setattr(rlherd.run.evaluate, "run_episodes", refuse)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    return _trained(tmp_path_factory.mktemp("finished") / "run").path
+
+
+@pytest.fixture
+def run_copy(finished, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+def test_checkpoints_round_trip_as_plain_data():
+    state = {"a": np.arange(6, dtype=np.uint16).reshape(2, 3).T, "b": np.float32(2.5),
+             "c": np.array(7), "d": (np.dtype("<f4"), [np.bool_(True), 3, "s", b"x", None]),
+             "e": torch.ones(2)}  # fmt: skip
+    back = from_plain(to_plain(state))
+    assert back["a"].dtype == np.uint16 and (back["a"] == state["a"]).all()
+    assert type(back["b"]) is np.float32 and back["b"] == 2.5
+    assert back["c"].shape == () and back["c"] == 7
+    assert back["d"][0] == np.dtype("<f4") and back["d"][1] == [True, 3, "s", b"x", None]
+    with pytest.raises(TypeError, match=r"checkpoint\['f'\] is a object"):
+        to_plain({"f": object()})
+
+
+@pytest.mark.parametrize("command", ["eval", "resume", "collect"])
+def test_a_crafted_checkpoint_runs_no_code(command, run_copy, tmp_path, capsys, monkeypatch):
+    marker = tmp_path / "pwned"
+    torch.save({"learner": _Runs(marker)}, _latest(run_copy))
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    args = {"eval": ["eval", str(run_copy)],
+            "resume": ["train", "--resume", str(run_copy), "--total-steps", str(2 * STEPS)],
+            "collect": ["collect", str(run_copy), "--out", "crafted/run-v0", "--episodes", "1"],
+            }[command]  # fmt: skip
+    assert main(args) == 2
+    assert not marker.exists()
+    assert "holds pickled Python objects" in _one_line(capsys)
+
+
+def test_a_latest_pointer_outside_the_run_is_refused(run_copy, tmp_path, capsys):
+    outside = tmp_path / "elsewhere.pt"
+    shutil.copy(_latest(run_copy), outside)
+    (run_copy / "checkpoints" / "latest").write_text("../../elsewhere.pt")
+    assert main(["eval", str(run_copy)]) == 2
+    assert "not a checkpoint of this run" in _one_line(capsys)
+    # A checkpoint that is a link to a file elsewhere is refused too.
+    (run_copy / "checkpoints" / "latest").unlink()
+    for ckpt in (run_copy / "checkpoints").glob("ckpt-*.pt"):
+        ckpt.unlink()
+    (run_copy / "checkpoints" / "ckpt-000000000001.pt").symlink_to(outside)
+    assert main(["eval", str(run_copy)]) == 2
+    assert "outside the run directory" in _one_line(capsys)
+
+
+def _with_snapshot(run_dir, envs):
+    """Replace the sealed environment snapshot of the run's latest checkpoint with ``envs``."""
+    state = RunDir(run_dir).load_checkpoint()
+    state["loop"]["envs"] = envs
+    torch.save(to_plain(state), _latest(run_dir))
+
+
+def test_a_forged_environment_snapshot_is_never_unpickled(run_copy, tmp_path):
+    marker = tmp_path / "pwned"
+    _with_snapshot(run_copy, {"data": pickle.dumps(_Runs(marker)), "hmac": "0" * 64})
+    with pytest.warns(SnapshotNotice, match="not loaded"):
+        run = rlherd.train(resume=run_copy, total_steps=STEPS + 100, progress=False)
+    assert not marker.exists()
+    assert run.summary["actor_steps"] >= STEPS + 100  # it went on, with fresh episodes
+
+
+def test_a_snapshot_from_another_machine_resumes_with_fresh_episodes(run_copy, tmp_path,
+                                                                     monkeypatch):  # fmt: skip
+    monkeypatch.setenv(KEY_ENV, str(tmp_path / "another-machine.key"))
+    with pytest.warns(SnapshotNotice, match="not sealed by the key"):
+        run = rlherd.train(resume=run_copy, total_steps=STEPS + 100, progress=False)
+    assert run.summary["actor_steps"] >= STEPS + 100
+
+
+def test_a_snapshot_of_this_machine_resumes_mid_episode(run_copy, recwarn):
+    rlherd.train(resume=run_copy, total_steps=STEPS + 100, progress=False)
+    assert not [w for w in recwarn if issubclass(w.category, SnapshotNotice)]
+
+
+_DAMAGE = {
+    "empty": b"",
+    "not JSON": b"{'agent': ",
+    "not UTF-8": b"\xff\xfe\x00",
+    "a list": b"[1, 2]",
+    "a field of the wrong type": None,  # config.json's seed a string; summary.json: n/a
+}
+
+
+@pytest.mark.parametrize("name, damage", [
+    *[("config.json", damage) for damage in _DAMAGE],
+    *[("summary.json", damage) for damage in _DAMAGE if _DAMAGE[damage] is not None],
+])  # fmt: skip
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_a_damaged_run_file_is_one_line_before_anything_runs(command, name, damage, run_copy,
+                                                             capsys, monkeypatch):  # fmt: skip
+    if _DAMAGE[damage] is None:
+        meta = json.loads((run_copy / name).read_text())
+        content = json.dumps({**meta, "seed": "one"}).encode()
+    else:
+        content = _DAMAGE[damage]
+    (run_copy / name).write_bytes(content)
+    _no_episodes(monkeypatch)
+    args = ["eval", str(run_copy)] if command == "eval" else [
+        "train", "--resume", str(run_copy), "--total-steps", str(2 * STEPS)]  # fmt: skip
+    assert main(args) == 2
+    line = _one_line(capsys)
+    assert name in line and ("restore it" in line or "train the run again" in line), line
+
+
+@pytest.mark.parametrize("content, says", [
+    ([1, 2], "holds a list, not an rlherd checkpoint"),
+    ({"learner": np.zeros(2)}, "holds pickled Python objects"),  # the format before plain data
+])  # fmt: skip
+def test_a_checkpoint_of_the_wrong_type_or_an_older_format_is_one_line(
+    content, says, run_copy, capsys, monkeypatch
+):
+    torch.save(content, _latest(run_copy))
+    _no_episodes(monkeypatch)
+    assert main(["eval", str(run_copy)]) == 2
+    line = _one_line(capsys)
+    assert says in line and str(_latest(run_copy)) in line
+
+
+def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path, capsys,
+                                                                       monkeypatch):  # fmt: skip
+    real_save, saves = torch.save, []
+
+    def save_until_full(obj, path, *args, **kwargs):
+        saves.append(path)
+        if len(saves) > 1:
+            with open(path, "wb") as f:
+                f.write(b"half a checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(rlherd.run.rundir.torch, "save", save_until_full)
+    run = tmp_path / "run"
+    code = main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "2000", "--run-dir",
+                 str(run), "--checkpoint-interval-s", "0", "--no-progress"])  # fmt: skip
+    assert code == 2
+    line = _one_line(capsys)
+    assert "no space left to write" in line and "ckpt-" in line
+    first = saves[0].name.lstrip(".").removesuffix(".tmp")
+    assert (run / "checkpoints" / "latest").read_text() == first
+    assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+    assert RunDir(run).load_checkpoint()["recorder"]
+
+
+def test_ctrl_c_says_where_it_stopped_and_exits_130(tmp_path, capsys, interrupt_at):
+    interrupt_at(300)
+    run = tmp_path / "run"
+    code = main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "5000", "--run-dir",
+                 str(run), "--no-progress"])  # fmt: skip
+    assert code == 130
+    err = capsys.readouterr().err
+    steps = json.loads((run / "summary.json").read_text())["actor_steps"]
+    assert f"interrupted at step {steps}; resume with `rlherd train --resume {run}`" in err
+
+
+def test_resuming_a_finished_run_changes_nothing(run_copy, capsys):
+    files = {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()}
+    assert main(["train", "--resume", str(run_copy), "--no-progress"]) == 0
+    assert "finished at" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in run_copy.rglob("*") if p.is_file()} == files
+
+
+class _Explodes(gym.Wrapper):
+    def step(self, action):
+        raise RuntimeError("the simulator crashed")
+
+
+def exploding_cartpole() -> gym.Env:
+    """CartPole whose first step raises (a factory, found by its module path)."""
+    return _Explodes(gym.make("CartPole-v1"))
+
+
+def test_a_crashed_start_does_not_block_its_run_dir(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="simulator crashed"):  # a bug keeps its traceback
+        rlherd.train("dqn", "test_safe_files:exploding_cartpole", total_steps=500, run_dir=run,
+                     progress=False)  # fmt: skip
+    assert (run / "config.json").exists()
+    with pytest.warns(UserWarning, match="stopped before its first checkpoint"):
+        again = rlherd.train("dqn", "CartPole-v1", total_steps=500, run_dir=run, progress=False)
+    assert again.summary["actor_steps"] >= 500
+
+
+def test_a_run_in_use_is_not_replaced_or_resumed(run_copy, tmp_path):
+    holder = RunDir(run_copy)
+    holder.lock()
+    try:
+        with pytest.raises(ConfigError, match="in use by another rlherd process"):
+            rlherd.train(resume=run_copy, total_steps=2 * STEPS, progress=False)
+    finally:
+        holder.unlock()
+
+
+def test_a_garbage_protobuf_gets_invalid_argument():
+    server, address = serve("CartPole-v1", "127.0.0.1:0")
+    channel = grpc.insecure_channel(address)
+    try:
+        call = channel.stream_stream(METHOD, request_serializer=lambda raw: raw,
+                                     response_deserializer=pb.ServerMessage.FromString)  # fmt: skip
+        requests: queue.Queue = queue.Queue()
+        stream = call(iter(requests.get, None))
+        requests.put(b"\xff\xff\xff\xff not a protobuf")
+        with pytest.raises(grpc.RpcError) as error:
+            next(stream)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "malformed message" in error.value.details()
+    finally:
+        requests.put(None)
+        channel.close()
+        server.stop(0).wait(10)
+
+
+@pytest.mark.parametrize("damaged", ["main_data.hdf5", "metadata.json"])
+def test_a_damaged_dataset_is_one_line_and_leaves_no_run_dir(damaged, finished, tmp_path, capsys,
+                                                             monkeypatch):  # fmt: skip
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    assert main(["collect", str(finished), "--out", "safe/cartpole-v0", "--episodes", "2",
+                 "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    (tmp_path / "datasets" / "safe" / "cartpole-v0" / "data" / damaged).write_bytes(b"{garbage")
+    run = tmp_path / "offline"
+    code = main(["train", "cql", "--env", "CartPole-v1", "--dataset", "safe/cartpole-v0",
+                 "--total-steps", "10", "--run-dir", str(run), "--no-progress"])  # fmt: skip
+    assert code == 2
+    assert "is damaged or not a Minari dataset" in _one_line(capsys)
+    assert not run.exists()
