@@ -11,9 +11,11 @@ half-second slices and in between does what every runtime does: counts, logs, ch
 (learner and replay together, so ``--resume`` restores both) and looks after the nodes.
 
 Where it runs: with no address, an embedded Ray on this machine (no dashboard, quiet logs, actor
-CPU requests scaled to fit); with ``--ray-address`` or ``RAY_ADDRESS``, an existing cluster
-(``ray start --head`` on one machine, ``ray start --address HEAD:6379`` on the others). The
-learner asks for a GPU when ``--device cuda``; actors ask for ``actor_cpus`` each.
+CPU requests scaled to fit) whose every service listens on loopback only, since Ray's API runs
+the code of whoever reaches it; with ``--ray-address`` or ``RAY_ADDRESS``, an existing cluster
+(``ray start --head`` on one machine, ``ray start --address HEAD:6379`` on the others), named in
+one line on stderr (docs/guides/ray-cluster.md). The learner asks for a GPU when
+``--device cuda``; actors ask for ``actor_cpus`` each.
 
 Faults (Launchpad's users' complaints): an actor node that dies is restarted, with a new seed,
 and counted (``actor_restarts`` in summary.json); one whose code raises stops the run with its
@@ -27,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -43,11 +47,10 @@ from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 
 try:
     import ray
+    from ray._private import ray_constants
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 except ImportError as e:  # the runtime table imports this module only when it is chosen
-    raise ConfigError(
-        "the distributed runtime needs Ray: pip install 'rlherd[ray]'"
-    ) from e
+    raise ConfigError("the distributed runtime needs Ray: pip install 'rlherd[ray]'") from e
 
 from rlherd.replay.table import Table
 from rlherd.runtime.program import (
@@ -92,11 +95,11 @@ def connect(settings: Any) -> str:
     try:
         if address:
             ray.init(address=address, **quiet)
-        else:  # "local": a new Ray here, even if a `ray start` cluster runs on this machine
-            # Its workers import what this process imports (a factory's module of the user's
-            # own); a cluster's machines must have it installed.
-            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     runtime_env={"env_vars": child_env()}, **quiet)  # fmt: skip
+            given = "--ray-address" if settings.ray_address else "RAY_ADDRESS"
+            print(f"rlherd: joined the Ray cluster at {ray.get_runtime_context().gcs_address} "
+                  f"({given} {address})", file=sys.stderr, flush=True)  # fmt: skip
+        else:
+            start_embedded(quiet)
     except (ConnectionError, ValueError) as e:
         where = f"the Ray cluster at {address!r}" if address else "a local Ray"
         raise ConfigError(
@@ -106,6 +109,37 @@ def connect(settings: Any) -> str:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, sigterm)
     return "cluster" if address else "embedded"
+
+
+def start_embedded(options: dict) -> None:
+    """Start a new Ray on this machine (even if a `ray start` cluster runs here) whose every
+    service (GCS, raylet, object manager, workers, agents, metrics, autoscaler monitor) listens
+    on loopback only: Ray's API takes no credentials, so a port reachable from the network would
+    run anyone's code during the run.
+
+    Ray binds its services to the node's address, and to loopback alone when that address is
+    loopback. It keeps a single machine on loopback in its single-machine mode (its default on
+    macOS and Windows; ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` elsewhere); otherwise it replaces
+    a loopback ``_node_ip_address`` by the machine's address. Ray reads that switch when it is
+    imported, so it is set on Ray's constant while ``ray.init`` runs. A Ray that still chose
+    another address is stopped: the run refuses to go on with its services exposed."""
+    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        # Its workers import what this process imports (a factory's module of the user's own).
+        ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=os.cpu_count() or 1,
+                 include_dashboard=False, runtime_env={"env_vars": child_env()},
+                 **options)  # fmt: skip
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
+    node_ip = ray.util.get_node_ip_address()
+    if not ipaddress.ip_address(node_ip).is_loopback:
+        ray.shutdown()
+        raise RuntimeError(
+            f"the embedded Ray {ray.__version__} listens on {node_ip}, not on loopback, so "
+            "anyone who reaches this machine could run code in it; it was stopped. Run on a "
+            "cluster of your own instead (docs/guides/ray-cluster.md)."
+        )
 
 
 def cpu_requests(settings: Any, embedded: bool) -> tuple[float, float]:
