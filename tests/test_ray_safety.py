@@ -1,15 +1,17 @@
-"""The distributed runtime's Ray, seen from the network: an embedded Ray listens on loopback
-only.
+"""The distributed runtime's Ray, seen from the network and from the terminal: an embedded Ray
+listens on loopback only, and a restarted actor node says so when it happens.
 
 Tests that start Ray are marked ``ray``."""
 
 import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -154,3 +156,64 @@ def test_an_embedded_ray_listens_on_loopback_only_and_is_gone_after_the_run(tmp_
     exposed = sorted(s for s in seen if not _is_loopback(s[0]))
     assert not exposed, "listening beyond loopback:\n" + "\n".join(map(str, exposed))
     assert not left, f"processes of the run left running: {left}"
+
+
+# -------------------------------------------------------------------- a restarted actor node
+@pytest.mark.ray
+def test_a_restarted_actor_node_says_so_on_stderr_when_it_happens(tmp_path):
+    """Killing an actor node's process prints one line, while the run goes on, naming the node,
+    why it died and how many restarts the run allows; summary.json counts the same restarts."""
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlherd.cli", "train", "dqn", "--env", CORRIDOR, "--runtime",
+           "distributed", "--num-actors", "2", "--total-steps", "10000000", "--run-dir",
+           str(run_dir), "--no-progress"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    process = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    said: list[str] = []
+    reader = threading.Thread(target=lambda: said.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        _wait_for(run_dir / "nodes.json", lambda nodes: "actor-1" in nodes)
+        _wait_for(run_dir / "summary.json", lambda summary: summary["learner_steps"] >= 20)
+        nodes = json.loads((run_dir / "nodes.json").read_text())
+        os.kill(nodes["actor-0"]["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not any("died" in line for line in said) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        running = process.poll() is None
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    reader.join(timeout=10)
+    lines = [line.rstrip("\n") for line in said if "died" in line]
+    assert lines and running, f"no line while the run went on; its stderr:\n{''.join(said)}"
+    assert re.fullmatch(r"rlherd: actor node 0 died \([^()]+\); restarted \(1 of at most 40 "
+                        r"restarts\)", lines[0]), lines  # fmt: skip
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["actor_restarts"] == len(lines), (summary, lines)
+
+
+def test_the_reason_an_actor_died_is_one_line_of_rays_report():
+    """Ray's report of a dead actor (built by Ray's own class) is many lines: the node's line
+    keeps its reason and the worker's exit detail, on one line."""
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+    from ray.exceptions import ActorDiedError
+
+    from rlherd.runtime.distributed import death_reason
+
+    context = ActorDiedErrorContext(
+        class_name="ActorNode", actor_id=bytes(16), pid=4242, node_ip_address="127.0.0.1",
+        error_message="The actor is dead because its worker process has died. Worker exit type: "
+        "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code "
+        "2. End of file. Some common causes include: (1) the OOM killer.",
+    )  # fmt: skip
+    assert len(str(ActorDiedError(context)).splitlines()) > 3
+    assert death_reason(ActorDiedError(context)) == (
+        "The actor is dead because its worker process has died; Worker unexpectedly exits with "
+        "a connection error code 2"
+    )
+    assert death_reason(ActorDiedError()).startswith("The actor died unexpectedly before")

@@ -18,11 +18,11 @@ one line on stderr (docs/guides/ray-cluster.md). The learner asks for a GPU when
 ``--device cuda``; actors ask for ``actor_cpus`` each.
 
 Faults (Launchpad's users' complaints): an actor node that dies is restarted, with a new seed,
-and counted (``actor_restarts`` in summary.json); one whose code raises stops the run with its
-traceback. A dead learner or replay node stops the whole program with a message naming it; on
-every exit, Ctrl-C included, every node is stopped and an embedded Ray shut down, and the driver
-waits until the nodes' processes are gone. ``nodes.json`` in the run directory says where each
-node runs.
+said in one line on stderr and counted (``actor_restarts`` in summary.json); one whose code
+raises stops the run with its traceback. A dead learner or replay node stops the whole program
+with a message naming it; on every exit, Ctrl-C included, every node is stopped and an embedded
+Ray shut down, and the driver waits until the nodes' processes are gone. ``nodes.json`` in the
+run directory says where each node runs.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import contextlib
 import functools
 import ipaddress
 import os
+import re
 import signal
 import sys
 import threading
@@ -321,11 +322,14 @@ class Program:
                 if isinstance(e.cause, ConfigError):
                     raise e.cause from None  # e.g. an extra missing on the actor's machine
                 raise RuntimeError(f"actor node {i} failed; its traceback:\n{e}") from None
-            except RayActorError:
-                pass  # its process is gone (killed, out of memory, its machine left): restart
+            except RayActorError as e:  # its process is gone (killed, out of memory, its
+                died = death_reason(e)  # machine left): restart it
             self.restarts += 1
-            if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.runs):
+            limit = MAX_RESTARTS_PER_ACTOR * len(self.runs)
+            if self.restarts > limit:
                 raise RuntimeError(f"actor nodes died {self.restarts} times; see the log above")
+            print(f"rlherd: actor node {i} died ({died}); restarted ({self.restarts} of at most "
+                  f"{limit} restarts)", file=sys.stderr, flush=True)  # fmt: skip
             with contextlib.suppress(Exception):
                 ray.kill(self.actors[i], no_restart=True)
             self._start_actor(i)  # not waited for: the program goes on meanwhile
@@ -433,6 +437,18 @@ class Program:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
         return [w["pid"] for w in self.where.values() if w["ip"] == here]
+
+
+def death_reason(error: Any) -> str:
+    """Why Ray says an actor died, in one line. Its report is a header, the actor's fields (each
+    on a tab-indented line), then paragraphs of causes; this keeps the first sentence after the
+    fields and the worker's exit detail, where it has one."""
+    lines = str(error).splitlines()
+    said = next((line for line in lines[1:] if line.strip() and not line.startswith("\t")),
+                lines[0] if lines else "Ray gave no reason")  # fmt: skip
+    reason = said.split(". ")[0].strip().rstrip(".")
+    detail = re.search(r"Worker exit detail: (.+?)\.(?: |$)", said)
+    return f"{reason}; {detail.group(1)}" if detail else reason
 
 
 def wait_gone(pids: list[int]) -> None:
