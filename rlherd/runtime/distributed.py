@@ -11,24 +11,29 @@ half-second slices and in between does what every runtime does: counts, logs, ch
 (learner and replay together, so ``--resume`` restores both) and looks after the nodes.
 
 Where it runs: with no address, an embedded Ray on this machine (no dashboard, quiet logs, actor
-CPU requests scaled to fit); with ``--ray-address`` or ``RAY_ADDRESS``, an existing cluster
-(``ray start --head`` on one machine, ``ray start --address HEAD:6379`` on the others). The
-learner asks for a GPU when ``--device cuda``; actors ask for ``actor_cpus`` each.
+CPU requests scaled to fit) whose every service listens on loopback only, since Ray's API runs
+the code of whoever reaches it; with ``--ray-address`` or ``RAY_ADDRESS``, an existing cluster
+(``ray start --head`` on one machine, ``ray start --address HEAD:6379`` on the others), named in
+one line on stderr (docs/guides/ray-cluster.md). The learner asks for a GPU when
+``--device cuda``; actors ask for ``actor_cpus`` each.
 
 Faults (Launchpad's users' complaints): an actor node that dies is restarted, with a new seed,
-and counted (``actor_restarts`` in summary.json); one whose code raises stops the run with its
-traceback. A dead learner or replay node stops the whole program with a message naming it; on
-every exit, Ctrl-C included, every node is stopped and an embedded Ray shut down, and the driver
-waits until the nodes' processes are gone. ``nodes.json`` in the run directory says where each
-node runs.
+said in one line on stderr and counted (``actor_restarts`` in summary.json); one whose code
+raises stops the run with its traceback. A dead learner or replay node stops the whole program
+with a message naming it; on every exit, Ctrl-C included, every node is stopped and an embedded
+Ray shut down, and the driver waits until the nodes' processes are gone. ``nodes.json`` in the
+run directory says where each node runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import os
+import re
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -43,11 +48,10 @@ from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 
 try:
     import ray
+    from ray._private import ray_constants
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 except ImportError as e:  # the runtime table imports this module only when it is chosen
-    raise ConfigError(
-        "the distributed runtime needs Ray: pip install 'rlherd[ray]'"
-    ) from e
+    raise ConfigError("the distributed runtime needs Ray: pip install 'rlherd[ray]'") from e
 
 from rlherd.replay.table import Table
 from rlherd.runtime.program import (
@@ -92,11 +96,11 @@ def connect(settings: Any) -> str:
     try:
         if address:
             ray.init(address=address, **quiet)
-        else:  # "local": a new Ray here, even if a `ray start` cluster runs on this machine
-            # Its workers import what this process imports (a factory's module of the user's
-            # own); a cluster's machines must have it installed.
-            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                     runtime_env={"env_vars": child_env()}, **quiet)  # fmt: skip
+            given = "--ray-address" if settings.ray_address else "RAY_ADDRESS"
+            print(f"rlherd: joined the Ray cluster at {ray.get_runtime_context().gcs_address} "
+                  f"({given} {address})", file=sys.stderr, flush=True)  # fmt: skip
+        else:
+            start_embedded(quiet)
     except (ConnectionError, ValueError) as e:
         where = f"the Ray cluster at {address!r}" if address else "a local Ray"
         raise ConfigError(
@@ -106,6 +110,37 @@ def connect(settings: Any) -> str:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, sigterm)
     return "cluster" if address else "embedded"
+
+
+def start_embedded(options: dict) -> None:
+    """Start a new Ray on this machine (even if a `ray start` cluster runs here) whose every
+    service (GCS, raylet, object manager, workers, agents, metrics, autoscaler monitor) listens
+    on loopback only: Ray's API takes no credentials, so a port reachable from the network would
+    run anyone's code during the run.
+
+    Ray binds its services to the node's address, and to loopback alone when that address is
+    loopback. It keeps a single machine on loopback in its single-machine mode (its default on
+    macOS and Windows; ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` elsewhere); otherwise it replaces
+    a loopback ``_node_ip_address`` by the machine's address. Ray reads that switch when it is
+    imported, so it is set on Ray's constant while ``ray.init`` runs. A Ray that still chose
+    another address is stopped: the run refuses to go on with its services exposed."""
+    cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        # Its workers import what this process imports (a factory's module of the user's own).
+        ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=os.cpu_count() or 1,
+                 include_dashboard=False, runtime_env={"env_vars": child_env()},
+                 **options)  # fmt: skip
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
+    node_ip = ray.util.get_node_ip_address()
+    if not ipaddress.ip_address(node_ip).is_loopback:
+        ray.shutdown()
+        raise RuntimeError(
+            f"the embedded Ray {ray.__version__} listens on {node_ip}, not on loopback, so "
+            "anyone who reaches this machine could run code in it; it was stopped. Run on a "
+            "cluster of your own instead (docs/guides/ray-cluster.md)."
+        )
 
 
 def cpu_requests(settings: Any, embedded: bool) -> tuple[float, float]:
@@ -287,11 +322,14 @@ class Program:
                 if isinstance(e.cause, ConfigError):
                     raise e.cause from None  # e.g. an extra missing on the actor's machine
                 raise RuntimeError(f"actor node {i} failed; its traceback:\n{e}") from None
-            except RayActorError:
-                pass  # its process is gone (killed, out of memory, its machine left): restart
+            except RayActorError as e:  # its process is gone (killed, out of memory, its
+                died = death_reason(e)  # machine left): restart it
             self.restarts += 1
-            if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.runs):
+            limit = MAX_RESTARTS_PER_ACTOR * len(self.runs)
+            if self.restarts > limit:
                 raise RuntimeError(f"actor nodes died {self.restarts} times; see the log above")
+            print(f"rlherd: actor node {i} died ({died}); restarted ({self.restarts} of at most "
+                  f"{limit} restarts)", file=sys.stderr, flush=True)  # fmt: skip
             with contextlib.suppress(Exception):
                 ray.kill(self.actors[i], no_restart=True)
             self._start_actor(i)  # not waited for: the program goes on meanwhile
@@ -399,6 +437,18 @@ class Program:
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
         return [w["pid"] for w in self.where.values() if w["ip"] == here]
+
+
+def death_reason(error: Any) -> str:
+    """Why Ray says an actor died, in one line. Its report is a header, the actor's fields (each
+    on a tab-indented line), then paragraphs of causes; this keeps the first sentence after the
+    fields and the worker's exit detail, where it has one."""
+    lines = str(error).splitlines()
+    said = next((line for line in lines[1:] if line.strip() and not line.startswith("\t")),
+                lines[0] if lines else "Ray gave no reason")  # fmt: skip
+    reason = said.split(". ")[0].strip().rstrip(".")
+    detail = re.search(r"Worker exit detail: (.+?)\.(?: |$)", said)
+    return f"{reason}; {detail.group(1)}" if detail else reason
 
 
 def wait_gone(pids: list[int]) -> None:
