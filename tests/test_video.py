@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rlherd.run.config import ConfigError
 from rlherd.run.video import MACRO_BLOCK, MIN_SIDE, as_video, write_video
 
 iio = pytest.importorskip("imageio.v3")
@@ -98,12 +99,16 @@ def _write_quietly(write, caplog) -> Any:
 
 
 @pytest.mark.parametrize("suffix", [".gif", ".mp4"])
-@pytest.mark.parametrize("shape", [(10, 10, 3), (210, 160, 3)], ids=["minatar", "atari"])
-def test_written_videos_read_back_enlarged_without_warnings(tmp_path, caplog, suffix, shape):
+@pytest.mark.parametrize("family", ["minatar", "atari"])
+def test_written_videos_read_back_enlarged_without_warnings(tmp_path, caplog, suffix, family):
+    """MinAtar renders 10x10 float RGB in [0, 1], Atari 210x160 uint8 RGB."""
     if suffix == ".mp4":
         pytest.importorskip("imageio_ffmpeg")
     rng = np.random.default_rng(0)
-    frames = [rng.random(shape) for _ in range(4)]  # float in [0, 1], as MinAtar renders
+    if family == "minatar":
+        frames = [rng.random((10, 10, 3)) for _ in range(4)]
+    else:
+        frames = [rng.integers(0, 256, (210, 160, 3), dtype=np.uint8) for _ in range(4)]
     path = tmp_path / f"v{suffix}"
     _write_quietly(lambda: write_video(path, frames), caplog)
     back = iio.imread(path)
@@ -111,6 +116,14 @@ def test_written_videos_read_back_enlarged_without_warnings(tmp_path, caplog, su
     assert back.dtype == np.uint8 and back.shape == expected.shape
     if suffix == ".gif":  # lossless but for the palette of 256 colours
         assert np.abs(back.astype(int) - expected).mean() < 16
+
+
+def test_a_video_name_of_another_format_is_refused_before_any_episode(tmp_path, monkeypatch):
+    from rlherd.run import evaluate
+
+    monkeypatch.setattr(evaluate, "load_run", lambda run_dir: pytest.fail("episodes were played"))
+    with pytest.raises(ConfigError, match=r"--video writes a \.gif or an \.mp4; got .*v\.avi"):
+        evaluate.evaluate(tmp_path, video=tmp_path / "v.avi")
 
 
 def test_minatar_eval_writes_an_enlarged_gif_and_mp4(tmp_path, caplog):

@@ -16,20 +16,23 @@ from pathlib import Path
 
 import numpy as np
 
-from rlherd.run.config import MissingExtra
+from rlherd.run.config import ConfigError, MissingExtra
 
 MIN_SIDE = 256  # pixels on a video's short side, at least: MinAtar's 10x10 frames become 260x260
 MACRO_BLOCK = 16  # an MP4's sides are multiples of this
 
 
 def check_writable(path: Path) -> None:
-    """Raise :class:`MissingExtra` if ``path``'s format cannot be written here: called before an
-    evaluation plays its episodes, so a missing extra never costs them."""
+    """Raise :class:`ConfigError` if ``path`` is not a .gif or .mp4, :class:`MissingExtra` if its
+    format cannot be written here: called before an evaluation plays its episodes, so a wrong
+    name or a missing extra never costs them."""
+    if path.suffix.lower() not in (".gif", ".mp4"):
+        raise ConfigError(f"--video writes a .gif or an .mp4; got {path} (name it e.g. run.gif)")
     try:
         import imageio.v3  # noqa: F401
     except ImportError as e:
         raise MissingExtra("videos need imageio: pip install 'rlherd[video]'") from e
-    if path.suffix.lower() != ".gif":
+    if path.suffix.lower() == ".mp4":
         try:
             import imageio_ffmpeg  # noqa: F401
         except ImportError as e:
@@ -41,7 +44,7 @@ def check_writable(path: Path) -> None:
 
 def write_video(path: Path, frames: Sequence[np.ndarray], fps: int = 30) -> None:
     """Write ``frames`` (any dtype, size and channel count :func:`as_video` reads) to ``path``,
-    a GIF if its suffix is ``.gif``, otherwise a video ffmpeg writes (an MP4)."""
+    a .gif or an .mp4."""
     check_writable(path)
     import imageio.v3 as iio
 
