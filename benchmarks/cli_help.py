@@ -3,10 +3,11 @@ every command paid while the CLI imported torch to list its agents and runtimes.
 
 Each command runs in a fresh interpreter ``--repeat`` times after one unmeasured warm-up (which
 fills the OS file cache and ``__pycache__``); the median wall time is printed, one JSON line per
-command. ``rlherd`` is run as its console script does (``from rlherd.cli import main``), so the
-figures are this tree's under ``PYTHONPATH=.``.
+command. ``rlherd`` is run as its console script does (``from rlherd.cli import main``), from
+this tree's root, so the figures are this tree's (``python -c`` puts the working directory first
+on ``sys.path``).
 
-Usage: PYTHONPATH=. python benchmarks/cli_help.py [--repeat 9]
+Usage: python benchmarks/cli_help.py [--repeat 9]
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
 RLHERD = "import sys; from rlherd.cli import main; sys.exit(main())"
 COMMANDS = {
     "rlherd --help": [sys.executable, "-c", RLHERD, "--help"],
@@ -32,7 +35,7 @@ MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_coun
 
 def wall_time(cmd: list[str]) -> float:
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     return time.perf_counter() - start
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HEAVY = ("torch", "ray", "gymnasium", "ale_py", "minari", "grpc")
 
@@ -17,7 +20,8 @@ def _imported_by(code: str) -> list[str]:
     """The heavy modules a fresh interpreter holds after running ``code``."""
     report = f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
     probe = f"{code}\nimport json, sys\n{report}"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=ROOT)  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
