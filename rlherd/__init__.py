@@ -1,19 +1,22 @@
 """rlherd: reinforcement learning in PyTorch that runs the same agent at every scale.
 
-``rlherd.make`` builds environments; ``rlherd.train`` trains an agent (the CLI's ``train``). The
-training stack (torch, agents, runtimes) is imported on first use, so processes that only step
-environments (BatchEnv workers) start quickly.
+``rlherd.make`` builds environments; ``rlherd.train`` trains an agent (the CLI's ``train``). Both
+are imported on first use: the environment stack (Gymnasium) and the training stack (torch,
+agents, runtimes) load only in processes that need them, so the ``rlherd`` command answers
+``--help`` at once and BatchEnv workers do not load torch.
 """
 
 from typing import Any
-
-from rlherd.envs import make
 
 __all__ = ["Run", "make", "train"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("envs", "make"):  # rlherd.envs was reachable after `import rlherd`: still is
+        import rlherd.envs
+
+        return rlherd.envs if name == "envs" else rlherd.envs.make
     if name in ("Run", "train"):
         from rlherd.run import train as module
 

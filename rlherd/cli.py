@@ -7,7 +7,10 @@ import argparse
 import json
 import sys
 
-from rlherd.agents import BUILDERS
+# Building the parsers reads only torch-free tables (agent and runtime names, the runtime
+# settings' dataclasses); each command imports what it runs when it runs, so ``--help`` answers
+# without loading torch, Ray or an environment family.
+from rlherd.agents import AGENTS
 from rlherd.run.config import ConfigError, NodeDied, TrainingDiverged, parse_set
 from rlherd.runtime import RUNTIMES, settings
 
@@ -17,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train an agent; writes a run directory")
-    train.add_argument("agent", nargs="?", choices=sorted(BUILDERS), help="agent to train")
+    train.add_argument("agent", nargs="?", choices=sorted(AGENTS), help="agent to train")
     train.add_argument("--env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
     train.add_argument("--runtime", choices=RUNTIMES, help="where it runs (default: single)")
     train.add_argument(

@@ -261,6 +261,6 @@ def test_eval_plays_dict_observation_runs_and_records_minigrid(tmp_path, capsys)
                      str(tmp_path / video)]) == 0  # fmt: skip
         length = json.loads(capsys.readouterr().out.splitlines()[-1])["eval_episode_length_mean"]
         frames = iio.imread(tmp_path / video)
-        assert frames.shape[1:] == (160, 160, 3)  # 5 cells of 32 pixels
+        assert frames.shape[1:] == (320, 320, 3)  # 5 cells of 32 pixels, enlarged 2x to >= 256
         if video.endswith(".mp4"):  # a GIF merges repeated frames
             assert len(frames) == length

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from rlherd import envs as rl_envs
 from rlherd.core import VariableClient
 from rlherd.run.config import ConfigError, apply_overrides
 from rlherd.run.rundir import RunDir, atomic_write_json, read_json
-from rlherd.run.video import write_video
+from rlherd.run.video import check_writable, write_video
 from rlherd.types import batch_of_one
 
 
@@ -60,7 +61,7 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
         done, ret, length = False, 0.0, 0
         while not done and length < MAX_EPISODE_STEPS:
             if record and episode == 0:
-                frames.append(env.render())
+                frames.append(_render(env))
             action = actor.select_action(batch_of_one(obs))[0]
             obs, reward, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
@@ -68,6 +69,15 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
         returns.append(ret)
         lengths.append(length)
     return returns, lengths, frames
+
+
+def _render(env) -> np.ndarray:
+    """A frame of ``env``, without Gymnasium's checker warning (on the first frame) that it is not
+    uint8 or that the environment declares no frame rate (MinAtar's frames are both): a video
+    takes frames of any dtype (:func:`~rlherd.run.video.as_video`) and has its own rate."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(No render fps|RGB-array rendering should)")
+        return env.render()
 
 
 def episode_stats(returns: list[float], lengths: list[int]) -> dict[str, float]:
@@ -185,6 +195,8 @@ def evaluate(
     and loss rates (:func:`play_against`)."""
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
+    if video:  # before the episodes are played, not after
+        check_writable(Path(video))
     meta, builder, checkpoint = load_run(run_dir)
     if (opponent is not None) != (rl_envs.family(meta["env"]) == "openspiel"):
         raise ConfigError(

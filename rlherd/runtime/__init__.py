@@ -14,6 +14,10 @@ through ``ctx.builder``; no runtime module imports an agent.
 - ``device``: WarpDrive; environments, sampling, rollouts and learning on one torch device.
 - ``offline``: Acme's offline agents; a learner reads a fixed dataset (``--dataset``), and only
   the evaluator steps an environment.
+
+This module imports no torch, numpy or environment: the CLI reads :data:`RUNTIMES` (and
+:mod:`rlherd.runtime.settings`) to build ``rlherd train --help`` at once. The helpers below that
+need them import them when called, by which time a run has loaded them anyway.
 """
 
 from __future__ import annotations
@@ -25,15 +29,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
-import numpy as np
-import torch
-
-from rlherd import envs as rl_envs
-from rlherd.core import EnvSpec
 from rlherd.run.config import TrainingDiverged
+
+if TYPE_CHECKING:
+    import gymnasium as gym
+
+    from rlherd.core import EnvSpec
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,8 @@ def make_envs(
 ) -> gym.vector.VectorEnv:
     """``num_envs`` environments as the runtime's settings say (ale-py's native vector env for
     Atari unless ``native_vector_env`` is off; BatchEnv processes when ``workers`` > 0)."""
+    from rlherd import envs as rl_envs
+
     native = getattr(settings, "native_vector_env", True)
     return rl_envs.make_vector(env_id, num_envs, native=native, workers=workers, **env_kwargs)
 
@@ -162,6 +167,8 @@ def checkpoint_state(learner, recorder, **parts: Any) -> dict[str, Any]:
 
 
 def _check_finite(value: Any, where: str) -> None:
+    import torch
+
     if isinstance(value, torch.Tensor):
         if value.is_floating_point() and not torch.isfinite(value).all():
             raise TrainingDiverged(f"{where} is not finite; {TrainingDiverged.HINT}")
@@ -204,12 +211,18 @@ def load_tables(tables: list, states: list | None) -> None:
 
 
 def rng_state() -> dict[str, Any]:
+    import numpy as np
+    import torch
+
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     return dict(torch=torch.get_rng_state(), cuda=cuda, numpy=np.random.get_state(),
                 python=random.getstate())  # fmt: skip
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    import numpy as np
+    import torch
+
     torch.set_rng_state(state["torch"])
     if state["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -218,6 +231,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -233,5 +249,7 @@ def torch_threads(n: int) -> None:
     takes a slow path. On RL Zoo's CartPole DQN network a third of Adam's state sat there after
     1,500 updates, and a whole run took 1.34x longer than with the flush, for the same returns.
     Values that small change nothing a network computes."""
+    import torch
+
     torch.set_num_threads(n)
     torch.set_flush_denormal(True)

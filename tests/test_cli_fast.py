@@ -1,0 +1,72 @@
+"""The ``rlherd`` command starts fast: building its parsers (what ``--help`` does) imports none
+of the heavy stacks (torch, Ray, the environment families), yet lists exactly the agents and
+runtimes that exist and one flag per runtime setting."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HEAVY = ("torch", "ray", "gymnasium", "ale_py", "minari", "grpc")
+
+
+def _imported_by(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter holds after running ``code``."""
+    report = f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    probe = f"{code}\nimport json, sys\n{report}"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=ROOT)  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_building_the_parsers_imports_no_heavy_stack():
+    assert _imported_by("import rlherd.cli; rlherd.cli._parser()") == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["eval", "--help"]])
+def test_help_imports_no_heavy_stack(argv):
+    """``--help`` exits from inside argparse, after the whole parser (with every runtime
+    setting's flag) was built."""
+    code = (
+        "import contextlib, io, rlherd.cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        f"    rlherd.cli.main({argv!r})"
+    )
+    assert _imported_by(code) == []
+
+
+def test_the_torch_free_names_are_the_registries():
+    """The CLI's lists of agents and runtimes come from tables that import nothing heavy; they
+    must name exactly the builders and runtimes that exist."""
+    from rlherd import cli
+    from rlherd.agents import AGENTS, BUILDERS
+    from rlherd.runtime import RUNTIMES, settings
+
+    assert list(AGENTS) == list(BUILDERS)
+    for name, builder_class in BUILDERS.items():
+        assert builder_class(builder_class.config_class()).name == name
+    assert set(RUNTIMES) == set(settings.SETTINGS)
+    train = cli._parser()._subparsers._group_actions[0].choices["train"]
+    choices = {a.dest: a.choices for a in train._actions if a.choices is not None}
+    assert list(choices["agent"]) == sorted(BUILDERS)
+    assert list(choices["runtime"]) == list(RUNTIMES)
+
+
+def test_train_help_lists_agents_runtimes_and_setting_flags(capsys):
+    from rlherd import cli
+    from rlherd.runtime import settings
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert "{bc,cql," in text and "r2d3}" in text
+    assert "{single,mono,poly,distributed,device,offline}" in text
+    for name in settings.all_fields():
+        assert f"--{name.replace('_', '-')}" in text
