@@ -43,18 +43,19 @@ def _no_leftover_processes():
 
 @pytest.fixture
 def interrupt_at(monkeypatch):
-    """``interrupt_at(steps)``: the next run gets Ctrl-C's SIGINT once it has counted ``steps``
-    steps, sent from its own main loop. A timer's SIGINT would land at a different step on every
-    machine, and after a run that finished first it would stop pytest itself."""
+    """``interrupt_at(steps, signum=SIGINT)``: the next run gets Ctrl-C's SIGINT (or ``signum``)
+    once it has counted ``steps`` steps, sent from its own main loop. A timer's SIGINT would
+    land at a different step on every machine, and after a run that finished first it would stop
+    pytest itself."""
     from rlherd.run.recorder import Recorder
 
-    def arm(steps: int) -> None:
+    def arm(steps: int, signum: int = signal.SIGINT) -> None:
         done, sent = Recorder.done, []
 
         def done_or_interrupt(recorder: Recorder) -> bool:
             if not sent and recorder.counters[recorder.counts] >= steps:
                 sent.append(steps)
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), signum)
             return done(recorder)
 
         monkeypatch.setattr(Recorder, "done", done_or_interrupt)

@@ -10,6 +10,7 @@ import json
 import pickle
 import queue
 import shutil
+import signal
 
 import grpc
 import gymnasium as gym
@@ -218,12 +219,12 @@ def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path,
     assert RunDir(run).load_checkpoint()["recorder"]
 
 
-def test_ctrl_c_says_where_it_stopped_and_exits_130(tmp_path, capsys, interrupt_at):
-    interrupt_at(300)
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_says_where_it_stopped_and_exits_130(signum, code, tmp_path, capsys, interrupt_at):
+    interrupt_at(300, signum)
     run = tmp_path / "run"
-    code = main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "5000", "--run-dir",
-                 str(run), "--no-progress"])  # fmt: skip
-    assert code == 130
+    assert main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "5000", "--run-dir",
+                 str(run), "--no-progress"]) == code  # fmt: skip
     err = capsys.readouterr().err
     steps = json.loads((run / "summary.json").read_text())["actor_steps"]
     assert f"interrupted at step {steps}; resume with `rlherd train --resume {run}`" in err
