@@ -154,8 +154,11 @@ class GracefulStop:
 
 def checkpoint_state(learner, recorder, **parts: Any) -> dict[str, Any]:
     """What every runtime checkpoints (the learner's state, counters, global RNGs) plus its own
-    ``parts``; a learner (or a learner's state dict) holding non-finite values is never
-    checkpointed."""
+    ``parts``; a learner (or a learner's state dict) holding non-finite values, or parameters
+    that blew up since its last divergence check, is never checkpointed."""
+    check = getattr(learner, "check_divergence", None)  # a NetworkLearner's
+    if check is not None:
+        check()
     state = learner if isinstance(learner, dict) else learner.state_dict()
     _check_finite(state, "learner")
     return dict(learner=state, recorder=recorder.state_dict(), rng=rng_state(), **parts)
