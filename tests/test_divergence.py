@@ -1,10 +1,15 @@
-"""A learner that blew up with finite numbers stops the run."""
+"""Faults said as they happen: a learner that blew up with finite numbers stops the run, a
+replaced mono actor and a poly server out and back each get one line on stderr."""
 
 import math
+import multiprocessing
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +101,77 @@ def test_the_command_line_says_so_in_one_line_and_exits_2(tmp_path):
     assert len(errors) == 1 and "Traceback" not in done.stderr, done.stderr
     assert re.search(r"learner step \d+: the parameters' norm reached .*x its value before the "
                      r"first update .*learning_rate", errors[0]), errors[0]  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ said at once
+def _said(text: str, pattern: str) -> list[str]:
+    return [line for line in text.splitlines() if re.fullmatch(pattern, line)]
+
+
+def test_a_replaced_mono_actor_is_said_on_stderr_when_it_happens(tmp_path, capfd):
+    """SIGKILL one actor once: one line says so while the run goes on, not only the count in
+    summary.json at the end."""
+    result = {}
+    run = threading.Thread(target=lambda: result.update(run=rlherd.train(
+        "impala", "CartPole-v1", runtime="mono", total_steps=16_000, run_dir=tmp_path,
+        progress=False, num_actors=2)))  # fmt: skip
+    run.start()
+    deadline = time.monotonic() + 60
+    while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    victim = multiprocessing.active_children()[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    run.join(timeout=300)
+    assert not run.is_alive(), "the run hung after its actor was killed"
+    assert result["run"].summary["actor_restarts"] == 1
+    lines = _said(capfd.readouterr().err,
+                  r"rlherd: actor [01] exited \(code -9\); restarted \(restart 1 of at most 40\)")
+    assert len(lines) == 1
+
+
+def _server_pids() -> list[int]:
+    """Environment servers started by this process."""
+    me, pids = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == me and b"rlherd.envs.server" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, capfd):
+    """SIGKILL one of two local environment servers while the learner learns: one line when it
+    goes (whichever notices first, its streams or the restart), one when a stream reaches it
+    again, however many of the four actors' streams it served."""
+    victims = []
+
+    def kill_one():
+        deadline = time.monotonic() + 60
+        while not victims and time.monotonic() < deadline:
+            pids = _server_pids()
+            if len(pids) == 2 and (tmp_path / "metrics" / "learner.csv").exists():
+                os.kill(pids[0], signal.SIGKILL)
+                victims.append(pids[0])
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    run = rlherd.train("impala", "rlherd/Corridor-v0", runtime="poly", total_steps=30_000, seed=0,
+                       run_dir=tmp_path, progress=False, num_servers=2, num_actors=4,
+                       log_interval_s=0.5)  # fmt: skip
+    killer.join()
+    assert victims, "no server was killed"
+    assert run.summary["server_restarts"] == 1
+    err = capfd.readouterr().err
+    server = r"rlherd: environment server unix:\S+env-\d\.sock"
+    went = _said(err, server + r" (exited \(code -9\); restarting it|stopped answering .*)")
+    back = _said(err, server + r" is back after \d+\.\ds")
+    assert len(went) == 1 and len(back) == 1, err
+    assert went[0].split()[3] == back[0].split()[3]  # the same server

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -174,6 +175,12 @@ def _check_finite(value: Any, where: str) -> None:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _check_finite(v, f"{where}[{i}]")
+
+
+def say(message: str) -> None:
+    """One line on stderr, as it happens, for a fault the run survives (an actor replaced, a
+    server out and back): counts in summary.json tell the total afterwards, not the moment."""
+    print(f"rlherd: {message}", file=sys.stderr, flush=True)
 
 
 def with_demonstrations(ctx: Any, dataset: Any, tables: list, seed: int) -> tuple[Any, list]:
