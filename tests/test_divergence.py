@@ -177,7 +177,8 @@ def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, 
     assert run.summary["server_restarts"] == 1
     err = capfd.readouterr().err
     server = r"rlherd: environment server unix:\S+env-\d\.sock"
-    went = _said(err, server + r" (exited \(code -9\); restarting it|stopped answering .*)")
-    back = _said(err, server + r" is back after \d+\.\ds")
+    why = r"exited \(code -9\); restarting it|does not answer \(.*\); retrying"
+    went = _said(err, f"{server} ({why})")
+    back = _said(err, server + r" answers again, after \d+\.\ds")
     assert len(went) == 1 and len(back) == 1, err
     assert went[0].split()[3] == back[0].split()[3]  # the same server

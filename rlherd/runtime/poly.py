@@ -78,7 +78,8 @@ class Outages:
         with self._lock:
             since = self._since.pop(address, None)
         if since is not None:
-            say(f"environment server {address} is back after {time.monotonic() - since:.1f}s")
+            out = time.monotonic() - since
+            say(f"environment server {address} answers again, after {out:.1f}s")
 
 
 class LocalServers:
@@ -307,8 +308,8 @@ class Actors:
                 self.reconnects[i] += 1
                 details = e.details() if isinstance(e, grpc.RpcError) else str(e)
                 self.last_errors[i] = f"{type(e).__name__}: {details}"
-                self.outages.down(address, f"stopped answering ({' '.join(details.split())}); "
-                                           "reconnecting")  # fmt: skip
+                self.outages.down(address, f"does not answer ({' '.join(details.split())}); "
+                                           "retrying")  # fmt: skip
                 time.sleep(backoff)
                 backoff, attempt = min(2 * backoff, MAX_BACKOFF_S), attempt + 1
             except BaseException as e:  # a bug or bad data (ProtocolError): will not fix itself
