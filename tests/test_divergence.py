@@ -80,14 +80,21 @@ def test_only_losses_are_watched_and_non_finite_readings_do_not_blind_the_watch(
 
 
 # ------------------------------------------------------------------------------ runs
-@pytest.mark.parametrize("agent, total_steps", [("dqn", 6_000), ("ppo", 12_000)])
+@pytest.mark.parametrize("agent, total_steps", [("dqn", 6_000), ("ppo", 40_000)])
 def test_a_learner_blown_up_with_finite_numbers_stops_the_run(agent, total_steps, tmp_path):
     """learning_rate=1e6: Adam moves every weight by about 1e6 per step, so the weights reach
-    1e8-1e10 while staying finite, and the run used to finish with a return of about 9 (the
-    budgets here cover the detector's first readings, 10 learner steps, and more). It stops
-    instead, and no checkpoint (here one at every step) holds the blown-up weights."""
-    with pytest.raises(TrainingDiverged, match=r"learner step \d+: the parameters' norm reached"):
+    1e8-1e10 while staying finite, and the run used to finish with a return of about 9. It
+    stops at the watch's first reading (the budgets cover 100 learner steps and more)."""
+    with pytest.raises(TrainingDiverged, match=r"learner step 100: the parameters' norm reached"):
         rlherd.train(agent, "CartPole-v1", total_steps=total_steps, learning_rate=1e6, seed=0,
+                     run_dir=tmp_path, progress=False)  # fmt: skip
+
+
+def test_no_checkpoint_holds_a_learner_that_blew_up(tmp_path):
+    """A checkpoint at every step: the first one after the learner blew up, between two of the
+    watch's readings, stops the run instead of being written."""
+    with pytest.raises(TrainingDiverged, match=r"learner step \d+: the parameters' norm reached"):
+        rlherd.train("dqn", "CartPole-v1", total_steps=6_000, learning_rate=1e6, seed=0,
                      run_dir=tmp_path, progress=False, checkpoint_interval_s=0.0)  # fmt: skip
     state = RunDir(tmp_path).load_checkpoint()
     weights = [t for t in state["learner"]["net"].values() if t.is_floating_point()]
