@@ -32,6 +32,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from rlherd.core import copy_tensors
 from rlherd.run.config import ConfigError, TrainingDiverged
+from rlherd.run.divergence import DivergenceWatch, parameter_norm
 
 
 class NetworkLearner:
@@ -39,13 +40,19 @@ class NetworkLearner:
     dataset's next batch to the subclass's ``learn``, and as a variable source it serves ``net``
     whole under every name, versioned by ``num_steps`` (actors fetch only after an update).
     Its checkpoint is ``num_steps`` and the state of each attribute named in ``checkpointed``
-    (networks and optimisers), under that name."""
+    (networks and optimisers), under that name.
+
+    Every runtime drives a learner through ``step()``, so that is where a learner that blew up
+    while its numbers stay finite is caught (:class:`~rlherd.run.divergence.DivergenceWatch`,
+    against the parameters as the first step found them: the start, or the checkpoint a run
+    resumed from)."""
 
     net: torch.nn.Module
     dataset: Iterator[Any]
     table: Any  # a replay table, where priorities are written (``write_priorities``)
     num_steps: int
     checkpointed: tuple[str, ...] = ()
+    divergence: DivergenceWatch | None = None  # made at the first step
 
     def state_dict(self) -> dict[str, Any]:
         return dict(num_steps=self.num_steps,
@@ -57,7 +64,20 @@ class NetworkLearner:
         self.num_steps = state["num_steps"]
 
     def step(self) -> dict[str, Any]:
-        return self.learn(next(self.dataset))
+        if self.divergence is None:
+            self.divergence = DivergenceWatch(parameter_norm(self.net.parameters()))
+        metrics = self.learn(next(self.dataset))
+        if self.divergence.due():
+            norm = parameter_norm(self.net.parameters())
+            self.divergence.observe(self.num_steps, norm, metrics)
+        return metrics
+
+    def check_divergence(self) -> None:
+        """Read the parameters' norm now (before a checkpoint, which must not hold a learner
+        that blew up since the last reading)."""
+        if self.divergence is not None:
+            norm = parameter_norm(self.net.parameters())
+            self.divergence.check_norm(self.num_steps, norm)
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
         return [self.net.state_dict() for _ in names]

@@ -23,12 +23,14 @@ class UnsupportedEnv(ConfigError, TypeError):
 
 
 class TrainingDiverged(ValueError):
-    """A learner step produced a non-finite loss, gradient or parameter: the run stops there,
-    and no checkpoint holds the non-finite values."""
+    """A learner blew up: a step produced a non-finite loss, gradient or parameter, or its
+    parameters or losses grew far beyond their early size (:mod:`rlherd.run.divergence`). The
+    run stops there, and no checkpoint holds the blown-up values."""
 
     HINT = (
         "training diverged; a learning rate too high for the task is the usual cause (lower it "
-        "with --set learning_rate=...). The latest checkpoint, if any, is the last good one"
+        "with --set learning_rate=..., or clip gradients where the agent can: grad_norm_clip, "
+        "max_grad_norm). The latest checkpoint, if any, is the last good one"
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -159,8 +160,11 @@ class GracefulStop:
 
 def checkpoint_state(learner, recorder, **parts: Any) -> dict[str, Any]:
     """What every runtime checkpoints (the learner's state, counters, global RNGs) plus its own
-    ``parts``; a learner (or a learner's state dict) holding non-finite values is never
-    checkpointed."""
+    ``parts``; a learner (or a learner's state dict) holding non-finite values, or parameters
+    that blew up since its last divergence check, is never checkpointed."""
+    check = getattr(learner, "check_divergence", None)  # a NetworkLearner's
+    if check is not None:
+        check()
     state = learner if isinstance(learner, dict) else learner.state_dict()
     _check_finite(state, "learner")
     return dict(learner=state, recorder=recorder.state_dict(), rng=rng_state(), **parts)
@@ -178,6 +182,12 @@ def _check_finite(value: Any, where: str) -> None:
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):
             _check_finite(v, f"{where}[{i}]")
+
+
+def say(message: str) -> None:
+    """One line on stderr, as it happens, for a fault the run survives (an actor replaced, a
+    server out and back): counts in summary.json tell the total afterwards, not the moment."""
+    print(f"rlherd: {message}", file=sys.stderr, flush=True)
 
 
 def with_demonstrations(ctx: Any, dataset: Any, tables: list, seed: int) -> tuple[Any, list]:

@@ -16,7 +16,8 @@ Each actor talks over a private pipe served by one thread here (shared ``multipr
 deadlock every actor when one is killed while holding the queue's lock; a private pipe breaks
 alone). Actors run at a lower priority (``actor_nice``), so where processes outnumber cores the
 learner is not the one kept waiting. Faults: an actor that dies is restarted (its slot
-recovered, the restart counted); one that fails before acting stops the run with its traceback.
+recovered, the restart counted, and said on stderr as it happens); one that fails before acting
+stops the run with its traceback.
 SIGINT / SIGTERM stop the run at the next learner step with a final checkpoint; actors die with
 the learner (``die_with_parent``).
 A resumed run continues the learner exactly; actors start new episodes.
@@ -49,6 +50,7 @@ from rlherd.runtime import (
     checkpoint_state,
     load_tables,
     make_envs,
+    say,
     set_rng_state,
     table_states,
     torch_threads,
@@ -276,7 +278,8 @@ class ActorPool:
                     "`if __name__ == '__main__':` (actors are spawned processes)."
                 )
             self.restarts += 1
-            if self.restarts > MAX_RESTARTS_PER_ACTOR * len(self.links):
+            limit = MAX_RESTARTS_PER_ACTOR * len(self.links)
+            if self.restarts > limit:
                 raise RuntimeError(
                     f"actor processes died {self.restarts} times (last exit code "
                     f"{link.process.exitcode}); see the actor traceback above"
@@ -285,6 +288,10 @@ class ActorPool:
             if link.held is not None:
                 self.free.put(link.held)
             self.links[i] = ActorLink(self, i, self._seed(i))
+            say(
+                f"actor {i} exited (code {code}); restarted (restart {self.restarts} of at most "
+                f"{limit})"
+            )
 
     def close(self) -> None:
         """Stop every actor: they leave their loop at the next step; one waiting for a slot or

@@ -12,7 +12,9 @@ the policy lag is bounded; the learner joins ``batch_size / envs_per_actor`` per
 through the agent's adder into the learner's replay tables (rate-limited: actor threads wait).
 
 Faults: a broken stream is retried with exponential backoff (``reconnects`` in the metrics) while
-the other actors go on; a local server that dies is restarted (``server_restarts``). If the
+the other actors go on; a local server that dies is restarted (``server_restarts``). A server
+out of reach is said on stderr once when its first stream breaks and once when a stream reaches
+it again (:class:`Outages`). If the
 learner gets nothing for ``stall_timeout_s``, the run stops with the actors' last errors. A
 resumed run continues the learner exactly; streams start new episodes.
 """
@@ -44,6 +46,7 @@ from rlherd.runtime import (
     RunContext,
     checkpoint_state,
     load_tables,
+    say,
     set_rng_state,
     table_states,
     with_demonstrations,
@@ -54,10 +57,37 @@ SERVER_START_TIMEOUT_S = 120.0
 MAX_BACKOFF_S = 5.0
 
 
+class Outages:
+    """The environment servers out of reach now: one line on stderr when a server goes (the
+    first of its streams to break, or its process seen dead) and one when it is back (a stream
+    to it opened and checked), however many actors' streams it serves. Thread-safe: actor
+    threads report breaks and reconnections, the learner's thread dead local servers."""
+
+    def __init__(self) -> None:
+        self._since: dict[str, float] = {}  # address -> when it went
+        self._lock = threading.Lock()
+
+    def down(self, address: str, why: str) -> None:
+        with self._lock:
+            if address in self._since:
+                return
+            self._since[address] = time.monotonic()
+        say(f"environment server {address} {why}")
+
+    def up(self, address: str) -> None:
+        with self._lock:
+            since = self._since.pop(address, None)
+        if since is not None:
+            out = time.monotonic() - since
+            say(f"environment server {address} answers again, after {out:.1f}s")
+
+
 class LocalServers:
     """``n`` environment servers in subprocesses on Unix sockets; restarted if they die."""
 
-    def __init__(self, env_id: str, n: int, envs_per_stream: int, env_kwargs: dict):
+    def __init__(self, env_id: str, n: int, envs_per_stream: int, env_kwargs: dict,
+                 outages: Outages | None = None):  # fmt: skip
+        self.outages = outages or Outages()
         self._dir = tempfile.TemporaryDirectory(prefix="rlherd-envs-")
         self.addresses = [f"unix:{Path(self._dir.name) / f'env-{i}.sock'}" for i in range(n)]
         self._args = [env_id, "--envs-per-stream", str(envs_per_stream)]
@@ -105,6 +135,8 @@ class LocalServers:
         """Restart servers that died."""
         for i, proc in enumerate(self.procs):
             if proc.poll() is not None:
+                self.outages.down(self.addresses[i], f"exited (code {proc.returncode}); "
+                                                     "restarting it")  # fmt: skip
                 self.restarts += 1
                 self._start(i)
                 self._wait_ready(i)
@@ -220,8 +252,10 @@ class Actors:
     """The actor threads: each connects a stream, runs the agent's actor in an environment loop
     and reconnects with exponential backoff when the stream breaks."""
 
-    def __init__(self, ctx: RunContext, addresses, batcher, net, produce, seed: int):
+    def __init__(self, ctx: RunContext, addresses, batcher, net, produce, seed: int,
+                 outages: Outages | None = None):  # fmt: skip
         self.ctx, self.addresses, self.produce, self.seed = ctx, addresses, produce, seed
+        self.outages = outages or Outages()
         self.policy_template = ctx.builder.make_policy(net)
         self.batcher = batcher
         self.reconnects = [0] * ctx.settings.num_actors
@@ -242,18 +276,20 @@ class Actors:
         from rlherd.envs.server import EnvStream, ProtocolError
 
         ctx, k = self.ctx, self.ctx.settings.envs_per_actor
+        address = self.addresses[i % len(self.addresses)]
         backoff, attempt = 0.1, 0
         while not ctx.stop.is_set():
             envs = None
             try:
                 seed = self.seed + 1000 * i + attempt
-                envs = StreamEnvs(EnvStream(self.addresses[i % len(self.addresses)], seed=seed))
+                envs = StreamEnvs(EnvStream(address, seed=seed))
                 if envs.num_envs != k:
                     raise ConfigError(
                         f"{envs.stream.address} serves {envs.num_envs} environments per stream; "
                         f"set --envs-per-actor {envs.num_envs}"
                     )
                 _check_served(envs.stream, ctx.spec)
+                self.outages.up(address)
                 policy = BatchedPolicy(self.batcher, self.policy_template.initial_state)
                 actor = ctx.builder.make_actor(seed, policy, ctx.spec, self.produce(k), None)
                 loop = EnvironmentLoop(envs, actor, ctx.recorder, seed)
@@ -272,6 +308,8 @@ class Actors:
                 self.reconnects[i] += 1
                 details = e.details() if isinstance(e, grpc.RpcError) else str(e)
                 self.last_errors[i] = f"{type(e).__name__}: {details}"
+                self.outages.down(address, f"does not answer ({' '.join(details.split())}); "
+                                           "retrying")  # fmt: skip
                 time.sleep(backoff)
                 backoff, attempt = min(2 * backoff, MAX_BACKOFF_S), attempt + 1
             except BaseException as e:  # a bug or bad data (ProtocolError): will not fix itself
@@ -313,10 +351,11 @@ def run(ctx: RunContext) -> None:
         set_rng_state(ctx.checkpoint["rng"])
     lock = threading.Lock()
     acting_net, client, batcher = _batched_policy(ctx, learner, lock)
-    servers, addresses = _servers(ctx)
+    outages = Outages()
+    servers, addresses = _servers(ctx, outages)
     # A resumed run's streams get fresh seeds, so they do not replay the first run's episodes.
     seed = ctx.seed + 7919 * int(ctx.recorder.counters["learner_steps"])
-    actors = Actors(ctx, addresses, batcher, acting_net, produce, seed)
+    actors = Actors(ctx, addresses, batcher, acting_net, produce, seed, outages)
 
     def state() -> dict[str, Any]:
         return checkpoint_state(learner, ctx.recorder, tables=table_states(tables, settings))
@@ -401,12 +440,12 @@ def _batched_policy(ctx: RunContext, learner, lock: threading.Lock) -> tuple:
     return acting_net, client, batcher
 
 
-def _servers(ctx: RunContext):
+def _servers(ctx: RunContext, outages: Outages):
     settings = ctx.settings
     if settings.env_servers:
         return None, [a.strip() for a in settings.env_servers.split(",") if a.strip()]
     servers = LocalServers(ctx.env_id, settings.num_servers, settings.envs_per_actor,
-                           ctx.env_kwargs)  # fmt: skip
+                           ctx.env_kwargs, outages)  # fmt: skip
     return servers, servers.addresses
 
 
