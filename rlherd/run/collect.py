@@ -8,6 +8,7 @@ README's "Offline RL" section for the recipe).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,15 @@ class EpisodeRows:
                        np.asarray(self.reward, np.float32), np.asarray(self.term, bool),
                        np.asarray(self.trunc, bool))  # fmt: skip
 
+    def state_dict(self) -> dict[str, list]:
+        return dict(vars(self))
+
+    @classmethod
+    def from_state(cls, state: dict[str, list]) -> EpisodeRows:
+        rows = cls(state["obs"][0])
+        vars(rows).update(state)
+        return rows
+
 
 class RecordingAlgorithm:
     """A :class:`~rlherd.core.BatchedAlgorithm` that hands everything on to ``algorithm`` and
@@ -175,7 +185,10 @@ class RecordingAlgorithm:
         self.algorithm.end_episodes(indices)
 
     def state_dict(self) -> dict[str, Any]:
-        return dict(open=self.open, finished=self.finished)
+        """Plain data, as checkpoints hold (:mod:`rlherd.run.plain`)."""
+        return dict(open={i: rows.state_dict() for i, rows in self.open.items()},
+                    finished=[dataclasses.asdict(e) for e in self.finished])  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.open, self.finished = state["open"], state["finished"]
+        self.open = {i: EpisodeRows.from_state(rows) for i, rows in state["open"].items()}
+        self.finished = [Episode(**e) for e in state["finished"]]

@@ -122,6 +122,11 @@ def _new_run_dir(run_dir: str | Path | None, agent: str, env: str, overwrite: bo
     return RunDir(path, create=True)
 
 
+def _counted(checkpoint: dict[str, Any], runtime: str) -> int:
+    """The steps a checkpointed run had counted, in its runtime's unit."""
+    return int(checkpoint["recorder"]["counters"].get(RUNTIMES[runtime].counts, 0))
+
+
 def _never_checkpointed(path: Path) -> bool:
     """Whether the run in ``path`` ended (no process holds it) before its first checkpoint: a
     start that crashed, which holds nothing to keep."""
@@ -206,10 +211,6 @@ def train(
         rundir.lock()
         rundir.read_summary()  # damaged: one line now, not after training
         checkpoint = rundir.load_checkpoint()
-        done = int(checkpoint["recorder"]["counters"].get(RUNTIMES[runtime].counts, 0))
-        if done >= meta["total_steps"]:
-            rundir.unlock()
-            return Run(rundir.path, meta, rundir.read_summary(), finished_before=True)
     else:
         agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
         runtime, seed = runtime or "single", 0 if seed is None else seed
@@ -236,6 +237,9 @@ def train(
         checkpoint = None
     if meta["total_steps"] <= 0:
         raise ConfigError(f"total_steps must be positive, got {meta['total_steps']}")
+    if checkpoint is not None and _counted(checkpoint, runtime) >= meta["total_steps"]:
+        rundir.unlock()
+        return Run(rundir.path, meta, rundir.read_summary(), finished_before=True)
     # Fail fast on a bad id, option or pairing, before any directory is made.
     spec = _spec(meta)
     notice = rl_envs.dropped_notice(spec) if spec is not None and resume is None else None
