@@ -3,7 +3,7 @@
 The policy is a run's latest (its evaluation policy: greedy, or the mean action) or, with no
 run, a uniformly random one. ``epsilon`` replaces each action, with that probability, by a
 uniformly random one; D4RL's datasets are made this way from policies of chosen quality (see the
-README's "Offline RL" section for the recipe).
+docs/guides/offline-and-demonstrations.md for the recipe).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ PRESETS: dict[str, dict] = {
     # Pendulum and other short tasks: one learner step per environment step (RL Zoo's TD3 and
     # SAC on Pendulum also take one), Adam at 1e-3 (RL Zoo's), (64, 64) networks: at width 256
     # D4PG's policy saturated its tanh on Pendulum-v1 (88% of actions at the bounds; -864 at 30k
-    # steps, seed 1) where (64, 64) reaches -189 (see the README's continuous-control figures).
+    # steps, seed 1) where (64, 64) reaches -189 (docs/benchmarks/continuous-control.md).
     "classic": dict(
         learning_rate=1e-3,
         samples_per_insert=256.0,

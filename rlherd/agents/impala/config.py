@@ -89,7 +89,7 @@ PRESETS: dict[str, dict] = {
     # steps): so did every variant at that step size (entropy 0.03, RMSprop or Adam at 1e-3).
     # A sweep of Adam's rate, 2M steps each on the single runtime, seed 0, final training return
     # on Breakout: 1e-3 5.0, 3e-3 11.3, 6e-3 17.2, 1e-2 15.1. At 5M steps 6e-3 reaches 21.1, 15.4
-    # and 20.5 (seeds 0, 1, 2; the README's MinAtar table). gymnax-blines' MinAtar PPO shows the
+    # and 20.5 (seeds 0, 1, 2; docs/benchmarks/minatar.md). gymnax-blines' MinAtar PPO shows the
     # same failure: at 1e-4 it stalls at 5.5.
     "minatar": dict(
         unroll_length=20,
@@ -100,7 +100,7 @@ PRESETS: dict[str, dict] = {
     ),
     # MiniGrid (dict observations: the 7x7 egocentric image through the small-image torso, the
     # direction one-hot): the classic preset's Adam and entropy on 16 x 20 rollouts. rlherd's
-    # own choice, measured on MiniGrid-Empty-5x5-v0 (the README's MiniGrid table).
+    # own choice, measured on MiniGrid-Empty-5x5-v0 (docs/benchmarks/your-own-environment.md).
     "minigrid": dict(
         unroll_length=20,
         batch_size=16,

@@ -237,7 +237,7 @@ PRESETS: dict[str, dict] = {
     # values clipped too, entropy 0.01), Adam 2.5e-3 annealed to 0, rewards as they are (0 or
     # 1). CleanRL's Atari values (8 x 128, 4 minibatches, 2.5e-4) reached 6.3 on Breakout at 2M
     # steps; these 25.2 (seed 0, single runtime; 5e-3 was behind at 1.1M, 17.6 against 21.6),
-    # and at 5M 32.7, 22.2 and 30.0 (seeds 0, 1, 2; the README's MinAtar table).
+    # and at 5M 32.7, 22.2 and 30.0 (seeds 0, 1, 2; docs/benchmarks/minatar.md).
     "minatar": dict(
         _CLEANRL_ATARI,
         batch_size=64,
@@ -293,8 +293,9 @@ PRESETS["mujoco"] = PRESETS["cleanrl"]
 
 def preset_for(env_id: str) -> str:
     """CartPole and co. get ``classic``; HalfCheetah RL Zoo's tuned preset; Hopper and the other
-    MuJoCo tasks CleanRL's defaults, which measured far better on Hopper-v5 here (see the README's
-    ppo_mujoco table) than RL Zoo's settings (still there as ``--preset hopper``)."""
+    MuJoCo tasks CleanRL's defaults, which measured far better on Hopper-v5 here
+    (docs/benchmarks/continuous-control.md) than RL Zoo's settings (still there as
+    ``--preset hopper``)."""
     if env_id in ("tag-gridworld", "tag-continuous"):
         return env_id
     name = env_id.split("-")[0].lower()

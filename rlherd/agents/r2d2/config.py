@@ -94,7 +94,8 @@ PRESETS: dict[str, dict] = {
     # Small vector tasks (CartPole, MaskedCartPole): Acme's Atari sequence lengths, a small
     # network, replay of ~100k steps that starts learning after ~4k, discount 0.99 (CartPole's
     # horizon), faster target copies, and 16 samples per insert (at 8, seed 1 reached 160 at
-    # 150k steps; at 16, 476 at 300k). Tuned on rlherd/MaskedCartPole-v1 (README).
+    # 150k steps; at 16, 476 at 300k). Tuned on rlherd/MaskedCartPole-v1
+    # (docs/benchmarks/recurrent-replay.md).
     "classic": dict(
         discount=0.99,
         burn_in=8,
