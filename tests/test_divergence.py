@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_poly import _server_pids  # environment servers this process started
 
 import rlherd
 from rlherd.run import divergence
@@ -141,22 +142,6 @@ def test_a_replaced_mono_actor_is_said_on_stderr_when_it_happens(tmp_path, capfd
         r"rlherd: actor [01] exited \(code -9\); restarted \(restart 1 of at most 40\)",
     )
     assert len(lines) == 1
-
-
-def _server_pids() -> list[int]:
-    """Environment servers started by this process."""
-    me, pids = os.getpid(), []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == me and b"rlherd.envs.server" in cmdline:
-            pids.append(int(entry.name))
-    return pids
 
 
 def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, capfd):
