@@ -11,7 +11,8 @@ import sys
 # settings' dataclasses); each command imports what it runs when it runs, so ``--help`` answers
 # without loading torch, Ray or an environment family.
 from rlherd.agents import AGENTS
-from rlherd.run.config import ConfigError, NodeDied, TrainingDiverged, parse_set
+from rlherd.config import parse_set
+from rlherd.errors import ConfigError, NodeDied, TrainingDiverged
 from rlherd.runtime import RUNTIMES, settings
 
 

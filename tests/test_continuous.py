@@ -11,7 +11,7 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.agents.d4pg.learning import dpg_loss
 from rlherd.agents.learning import SupportPlacer
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
 from rlherd.run.train import resolve_config
 

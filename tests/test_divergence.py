@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import rlherd
+from rlherd.errors import TrainingDiverged
 from rlherd.run import divergence
-from rlherd.run.config import TrainingDiverged
 from rlherd.run.divergence import LOSS_WARMUP, DivergenceWatch
 from rlherd.run.rundir import RunDir
 

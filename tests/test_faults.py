@@ -13,7 +13,7 @@ import torch
 
 import rlherd
 from rlherd.envs.vector import alive
-from rlherd.run.config import ConfigError, TrainingDiverged
+from rlherd.errors import ConfigError, TrainingDiverged
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
 from rlherd.run.train import _new_run_dir

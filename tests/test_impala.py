@@ -14,7 +14,7 @@ import torch
 import rlherd
 import rlherd.run.evaluate
 from rlherd.cli import main
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
 
 

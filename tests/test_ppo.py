@@ -15,6 +15,7 @@ from rlherd.agents.ppo.config import PPOConfig
 from rlherd.agents.ppo.learning import flatten_valid
 from rlherd.agents.ppo.networks import PPONet
 from rlherd.envs import spec_for
+from rlherd.errors import ConfigError
 from rlherd.losses.ppo import (
     adapt_kl_beta,
     clipped_surrogate_loss,
@@ -24,7 +25,6 @@ from rlherd.losses.ppo import (
 )
 from rlherd.networks.distributions import Categorical, DiagGaussian
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout
-from rlherd.run.config import ConfigError
 from rlherd.run.rundir import RunDir
 
 

@@ -24,7 +24,7 @@ import rlherd.run.rundir
 from rlherd.cli import main
 from rlherd.envs.proto import env_server_pb2 as pb
 from rlherd.envs.server import METHOD, serve
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.run.loop import SnapshotNotice
 from rlherd.run.plain import KEY_ENV, from_plain, to_plain
 from rlherd.run.rundir import RunDir

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.run.video import MACRO_BLOCK, MIN_SIDE, as_video, write_video
 
 iio = pytest.importorskip("imageio.v3")

@@ -21,6 +21,7 @@ from rlherd.agents.acting import explore
 from rlherd.core import EnvSpec
 from rlherd.envs import ids
 from rlherd.envs.wrappers import sample_action
+from rlherd.errors import ConfigError, MissingExtra
 from rlherd.losses.td import double_q_learning_td, greedy_action, large_margin, q_learning_td
 from rlherd.networks import make_torso
 from rlherd.networks.distributions import (
@@ -32,7 +33,6 @@ from rlherd.networks.distributions import (
 from rlherd.replay import EpisodeAdder, Fifo, MinSize, NStepTransitionAdder, SequenceAdder, Table
 from rlherd.replay.adders import obs_signature
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
-from rlherd.run.config import ConfigError, MissingExtra
 from rlherd.run.train import ObservationNotice
 
 

@@ -29,7 +29,7 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.core import EnvSpec, Leaf
 from rlherd.envs.wrappers import sample_action
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.runtime import RUNTIMES, runtimes_for
 
 

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from rlherd.core import EnvSpec
+from rlherd.errors import ConfigError
 from rlherd.replay import offline
 from rlherd.replay.dataset import ReplayDataset, ReplaySample
 from rlherd.replay.table import SampleBatch, Table
-from rlherd.run.config import ConfigError
 
 EXPERT = "expert"
 EXPERT_EPISODES = 10

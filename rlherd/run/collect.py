@@ -19,8 +19,8 @@ from rich.progress import Progress
 from rlherd import envs as rl_envs
 from rlherd.core import stack_obs
 from rlherd.envs.wrappers import sample_action
+from rlherd.errors import ConfigError
 from rlherd.replay.offline import Episode, write_dataset
-from rlherd.run.config import ConfigError
 from rlherd.run.evaluate import MAX_EPISODE_STEPS, eval_actor, load_run
 from rlherd.types import batch_of_one, map_obs
 

@@ -10,8 +10,9 @@ import numpy as np
 import torch
 
 from rlherd import envs as rl_envs
+from rlherd.config import apply_overrides
 from rlherd.core import VariableClient
-from rlherd.run.config import ConfigError, apply_overrides
+from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir, atomic_write_json, read_json
 from rlherd.run.video import check_writable, write_video
 from rlherd.types import batch_of_one

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlherd.run.config import TrainingDiverged
+from rlherd.errors import TrainingDiverged
 
 if TYPE_CHECKING:
     import gymnasium as gym
