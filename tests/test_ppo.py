@@ -290,7 +290,7 @@ def test_eval_uses_the_trained_observation_statistics(tmp_path):
         "ppo", "Pendulum-v1", total_steps=2_048, seed=0, run_dir=tmp_path, progress=False,
         normalize_obs=True, num_envs=2, unroll_length=64,
     )  # fmt: skip
-    from rlherd.run.evaluate import evaluate, load_run
+    from rlherd.commands.evaluate import evaluate, load_run
 
     _, _, checkpoint = load_run(run.path)
     # The learner's statistics: every observation of its batches (8 rollouts of 64 steps) but

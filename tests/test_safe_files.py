@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import rlherd
-import rlherd.run.evaluate
+import rlherd.commands.evaluate
 import rlherd.run.rundir
 from rlherd.cli import main
 from rlherd.envs.proto import env_server_pb2 as pb
@@ -64,7 +64,7 @@ def _no_episodes(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("an episode ran before the run's files were checked")
 
-    monkeypatch.setattr(rlherd.run.evaluate, "run_episodes", refuse)
+    monkeypatch.setattr(rlherd.commands.evaluate, "run_episodes", refuse)
 
 
 @pytest.fixture(scope="module")

@@ -21,8 +21,8 @@ from typing import Any
 
 from rlherd.errors import ConfigError
 from rlherd.replay import offline
+from rlherd.replay.recording import RecordingAlgorithm
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
-from rlherd.run.collect import RecordingAlgorithm
 from rlherd.run.loop import ActorAlgorithm, EnvironmentLoop
 from rlherd.runtime import (
     RunContext,
