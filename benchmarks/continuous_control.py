@@ -43,8 +43,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlherd.run.evaluate import evaluate
-from rlherd.run.train import train_to
+from rlherd.commands.evaluate import evaluate
+from rlherd.commands.train import train_to
 
 # env -> (TD3, SAC) as RL Zoo publishes them (1M steps; Pendulum at 20k).
 PUBLISHED = {

@@ -25,9 +25,9 @@ import torch
 
 from rlherd import envs
 from rlherd.agents import BUILDERS
+from rlherd.commands.train import resolve_config
 from rlherd.replay import MinSize
 from rlherd.run import divergence
-from rlherd.run.train import resolve_config
 from rlherd.runtime import torch_threads
 
 SETUPS = {"classic": "CartPole-v1", "rlzoo": "CartPole-v1", "minatar_paper": "MinAtar/Breakout-v1"}

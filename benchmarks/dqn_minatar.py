@@ -16,7 +16,7 @@ import platform
 import tempfile
 
 import rlherd
-from rlherd.run.evaluate import evaluate
+from rlherd.commands.evaluate import evaluate
 
 
 def main() -> None:

@@ -42,6 +42,7 @@ import torch.multiprocessing as mp
 import rlherd
 from rlherd import envs
 from rlherd.agents import BUILDERS
+from rlherd.commands.train import resolve_config
 from rlherd.replay.rollouts import (
     RolloutQueue,
     RolloutWriter,
@@ -50,7 +51,6 @@ from rlherd.replay.rollouts import (
     rollout_layout,
 )
 from rlherd.run.loop import ActorAlgorithm, EnvironmentLoop
-from rlherd.run.train import resolve_config
 from rlherd.runtime import RunContext, make_envs
 from rlherd.runtime.mono import ActorPool, SharedVariables, rollout_slots
 from rlherd.runtime.settings import resolve as resolve_settings

@@ -42,11 +42,11 @@ import torch
 
 from rlherd import envs
 from rlherd.agents import BUILDERS
+from rlherd.commands.train import resolve_config
 from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
 from rlherd.replay import MinSize, Prioritized
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
-from rlherd.run.train import resolve_config
 
 PATHS = ("before", "unflushed", "eager", "compiled")
 SETUPS = {"classic": "CartPole-v1", "rlzoo": "CartPole-v1", "minatar_paper": "MinAtar/Breakout-v1"}

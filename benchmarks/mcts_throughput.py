@@ -24,7 +24,7 @@ import torch
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
-from rlherd.run.train import resolve_config
+from rlherd.commands.train import resolve_config
 
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
                torch=torch.__version__)  # fmt: skip

@@ -33,9 +33,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlherd.run.evaluate import evaluate
-from rlherd.run.plot import load_curves, plot_runs
-from rlherd.run.train import train_to
+from rlherd.commands.evaluate import evaluate
+from rlherd.commands.plot import load_curves, plot_runs
+from rlherd.commands.train import train_to
 
 # (agent, game) -> (published figure, its source): the nearest published algorithm's.
 PUBLISHED = {

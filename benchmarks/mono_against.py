@@ -20,7 +20,7 @@ import platform
 
 from trees import ROOT, older_tree, run_in
 
-from rlherd.run.config import parse_set
+from rlherd.config import parse_set
 
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count())
 

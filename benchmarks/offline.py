@@ -24,10 +24,10 @@ import torch
 
 from rlherd import envs
 from rlherd.agents import BUILDERS
+from rlherd.commands.collect import collect
+from rlherd.commands.train import resolve_config
 from rlherd.replay import offline
 from rlherd.replay.dataset import ReplaySample
-from rlherd.run.collect import collect
-from rlherd.run.train import resolve_config
 
 ENV = "CartPole-v1"
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),

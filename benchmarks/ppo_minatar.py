@@ -21,7 +21,7 @@ import tempfile
 import torch
 
 import rlherd
-from rlherd.run.evaluate import evaluate
+from rlherd.commands.evaluate import evaluate
 
 RUNS = (("ppo", "minatar"), ("ppo", "classic"), ("impala", "minatar"))
 MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),

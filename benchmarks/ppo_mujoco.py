@@ -21,7 +21,7 @@ import platform
 import tempfile
 
 import rlherd
-from rlherd.run.evaluate import evaluate
+from rlherd.commands.evaluate import evaluate
 
 # Final returns at 1M steps as published (approximate; read off their reports).
 PUBLISHED = {

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlherd.run.plot import load_curves
-from rlherd.run.train import train_to
+from rlherd.commands.plot import load_curves
+from rlherd.commands.train import train_to
 
 # name -> (agent, env, runtime, steps, goal, what the goal is of, eval_every)
 FIGURES: dict[str, tuple[str, str, str, int, float, str, int | None]] = {

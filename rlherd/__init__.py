@@ -18,7 +18,7 @@ def __getattr__(name: str) -> Any:
 
         return rlherd.envs if name == "envs" else rlherd.envs.make
     if name in ("Run", "train"):
-        from rlherd.run import train as module
+        from rlherd.commands import train as module
 
         return getattr(module, name)
     raise AttributeError(f"module 'rlherd' has no attribute {name!r}")

@@ -11,7 +11,8 @@ import sys
 # settings' dataclasses); each command imports what it runs when it runs, so ``--help`` answers
 # without loading torch, Ray or an environment family.
 from rlherd.agents import AGENTS
-from rlherd.run.config import ConfigError, NodeDied, TrainingDiverged, parse_set
+from rlherd.config import parse_set
+from rlherd.errors import ConfigError, NodeDied, TrainingDiverged
 from rlherd.runtime import RUNTIMES, settings
 
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command == "train":
-            from rlherd.run.train import train
+            from rlherd.commands.train import train
 
             if args.resume is None and (args.agent is None or args.env is None):
                 parser.error("train needs an agent and --env (or --resume RUN_DIR)")
@@ -196,18 +197,18 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"run directory: {run.path}", file=sys.stderr)
         elif args.command == "eval" and (args.record_episodes or args.out):
-            from rlherd.run.collect import collect
+            from rlherd.commands.collect import collect
 
             if not (args.record_episodes and args.out):
                 raise ConfigError("--record-episodes N and --out ID go together")
             print(json.dumps(collect(args.run_dir, args.out, args.record_episodes)))
         elif args.command == "eval":
-            from rlherd.run.evaluate import evaluate
+            from rlherd.commands.evaluate import evaluate
 
             print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample,
                                       opponent=args.opponent)))  # fmt: skip
         elif args.command == "collect":
-            from rlherd.run.collect import collect
+            from rlherd.commands.collect import collect
 
             print(json.dumps(collect(args.run_dir, args.out, args.episodes, env=args.env,
                                      env_kwargs=_env_kwargs(args.env_kwargs),
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             print(json.dumps(dict(env=args.env, consistent=True, **result)))
         elif args.command == "plot":
-            from rlherd.run.plot import plot_runs
+            from rlherd.commands.plot import plot_runs
 
             print(plot_runs(args.run_dirs, args.output, args.window, args.title))
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:

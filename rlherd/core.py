@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
-from rlherd.run.config import UnsupportedEnv
+from rlherd.errors import UnsupportedEnv
 from rlherd.types import ACTION_MASK
 
 if TYPE_CHECKING:  # environment workers import this module without torch

@@ -77,7 +77,7 @@ def record_scripted(env_id: str, policy, episodes: int, epsilon: float, seed: in
     ``epsilon``) on ``env_id``, as ``rlherd collect`` records a run's."""
     from rlherd import envs as rl_envs
     from rlherd.replay.offline import write_dataset
-    from rlherd.run.collect import record_episodes
+    from rlherd.replay.recording import record_episodes
 
     env = rl_envs.make(env_id)
     recorded = record_episodes(env, lambda obs, first: policy(obs), episodes, epsilon, seed)

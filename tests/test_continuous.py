@@ -11,9 +11,9 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.agents.d4pg.learning import dpg_loss
 from rlherd.agents.learning import SupportPlacer
-from rlherd.run.config import ConfigError
+from rlherd.commands.train import resolve_config
+from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
-from rlherd.run.train import resolve_config
 
 CONTINUOUS = ("ddpg", "d4pg", "mpo", "dmpo")
 REACH = "rlherd/Reach-v0"

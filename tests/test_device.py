@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import rlherd
+from rlherd.commands.evaluate import evaluate
 from rlherd.envs.device import (
     ConsistencyError,
     TagContinuous,
@@ -21,7 +22,6 @@ from rlherd.envs.device import (
     sample_multi_categorical,
 )
 from rlherd.envs.reference.tag import TagGridWorldReference
-from rlherd.run.evaluate import evaluate
 from rlherd.run.rundir import RunDir
 
 pytest.importorskip("pettingzoo")
@@ -192,7 +192,7 @@ def test_device_run_resumes_exactly_and_evaluates_with_an_animation(tmp_path):
     result = evaluate(tmp_path / "a", episodes=3, video=tmp_path / "game.gif")
     assert (tmp_path / "game.gif").stat().st_size > 1000
     assert {"eval_return_tagger", "eval_return_runner", "eval_tag_rate"} <= set(result)
-    from rlherd.run.plot import plot_runs  # one curve per policy
+    from rlherd.commands.plot import plot_runs  # one curve per policy
 
     assert plot_runs([tmp_path / "a"], tmp_path / "curves.png").stat().st_size > 1000
 

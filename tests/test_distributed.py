@@ -16,9 +16,9 @@ import torch
 
 import rlherd
 from rlherd.envs.vector import alive
+from rlherd.errors import ConfigError, NodeDied
 from rlherd.replay import Table
 from rlherd.replay.rollouts import join
-from rlherd.run.config import ConfigError, NodeDied
 from rlherd.run.rundir import RunDir
 
 CORRIDOR = "rlherd/Corridor-v0"

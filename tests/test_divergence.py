@@ -18,8 +18,8 @@ import torch
 from test_poly import _server_pids  # environment servers this process started
 
 import rlherd
+from rlherd.errors import TrainingDiverged
 from rlherd.run import divergence
-from rlherd.run.config import TrainingDiverged
 from rlherd.run.divergence import LOSS_WARMUP, DivergenceWatch
 from rlherd.run.rundir import RunDir
 

@@ -8,7 +8,7 @@ import torch
 
 import rlherd
 from rlherd.agents.dqn.acting import DQNActor, linear_epsilon
-from rlherd.run.evaluate import evaluate
+from rlherd.commands.evaluate import evaluate
 from rlherd.run.rundir import RunDir
 
 

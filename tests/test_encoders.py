@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from rlherd.core import EnvSpec, Leaf
+from rlherd.errors import ConfigError
 from rlherd.networks import AtariShallowTorso, MinAtarTorso, MLPTorso, make_torso
 from rlherd.networks.encoders import (
     ENCODERS,
@@ -12,7 +13,6 @@ from rlherd.networks.encoders import (
     auto_encoder,
     egocentric_crop,
 )
-from rlherd.run.config import ConfigError
 
 U8, I8, I16, I64, F32, BOOL = (np.dtype(t) for t in ("uint8", "int8", "int16", "int64",
                                                       "float32", "bool"))  # fmt: skip

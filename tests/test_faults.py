@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import rlherd
+from rlherd.commands.train import _new_run_dir
 from rlherd.envs.vector import alive
-from rlherd.run.config import ConfigError, TrainingDiverged
+from rlherd.errors import ConfigError, TrainingDiverged
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
-from rlherd.run.train import _new_run_dir
 
 BANDIT = dict(total_steps=320, progress=False)
 
@@ -50,7 +50,7 @@ def test_a_non_empty_directory_that_is_not_a_run_is_refused(tmp_path):
 
 def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("rlherd.run.train.time.strftime", lambda fmt: "20261122-120000")
+    monkeypatch.setattr("rlherd.commands.train.time.strftime", lambda fmt: "20261122-120000")
     paths = [_new_run_dir(None, "impala", "CartPole-v1", False).path for _ in range(3)]
     assert len(set(paths)) == 3 and all((tmp_path / p / "metrics").is_dir() for p in paths)
 
@@ -114,7 +114,7 @@ def test_resume_refuses_what_it_cannot_honour_and_applies_new_evaluations(
 def test_train_to_continues_a_stopped_run_leaves_a_finished_one_and_retrains_the_rest(
     tmp_path,
 ):
-    from rlherd.run.train import train_to
+    from rlherd.commands.train import train_to
 
     run = tmp_path / "run"
     rlherd.train("impala", "rlherd/Bandit-v0", run_dir=run, seed=3, **BANDIT)
@@ -241,7 +241,7 @@ def test_bad_environment_options_are_one_clear_error(capsys):
 
 def test_a_bug_keeps_its_traceback_and_a_user_error_is_one_line(monkeypatch, capsys, tmp_path):
     """The CLI turns what a user can fix into one line; anything else is a bug to see whole."""
-    import rlherd.run.train as train_module
+    import rlherd.commands.train as train_module
     from rlherd.cli import main
 
     def bug(*args, **kwargs):
@@ -370,11 +370,11 @@ class _FirstAction:
 
 def test_evaluation_and_recorded_episodes_end_in_an_environment_that_never_does(monkeypatch):
     """Before the step limit, a greedy evaluation of an endless episode never returned."""
-    import rlherd.run.collect as collect
-    import rlherd.run.evaluate as evaluate
+    import rlherd.replay.recording as recording
+    import rlherd.run.evaluation as evaluation
 
-    monkeypatch.setattr(evaluate, "MAX_EPISODE_STEPS", 50, raising=False)
-    monkeypatch.setattr(collect, "MAX_EPISODE_STEPS", 50, raising=False)
+    monkeypatch.setattr(evaluation, "MAX_EPISODE_STEPS", 50)
+    monkeypatch.setattr(recording, "MAX_EPISODE_STEPS", 50)
 
     def hung(signum, frame):
         raise TimeoutError("the episode never ended")
@@ -382,13 +382,13 @@ def test_evaluation_and_recorded_episodes_end_in_an_environment_that_never_does(
     previous = signal.signal(signal.SIGALRM, hung)
     signal.alarm(30)
     try:
-        returns, lengths, _ = evaluate.run_episodes(_NeverEnds(), _FirstAction(), 2, seed=0)
-        recorded = collect.record_episodes(_NeverEnds(), lambda obs, first: 0, 1)
+        returns, lengths, _ = evaluation.run_episodes(_NeverEnds(), _FirstAction(), 2, seed=0)
+        recorded = recording.record_episodes(_NeverEnds(), lambda obs, first: 0, 1)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert lengths == [50, 50] and returns == [50.0, 50.0]
-    assert evaluate.episode_stats(returns, lengths)["eval_episodes_cut"] == 2
-    assert evaluate.episode_stats([1.0], [3])["eval_episodes_cut"] == 0
+    assert evaluation.episode_stats(returns, lengths)["eval_episodes_cut"] == 2
+    assert evaluation.episode_stats([1.0], [3])["eval_episodes_cut"] == 0
     assert len(recorded[0]) == 50
     assert recorded[0].truncations[-1] and not recorded[0].truncations[:-1].any()

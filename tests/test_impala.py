@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import rlherd
-import rlherd.run.evaluate
+import rlherd.commands.evaluate
 from rlherd.cli import main
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
 
 
@@ -32,7 +32,7 @@ def test_tiny_environments_are_solved(env_id, runtime, tmp_path):
     returns = [float(r["episode_return"]) for r in _rows(tmp_path / "metrics" / "train.csv")]
     assert run.summary["episodes"] == len(returns) >= 200
     assert sum(returns[-200:]) / 200 >= 0.95 * optimum
-    result = rlherd.run.evaluate.evaluate(tmp_path, episodes=5)
+    result = rlherd.commands.evaluate.evaluate(tmp_path, episodes=5)
     assert result["eval_return_mean"] == pytest.approx(optimum)
     assert json.loads((tmp_path / "summary.json").read_text())["eval_return_mean"] == pytest.approx(
         optimum
@@ -191,7 +191,7 @@ def test_impala_learns_cartpole(runtime, precision, tmp_path):
         "impala", "CartPole-v1", runtime=runtime, total_steps=500_000, seed=0,
         run_dir=tmp_path, progress=False, precision=precision,
     )  # fmt: skip
-    result = rlherd.run.evaluate.evaluate(tmp_path, episodes=20)
+    result = rlherd.commands.evaluate.evaluate(tmp_path, episodes=20)
     assert result["eval_return_mean"] >= 475, (result, run.summary)
 
 
@@ -261,7 +261,7 @@ def test_learner_on_cuda(runtime, tmp_path):
         progress=False, device="cuda", use_lstm=True,
     )  # fmt: skip
     assert run.summary["learner_steps"] > 0
-    assert rlherd.run.evaluate.evaluate(tmp_path, episodes=1)["eval_episodes"] == 1
+    assert rlherd.commands.evaluate.evaluate(tmp_path, episodes=1)["eval_episodes"] == 1
 
 
 def test_cuda_without_cuda_is_a_clear_error(tmp_path):

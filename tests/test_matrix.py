@@ -14,7 +14,7 @@ import pytest
 import rlherd
 from rlherd import core
 from rlherd.agents import BUILDERS
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.runtime import RUNTIMES, settings
 
 ROOT = Path(__file__).resolve().parents[1]

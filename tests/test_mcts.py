@@ -24,9 +24,9 @@ from rlherd.agents.mcts.search import (
     select,
     visit_policy,
 )
+from rlherd.commands.evaluate import evaluate
+from rlherd.errors import ConfigError
 from rlherd.losses.search import search_policy_kl, transition_model_loss, value_td_loss
-from rlherd.run.config import ConfigError
-from rlherd.run.evaluate import evaluate
 from rlherd.run.rundir import RunDir
 from rlherd.types import batch_of_one, obs_len
 

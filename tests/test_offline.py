@@ -17,7 +17,10 @@ from rlherd import envs as rl_envs
 from rlherd import runtime as runtime_mod
 from rlherd.agents.dqn import DQNBuilder, DQNConfig
 from rlherd.cli import main
+from rlherd.commands.collect import collect
+from rlherd.commands.evaluate import evaluate
 from rlherd.core import EnvSpec
+from rlherd.errors import ConfigError
 from rlherd.losses.offline import (
     categorical_nll,
     cql_gap_continuous,
@@ -30,9 +33,7 @@ from rlherd.losses.offline import (
 )
 from rlherd.networks.continuous import tanh_gaussian_log_prob, tanh_gaussian_sample
 from rlherd.replay import demonstrations, offline
-from rlherd.run.collect import RecordingAlgorithm, collect
-from rlherd.run.config import ConfigError
-from rlherd.run.evaluate import evaluate
+from rlherd.replay.recording import RecordingAlgorithm
 from rlherd.run.rundir import RunDir
 from rlherd.types import map_obs
 

@@ -37,7 +37,7 @@ from rlherd.envs.server import (  # noqa: E402
     space_to_proto,
     to_array,
 )
-from rlherd.run.config import ConfigError  # noqa: E402
+from rlherd.errors import ConfigError  # noqa: E402
 from rlherd.runtime.batching import BatchingQueue, Closed, DynamicBatcher  # noqa: E402
 from rlherd.runtime.poly import BatchedPolicy, _check_served, _inference  # noqa: E402
 

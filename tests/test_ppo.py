@@ -15,6 +15,7 @@ from rlherd.agents.ppo.config import PPOConfig
 from rlherd.agents.ppo.learning import flatten_valid
 from rlherd.agents.ppo.networks import PPONet
 from rlherd.envs import spec_for
+from rlherd.errors import ConfigError
 from rlherd.losses.ppo import (
     adapt_kl_beta,
     clipped_surrogate_loss,
@@ -24,7 +25,6 @@ from rlherd.losses.ppo import (
 )
 from rlherd.networks.distributions import Categorical, DiagGaussian
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout
-from rlherd.run.config import ConfigError
 from rlherd.run.rundir import RunDir
 
 
@@ -290,7 +290,7 @@ def test_eval_uses_the_trained_observation_statistics(tmp_path):
         "ppo", "Pendulum-v1", total_steps=2_048, seed=0, run_dir=tmp_path, progress=False,
         normalize_obs=True, num_envs=2, unroll_length=64,
     )  # fmt: skip
-    from rlherd.run.evaluate import evaluate, load_run
+    from rlherd.commands.evaluate import evaluate, load_run
 
     _, _, checkpoint = load_run(run.path)
     # The learner's statistics: every observation of its batches (8 rollouts of 64 steps) but

@@ -15,6 +15,8 @@ import rlherd
 from rlherd.agents import BUILDERS
 from rlherd.agents.r2d2 import R2D2Builder, R2D2Config
 from rlherd.agents.r2d2.learning import r2d2_loss
+from rlherd.commands.evaluate import evaluate
+from rlherd.errors import ConfigError
 from rlherd.losses.td import (
     large_margin,
     n_step_sequence_returns,
@@ -24,8 +26,6 @@ from rlherd.losses.td import (
 )
 from rlherd.replay import Prioritized, ReplayDataset, Table, Uniform
 from rlherd.replay.demonstrations import MixedDataset
-from rlherd.run.config import ConfigError
-from rlherd.run.evaluate import evaluate
 from rlherd.run.rundir import RunDir
 
 SMALL = dict(burn_in=3, trace_length=5, sequence_period=4, batch_size=4, replay_size=200,

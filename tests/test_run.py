@@ -7,7 +7,8 @@ import pytest
 
 from rlherd.agents.impala import ImpalaConfig
 from rlherd.cli import main
-from rlherd.run.config import ConfigError, apply_overrides, parse_set
+from rlherd.config import apply_overrides, parse_set
+from rlherd.errors import ConfigError
 from rlherd.run.rundir import CSVLogger, RunDir
 
 
@@ -181,7 +182,7 @@ def test_unread_learner_metrics_are_bounded_and_fold_into_the_same_mean(tmp_path
 def test_a_non_finite_learner_row_stops_the_run_after_it_is_written(tmp_path):
     import torch
 
-    from rlherd.run.config import TrainingDiverged
+    from rlherd.errors import TrainingDiverged
     from rlherd.run.recorder import Recorder
 
     recorder = Recorder(RunDir(tmp_path, create=True), dict(agent="a", env="e", runtime="r"),

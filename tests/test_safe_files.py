@@ -19,12 +19,12 @@ import pytest
 import torch
 
 import rlherd
-import rlherd.run.evaluate
+import rlherd.commands.evaluate
 import rlherd.run.rundir
 from rlherd.cli import main
 from rlherd.envs.proto import env_server_pb2 as pb
 from rlherd.envs.server import METHOD, serve
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.run.loop import SnapshotNotice
 from rlherd.run.plain import KEY_ENV, from_plain, to_plain
 from rlherd.run.rundir import RunDir
@@ -64,7 +64,7 @@ def _no_episodes(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("an episode ran before the run's files were checked")
 
-    monkeypatch.setattr(rlherd.run.evaluate, "run_episodes", refuse)
+    monkeypatch.setattr(rlherd.commands.evaluate, "run_episodes", refuse)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.run.video import MACRO_BLOCK, MIN_SIDE, as_video, write_video
 
 iio = pytest.importorskip("imageio.v3")
@@ -119,7 +119,7 @@ def test_written_videos_read_back_enlarged_without_warnings(tmp_path, caplog, su
 
 
 def test_a_video_name_of_another_format_is_refused_before_any_episode(tmp_path, monkeypatch):
-    from rlherd.run import evaluate
+    from rlherd.commands import evaluate
 
     monkeypatch.setattr(evaluate, "load_run", lambda run_dir: pytest.fail("episodes were played"))
     with pytest.raises(ConfigError, match=r"--video writes a \.gif or an \.mp4; got .*v\.avi"):

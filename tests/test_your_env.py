@@ -18,9 +18,11 @@ import rlherd
 from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents.acting import explore
+from rlherd.commands.train import ObservationNotice
 from rlherd.core import EnvSpec
 from rlherd.envs import ids
 from rlherd.envs.wrappers import sample_action
+from rlherd.errors import ConfigError, MissingExtra
 from rlherd.losses.td import double_q_learning_td, greedy_action, large_margin, q_learning_td
 from rlherd.networks import make_torso
 from rlherd.networks.distributions import (
@@ -32,8 +34,6 @@ from rlherd.networks.distributions import (
 from rlherd.replay import EpisodeAdder, Fifo, MinSize, NStepTransitionAdder, SequenceAdder, Table
 from rlherd.replay.adders import obs_signature
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
-from rlherd.run.config import ConfigError, MissingExtra
-from rlherd.run.train import ObservationNotice
 
 
 # ------------------------------------------------------------------------------ environments
@@ -438,7 +438,7 @@ def test_an_agent_never_takes_an_illegal_action(agent, source, tmp_path):
 @pytest.mark.parametrize("agent", ["dqfd", "r2d3"])
 def test_agents_with_demonstrations_never_take_an_illegal_action(agent, tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
-    from rlherd.run.collect import collect
+    from rlherd.commands.collect import collect
 
     collect(None, "onelegal/random-v0", 20, env=ONE_LEGAL, progress=False)  # random legal
     run = rlherd.train(agent, ONE_LEGAL, total_steps=1_500, seed=0, run_dir=tmp_path / "run",

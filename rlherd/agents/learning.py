@@ -31,7 +31,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from rlherd.core import copy_tensors
-from rlherd.run.config import ConfigError, TrainingDiverged
+from rlherd.errors import ConfigError, TrainingDiverged
 from rlherd.run.divergence import DivergenceWatch, parameter_norm
 
 

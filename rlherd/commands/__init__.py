@@ -1,1 +1,2 @@
-"""The commands of the ``rlherd`` CLI that are more than a call into the layers below."""
+"""The commands of the ``rlherd`` CLI (``train``, ``eval``, ``collect``, ``plot``, ``check-env``):
+the top floor, above agents and runtimes, which they name and put together."""

@@ -29,7 +29,7 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.core import EnvSpec, Leaf
 from rlherd.envs.wrappers import sample_action
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.runtime import RUNTIMES, runtimes_for
 
 
@@ -79,7 +79,7 @@ def steps_per_second(env: gym.Env, seconds: float, seed: int) -> float:
 def trainers(spec: EnvSpec) -> dict[str, str | list[str]]:
     """Each agent's verdict: the runtimes it trains the environment on, or why it cannot (its
     networks are built for the environment, with its preset for it, as a run would)."""
-    from rlherd.run.train import resolve_config
+    from rlherd.commands.train import resolve_config
 
     out: dict[str, str | list[str]] = {}
     for name, builder_class in sorted(BUILDERS.items()):

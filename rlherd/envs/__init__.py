@@ -51,7 +51,7 @@ from rlherd.envs.ids import (
     target,
 )
 from rlherd.envs.wrappers import ActionMaskObservation, NamedArrays, mask_source
-from rlherd.run.config import ConfigError, MissingExtra
+from rlherd.errors import ConfigError, MissingExtra
 
 __all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "family", "is_mujoco", "make",
            "make_vector", "resolve", "save_envs", "spec_for", "spec_of"]  # fmt: skip

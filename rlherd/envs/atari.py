@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlherd.run.config import MissingExtra, UnsupportedEnv
+from rlherd.errors import MissingExtra, UnsupportedEnv
 
 DEFAULTS: dict[str, Any] = dict(
     noop_max=30,

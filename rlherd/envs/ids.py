@@ -31,7 +31,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlherd.envs import openspiel
-from rlherd.run.config import ConfigError, MissingExtra
+from rlherd.errors import ConfigError, MissingExtra
 
 
 def register_optional_families() -> None:

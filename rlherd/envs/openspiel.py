@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.run.config import ConfigError, MissingExtra
+from rlherd.errors import ConfigError, MissingExtra
 
 PREFIX = "open_spiel/"
 

@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.run.config import ConfigError, MissingExtra
+from rlherd.errors import ConfigError, MissingExtra
 
 try:
     import grpc

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rlherd.core import EnvSpec
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 
 __all__ = [
     "MLPTorso",

@@ -28,7 +28,7 @@ from torch import nn
 
 from rlherd import types as F
 from rlherd.core import EnvSpec
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 
 
 class LayerNormMLP(nn.Module):

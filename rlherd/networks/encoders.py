@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from rlherd.core import Leaf
+from rlherd.errors import ConfigError
 from rlherd.networks import AtariShallowTorso, MinAtarTorso, MLPTorso
-from rlherd.run.config import ConfigError
 from rlherd.types import ACTION_MASK
 
 __all__ = ["ENCODERS", "auto_encoder", "MultiInputTorso", "NetHackTorso", "egocentric_crop"]

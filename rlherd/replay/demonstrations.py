@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from rlherd.core import EnvSpec
+from rlherd.errors import ConfigError
 from rlherd.replay import offline
 from rlherd.replay.dataset import ReplayDataset, ReplaySample
 from rlherd.replay.table import SampleBatch, Table
-from rlherd.run.config import ConfigError
 
 EXPERT = "expert"
 EXPERT_EPISODES = 10
@@ -45,7 +45,7 @@ def expert_episodes(env_id: str, env_kwargs: dict[str, Any], episodes: int,
     """``episodes`` episodes of ``env_id``'s scripted expert: the ``expert_action()`` of its
     unwrapped environment."""
     from rlherd import envs as rl_envs
-    from rlherd.run.collect import record_episodes
+    from rlherd.replay.recording import record_episodes
 
     env = rl_envs.make(env_id, **env_kwargs)
     expert = getattr(env.unwrapped, "expert_action", None)

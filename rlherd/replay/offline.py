@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlherd.core import EnvSpec, Leaf, flatten_space, flatten_value
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.types import map_obs
 
 ABOUT_KEY = "rlherd"  # metadata: the env id, env kwargs and policy a dataset was recorded with

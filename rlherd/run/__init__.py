@@ -1,1 +1,2 @@
-"""Runs: resolved configs, the run directory, metrics, checkpoints, evaluation and plots."""
+"""The kit runtimes use: the environment loop, the recorder, the run directory, counting,
+evaluation, divergence checks and videos. The commands built on it are :mod:`rlherd.commands`."""

@@ -4,7 +4,7 @@ A learning rate far too high (``learning_rate=1e6``) does not always overflow: A
 weight by about the learning rate per step whatever the gradient, so the weights reach 1e10
 and stay finite, the policy collapses, and the run would go on to its budget and report a
 return as if it had trained. :class:`DivergenceWatch` stops such a run with
-:class:`~rlherd.run.config.TrainingDiverged`, judging each learner against its own start.
+:class:`~rlherd.errors.TrainingDiverged`, judging each learner against its own start.
 
 Two signals, each against its own reference:
 
@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from rlherd.run.config import TrainingDiverged
+from rlherd.errors import TrainingDiverged
 
 CHECK_PERIOD = 100  # learner steps between readings
 NORM_FACTOR = 1e3  # the parameters' norm may grow this much over its value at the start

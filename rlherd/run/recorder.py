@@ -20,7 +20,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from rlherd.run.config import TrainingDiverged
+from rlherd.errors import TrainingDiverged
 from rlherd.run.counting import Counter
 from rlherd.run.rundir import RunDir
 

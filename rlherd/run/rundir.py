@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 from rlherd.run.plain import from_plain, to_plain
 
 KEEP_CHECKPOINTS = 2

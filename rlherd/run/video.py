@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlherd.run.config import ConfigError, MissingExtra
+from rlherd.errors import ConfigError, MissingExtra
 
 MIN_SIDE = 256  # pixels on a video's short side, at least: MinAtar's 10x10 frames become 260x260
 MACRO_BLOCK = 16  # an MP4's sides are multiples of this

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlherd.run.config import TrainingDiverged
+from rlherd.errors import TrainingDiverged
 
 if TYPE_CHECKING:
     import gymnasium as gym
@@ -97,7 +97,7 @@ class RunContext:
     checkpoint: dict[str, Any] | None  # to resume from
     save: Callable[[dict[str, Any]], None]  # writes a checkpoint (runtimes call write_checkpoint())
     stop: threading.Event  # set by SIGINT / SIGTERM: stop at the next safe point
-    evaluator: Any = None  # rlherd.run.evaluate.Evaluator, or None
+    evaluator: Any = None  # rlherd.run.evaluation.Evaluator, or None
 
     def tick(self, state: Callable[[], dict[str, Any]], source: Any = None) -> None:
         """What every runtime does between learner steps: evaluate with ``source``'s parameters

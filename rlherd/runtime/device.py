@@ -30,10 +30,11 @@ import numpy as np
 import torch
 
 from rlherd import types as F
+from rlherd.config import apply_overrides
 from rlherd.core import EnvSpec, Leaf
 from rlherd.envs.device import DeviceEnv, make_device
+from rlherd.errors import ConfigError
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
-from rlherd.run.config import ConfigError, apply_overrides
 from rlherd.run.counting import EpisodeTracker
 from rlherd.run.video import write_video
 from rlherd.runtime import RunContext, checkpoint_state, set_rng_state

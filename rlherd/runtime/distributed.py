@@ -42,7 +42,7 @@ import numpy as np
 
 from rlherd.envs.ids import child_env
 from rlherd.envs.vector import alive
-from rlherd.run.config import ConfigError, NodeDied, TrainingDiverged
+from rlherd.errors import ConfigError, NodeDied, TrainingDiverged
 from rlherd.run.rundir import atomic_write_json
 from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 

@@ -41,8 +41,8 @@ import torch
 import torch.multiprocessing as mp
 
 from rlherd.envs.vector import die_with_parent
+from rlherd.errors import ConfigError
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, join, rollout_layout
-from rlherd.run.config import ConfigError
 from rlherd.run.counting import StepReport
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.runtime import (

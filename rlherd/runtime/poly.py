@@ -39,8 +39,8 @@ import torch
 from rlherd import types as F
 from rlherd.core import EnvSpec, VariableClient
 from rlherd.envs.ids import child_env
+from rlherd.errors import ConfigError
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
-from rlherd.run.config import ConfigError
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.runtime import (
     RunContext,

@@ -34,7 +34,7 @@ import torch
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
 from rlherd.replay.table import RateLimiterTimeout, SampleBatch, Table
 from rlherd.run.counting import StepReport
-from rlherd.run.evaluate import EvalEpisodes
+from rlherd.run.evaluation import EvalEpisodes
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.run.recorder import mean_metrics
 from rlherd.runtime import make_envs, torch_threads, with_demonstrations

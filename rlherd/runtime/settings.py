@@ -15,7 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlherd.run.config import ConfigError, apply_overrides
+from rlherd.config import apply_overrides
+from rlherd.errors import ConfigError
 
 
 @dataclass

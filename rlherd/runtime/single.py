@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlherd.errors import ConfigError
 from rlherd.replay import offline
+from rlherd.replay.recording import RecordingAlgorithm
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
-from rlherd.run.collect import RecordingAlgorithm
-from rlherd.run.config import ConfigError
 from rlherd.run.loop import ActorAlgorithm, EnvironmentLoop
 from rlherd.runtime import (
     RunContext,

@@ -7,6 +7,7 @@ from torch import nn
 
 from rlherd.agents.bc.config import BCConfig
 from rlherd.core import EnvSpec
+from rlherd.errors import ConfigError
 from rlherd.networks import torso_of
 from rlherd.networks.continuous import (
     ActionBounds,
@@ -14,7 +15,6 @@ from rlherd.networks.continuous import (
     obs_dim,
     require_bounded_box,
 )
-from rlherd.run.config import ConfigError
 
 
 class BCNetwork(ActionBounds, nn.Module):

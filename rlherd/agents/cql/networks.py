@@ -8,6 +8,7 @@ from torch import nn
 
 from rlherd.agents.cql.config import CQLConfig
 from rlherd.core import EnvSpec
+from rlherd.errors import ConfigError
 from rlherd.networks import torso_of
 from rlherd.networks.continuous import (
     ActionBounds,
@@ -16,7 +17,6 @@ from rlherd.networks.continuous import (
     obs_dim,
     require_bounded_box,
 )
-from rlherd.run.config import ConfigError
 
 
 class DiscreteQ(nn.Module):

@@ -18,7 +18,7 @@ import torch
 from rlherd import types as F
 from rlherd.agents.mcts.search import ModelStep
 from rlherd.core import stack_obs
-from rlherd.run.config import ConfigError
+from rlherd.errors import ConfigError
 
 
 class Snapshot(NamedTuple):

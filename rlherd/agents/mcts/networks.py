@@ -10,8 +10,8 @@ from torch import nn
 
 from rlherd.agents.mcts.config import MCTSConfig
 from rlherd.core import EnvSpec
+from rlherd.errors import ConfigError
 from rlherd.networks import require_discrete, torso_of
-from rlherd.run.config import ConfigError
 
 
 def mlp(sizes: tuple[int, ...]) -> nn.Sequential:

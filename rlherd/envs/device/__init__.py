@@ -17,8 +17,8 @@ import torch
 from rlherd.envs.device.base import DeviceEnv
 from rlherd.envs.device.cartpole import CartPole
 from rlherd.envs.device.tag import TagContinuous, TagGridWorld
+from rlherd.errors import ConfigError
 from rlherd.networks.distributions import sample_categorical, sample_multi_categorical
-from rlherd.run.config import ConfigError
 
 DEVICE_ENVS: dict[str, type[DeviceEnv]] = {
     "tag-gridworld": TagGridWorld,

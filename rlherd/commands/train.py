@@ -16,8 +16,10 @@ from typing import Any
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
-from rlherd.run.config import ConfigError, apply_overrides, to_json
-from rlherd.run.evaluate import Evaluator, builder_of
+from rlherd.commands.evaluate import builder_of
+from rlherd.config import apply_overrides, to_json
+from rlherd.errors import ConfigError
+from rlherd.run.evaluation import Evaluator
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, read_json
 from rlherd.runtime import (
