@@ -255,16 +255,39 @@ class VariableSource(Protocol):
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]: ...
 
 
+POLICY_KEY = "net"
+"""Where a learner's checkpointed state (:meth:`Learner.state_dict`) holds its policy: the state
+dict of the networks its builder made (:meth:`Builder.make_networks`)."""
+
+
+def policy_state(learner_state: dict[str, Any]) -> dict[str, Any]:
+    """The policy within a learner's checkpointed state: a state dict that loads into a fresh
+    ``builder.make_networks(spec)``.
+
+    Why a function: evaluation, dataset collection and the device runtime act with a finished
+    run's policy without making its learner (optimisers, targets, replay tables), so they read it
+    out of the checkpoint; this is the one place that says where it is."""
+    return learner_state[POLICY_KEY]
+
+
 @runtime_checkable
 class Learner(VariableSource, Protocol):
     """Consumes exactly one batch from its dataset per ``step()``; checkpointable. Runtimes drive
-    learners only through ``step()``."""
+    learners only through ``step()``.
+
+    ``state_dict()`` holds ``policy_state()`` under :data:`POLICY_KEY`, so that
+    :func:`policy_state` finds the policy in a checkpoint without a learner."""
 
     def step(self) -> dict[str, float]: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def policy_state(self) -> dict[str, Any]:
+        """The state dict of the networks this learner trains (those its builder made), which
+        actors and evaluators act with."""
+        ...
 
 
 @runtime_checkable

@@ -40,7 +40,8 @@ class NetworkLearner:
     dataset's next batch to the subclass's ``learn``, and as a variable source it serves ``net``
     whole under every name, versioned by ``num_steps`` (actors fetch only after an update).
     Its checkpoint is ``num_steps`` and the state of each attribute named in ``checkpointed``
-    (networks and optimisers), under that name.
+    (networks and optimisers), under that name; ``net``, the policy, is under
+    :data:`~rlherd.core.POLICY_KEY` (``"net"``).
 
     Every runtime drives a learner through ``step()``, so that is where a learner that blew up
     while its numbers stay finite is caught (:class:`~rlherd.run.divergence.DivergenceWatch`,
@@ -79,8 +80,11 @@ class NetworkLearner:
             norm = parameter_norm(self.net.parameters())
             self.divergence.check_norm(self.num_steps, norm)
 
+    def policy_state(self) -> dict[str, Any]:
+        return self.net.state_dict()
+
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
-        return [self.net.state_dict() for _ in names]
+        return [self.policy_state() for _ in names]
 
     def write_priorities(self, keys: np.ndarray, priorities: torch.Tensor) -> None:
         """Give the sampled items (``keys``) new priorities in ``self.table``; non-finite ones

@@ -15,6 +15,7 @@ import numpy as np
 
 from rlherd import envs as rl_envs
 from rlherd.commands.evaluate import load_run
+from rlherd.core import policy_state
 from rlherd.errors import ConfigError
 from rlherd.replay.offline import write_dataset
 from rlherd.replay.recording import Act, record_episodes
@@ -48,7 +49,7 @@ def collect(
         env, env_kwargs = meta["env"], meta["env_kwargs"]
         spec = rl_envs.spec_for(env, **env_kwargs)
         net = builder.make_networks(spec, device="cpu")
-        net.load_state_dict(checkpoint["learner"]["net"])
+        net.load_state_dict(policy_state(checkpoint["learner"]))
         net.eval()
         act = actor_policy(eval_actor(builder, spec, net, True, seed))
     elif env is None:

@@ -10,6 +10,7 @@ import numpy as np
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.config import apply_overrides
+from rlherd.core import policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import episode_stats, eval_actor, run_episodes
 from rlherd.run.rundir import RunDir, atomic_write_json, read_json
@@ -100,7 +101,7 @@ def evaluate(
         return result
     spec = rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
     net = builder.make_networks(spec, device="cpu")
-    net.load_state_dict(checkpoint["learner"]["net"])
+    net.load_state_dict(policy_state(checkpoint["learner"]))
     net.eval()
     env = rl_envs.make(
         meta["env"], render_mode="rgb_array" if video else None, **meta["env_kwargs"]

@@ -31,7 +31,7 @@ import torch
 
 from rlherd import types as F
 from rlherd.config import apply_overrides
-from rlherd.core import EnvSpec, Leaf
+from rlherd.core import EnvSpec, Leaf, policy_state
 from rlherd.envs.device import DeviceEnv, make_device
 from rlherd.errors import ConfigError
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
@@ -261,7 +261,7 @@ def evaluate_device(
     settings = resolve("device", {}, dict(meta["settings"], device="cpu", compile=False))
     groups = make_groups(builder, meta["env"], settings, env, evaluation=greedy)
     for g in groups:
-        g.networks.load_state_dict(checkpoint["learner"][g.name]["net"])
+        g.networks.load_state_dict(policy_state(checkpoint["learner"][g.name]))
         g.networks.eval()
     loop = DeviceLoop(env, groups, seed)
     finished = torch.zeros(episodes, dtype=torch.bool)
