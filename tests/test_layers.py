@@ -44,7 +44,9 @@ def _module_name(path: Path) -> str:
 
 def _imported(path: Path, tree: ast.Module) -> list[tuple[int, str]]:
     """Every ``rlherd`` module named by an import anywhere in the file, with its line. ``from
-    rlherd import envs`` names ``rlherd.envs``; ``from rlherd import make`` names the facade."""
+    rlherd import envs`` names ``rlherd.envs``; ``from rlherd import make`` names the facade;
+    ``from rlherd.agents import d4pg`` names ``rlherd.agents`` and its submodule
+    ``rlherd.agents.d4pg``."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
@@ -62,7 +64,15 @@ def _imported(path: Path, tree: ast.Module) -> list[tuple[int, str]]:
                     found.append((node.lineno, f"{FACADE}.{alias.name}" if is_unit else FACADE))
             else:
                 found.append((node.lineno, base))
+                found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names
+                          if _is_module(f"{base}.{alias.name}")]  # fmt: skip
     return [(line, name) for line, name in found if name.split(".")[0] == FACADE]
+
+
+def _is_module(name: str) -> bool:
+    """Whether ``name`` (``rlherd.agents.d4pg``) is a module or package of rlherd's."""
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _unit(module: str) -> str:
@@ -149,3 +159,53 @@ def test_no_import_cycle_between_units():
 def test_the_cycle_finder_finds_cycles(graph, has_cycle):
     """The cycle check is only as good as its finder."""
     assert (_cycle(graph) is not None) == has_cycle
+
+
+# ------------------------------------------------------------------------------ agent folders
+AGENTS = PACKAGE / "agents"
+
+
+def _agent_folder(module: str) -> str | None:
+    """The agent folder a module lives in (``rlherd.agents.d4pg.config`` -> ``d4pg``), or None
+    for the modules agents share (``rlherd.agents.learning``) and everything outside agents."""
+    parts = module.split(".")
+    if parts[:2] != [FACADE, "agents"] or len(parts) < 3:
+        return None
+    return parts[2] if (AGENTS / parts[2] / "__init__.py").is_file() else None
+
+
+def _cross_agent_imports(path: Path, tree: ast.Module) -> list[str]:
+    here = _agent_folder(_module_name(path))
+    return [f"{path.relative_to(PACKAGE.parent)}:{line}: {here} imports {name}"
+            for line, name in _imported(path, tree)
+            if here is not None and _agent_folder(name) not in (None, here)]  # fmt: skip
+
+
+def test_no_agent_folder_imports_another():
+    """What two agents share lives in a shared module (``rlherd/agents/*.py``, or a lower layer),
+    so that an agent's folder can be read, changed or removed without reading another's."""
+    found = []
+    for path in sorted(AGENTS.glob("*/**/*.py")):
+        found += _cross_agent_imports(path, ast.parse(path.read_text(), filename=str(path)))
+    assert not found, "agent folders importing another agent's folder:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    "source, crosses",
+    [
+        ("from rlherd.agents.d4pg.config import PRESETS", True),
+        ("from rlherd.agents import d4pg", True),
+        ("import rlherd.agents.d4pg.networks", True),
+        ("from ..d4pg import config", True),
+        ("def f():\n    from rlherd.agents.d4pg import D4PGBuilder", True),
+        ("from rlherd.agents.mpo.config import MPOConfig", False),
+        ("from . import config", False),
+        ("from rlherd.agents.learning import adam", False),
+        ("from rlherd.agents import learning", False),
+        ("from rlherd.networks.continuous import ActorCritic", False),
+    ],
+)
+def test_the_agent_folder_check_sees_every_form_of_import(source, crosses):
+    """As read from a module of MPO's folder."""
+    path = AGENTS / "mpo" / "example.py"
+    assert bool(_cross_agent_imports(path, ast.parse(source))) == crosses

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from rlherd.agents.acting import TransitionActor
 from rlherd.agents.base import TransitionReplayBuilder
+from rlherd.agents.continuous import DEFAULT_TOTAL_STEPS, RUNTIME_DEFAULTS, preset_for
 from rlherd.agents.d4pg.acting import D4PGPolicy
-from rlherd.agents.d4pg.config import (
-    DEFAULT_TOTAL_STEPS,
-    PRESETS,
-    RUNTIME_DEFAULTS,
-    D4PGConfig,
-    preset_for,
-)
+from rlherd.agents.d4pg.config import PRESETS, D4PGConfig
 from rlherd.agents.d4pg.learning import D4PGLearner
 from rlherd.agents.d4pg.networks import make_networks
 from rlherd.core import EnvSpec, VariableSource

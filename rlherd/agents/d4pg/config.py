@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd import envs as rl_envs
 from rlherd.agents.base import check_at_least_one, check_critic, check_replay
 
 
@@ -62,6 +61,7 @@ class D4PGConfig:
             raise ValueError(f"dqda_clip must be > 0 (or None), got {self.dqda_clip}")
 
 
+# The preset names, budgets and runtime suggestions, shared with MPO: rlherd/agents/continuous.py.
 PRESETS: dict[str, dict] = {
     # The DeepMind Control Suite: Acme's defaults (rewards in [0, 1], 1000-step episodes).
     "control": dict(vmin=-150.0, vmax=150.0),
@@ -97,28 +97,3 @@ PRESETS: dict[str, dict] = {
         target_update_period=50,
     ),
 }
-
-DEFAULT_TOTAL_STEPS: dict[str, int] = {
-    "control": 1_000_000,
-    "mujoco": 1_000_000,
-    "classic": 30_000,
-    "toy": 4_000,
-}
-
-# Settings each preset suggests to the runtimes that use them (what a user sets wins): one
-# environment, as Acme's single-process agents step.
-RUNTIME_DEFAULTS: dict[str, dict] = {
-    "control": dict(num_envs=1, envs_per_actor=1),
-    "mujoco": dict(num_envs=1, envs_per_actor=1),
-    "classic": dict(num_envs=1, num_actors=1, envs_per_actor=1),
-    "toy": dict(num_envs=1, num_actors=2, envs_per_actor=1),
-}
-
-
-def preset_for(env_id: str) -> str:
-    """``control`` for the Control Suite, ``mujoco`` for Gymnasium's MuJoCo tasks, ``toy`` for
-    rlherd's, ``classic`` for the rest (Pendulum-v1, MountainCarContinuous-v0, ...)."""
-    family = rl_envs.family(env_id)
-    if family in ("control", "toy"):
-        return family
-    return "mujoco" if rl_envs.is_mujoco(env_id) else "classic"

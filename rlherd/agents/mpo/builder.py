@@ -5,13 +5,8 @@ from __future__ import annotations
 
 from rlherd.agents.acting import GaussianSamplingPolicy, TransitionActor
 from rlherd.agents.base import TransitionReplayBuilder
-from rlherd.agents.mpo.config import (
-    DEFAULT_TOTAL_STEPS,
-    PRESETS,
-    RUNTIME_DEFAULTS,
-    MPOConfig,
-    preset_for,
-)
+from rlherd.agents.continuous import DEFAULT_TOTAL_STEPS, RUNTIME_DEFAULTS, preset_for
+from rlherd.agents.mpo.config import PRESETS, MPOConfig
 from rlherd.agents.mpo.learning import MPOLearner
 from rlherd.agents.mpo.networks import make_networks
 from rlherd.core import EnvSpec, VariableSource

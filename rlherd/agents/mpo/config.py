@@ -6,11 +6,6 @@ from dataclasses import dataclass
 
 from rlherd.agents.base import check_at_least_one, check_critic, check_replay
 
-# The same tasks as D4PG's presets, with the same budgets and runtime suggestions.
-from rlherd.agents.d4pg.config import DEFAULT_TOTAL_STEPS, RUNTIME_DEFAULTS, preset_for
-
-__all__ = ["MPOConfig", "PRESETS", "DEFAULT_TOTAL_STEPS", "RUNTIME_DEFAULTS", "preset_for"]
-
 
 @dataclass
 class MPOConfig:
@@ -76,6 +71,7 @@ class MPOConfig:
             raise ValueError(f"epsilon_penalty must be > 0 or None, got {self.epsilon_penalty}")
 
 
+# The preset names, budgets and runtime suggestions are D4PG's (rlherd/agents/continuous.py).
 PRESETS: dict[str, dict] = {
     # The DeepMind Control Suite: Acme's defaults (DMPO's support: +-150, Acme's).
     "control": {},
