@@ -6,6 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+# Tests read MP4s back through imageio-ffmpeg in processes where gRPC is loaded (poly and server
+# tests share the worker); its preexec_fn makes that a fork() that runs gRPC's fork handlers in
+# ffmpeg's child, which broke its pipe now and then. rlherd's own writer turns it off the same way
+# (rlherd.run.video); this covers the tests' reads.
+os.environ["IMAGEIO_FFMPEG_NO_PREVENT_SIGINT"] = "1"
+
 # pytest-xdist runs the suite in two worker processes (pyproject's addopts); each keeps to one
 # intra-op thread so that the two together fit the two cores the suite is sized for.
 torch.set_num_threads(1)

@@ -5,6 +5,8 @@ pixels (MP4: padded to sides that are multiples of 16), and neither format warns
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import warnings
 from typing import Any
 
@@ -149,3 +151,21 @@ def test_minatar_eval_writes_an_enlarged_gif_and_mp4(tmp_path, caplog):
         frames = iio.imread(video)
         assert frames.dtype == np.uint8 and frames.shape[1:] == size and len(frames) > 1
         assert frames.max() > 0  # not a black video
+
+
+def test_ffmpeg_is_spawned_without_a_preexec_fn(tmp_path, monkeypatch):
+    """A ``preexec_fn`` makes Python fork() where it would vfork(), and the fork runs gRPC's fork
+    handlers in ffmpeg's child when gRPC is loaded (a poly run in the same process): seen to
+    break ffmpeg's pipe about once in 80 videos."""
+    pytest.importorskip("imageio_ffmpeg")
+    monkeypatch.delenv("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", raising=False)  # conftest sets it
+    popen, seen = subprocess.Popen, []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("preexec_fn"))
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
+    write_video(tmp_path / "v.mp4", [np.zeros((16, 16, 3), np.uint8)] * 2)
+    assert seen and all(fn is None for fn in seen)
+    assert "IMAGEIO_FFMPEG_NO_PREVENT_SIGINT" not in os.environ  # restored

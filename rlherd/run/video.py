@@ -10,8 +10,10 @@ imageio-ffmpeg rescales the frames and logs a warning for each video).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -54,12 +56,32 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int = 30) -> None
         iio.imwrite(path, video, duration=1000 / fps, loop=0)
         return
     try:
-        iio.imwrite(path, video, fps=fps)
+        with _spawned_without_fork_handlers():
+            iio.imwrite(path, video, fps=fps)
     except (ImportError, OSError, ValueError) as e:
         raise MissingExtra(
             f"could not write {path}: {e}. MP4 needs imageio-ffmpeg (pip install "
             "'rlherd[video]'); a .gif works with the base install"
         ) from e
+
+
+@contextlib.contextmanager
+def _spawned_without_fork_handlers() -> Iterator[None]:
+    """imageio-ffmpeg starts ffmpeg with ``preexec_fn=os.setpgrp`` (to keep Ctrl-C from it), and
+    a ``preexec_fn`` makes Python fork() where it would vfork(): the child then runs the fork
+    handlers of every library loaded, and gRPC's (a ``poly`` run, or an environment server, in
+    the same process) broke ffmpeg's pipe or its first output. imageio-ffmpeg's own switch,
+    ``IMAGEIO_FFMPEG_NO_PREVENT_SIGINT``, drops the ``preexec_fn`` while the video is written."""
+    key = "IMAGEIO_FFMPEG_NO_PREVENT_SIGINT"
+    before = os.environ.get(key)
+    os.environ[key] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 def as_video(frames: Sequence[np.ndarray], multiple: int = 1) -> np.ndarray:
