@@ -13,7 +13,7 @@ from rlherd.config import apply_overrides
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import episode_stats, eval_actor, run_episodes
-from rlherd.run.rundir import RunDir, atomic_write_json, read_json
+from rlherd.run.rundir import RunDir
 from rlherd.run.video import check_writable, write_video
 from rlherd.types import batch_of_one
 
@@ -126,6 +126,5 @@ def evaluate(
 
 
 def _add_to_summary(run_dir: str | Path, result: dict[str, Any]) -> None:
-    summary_path = Path(run_dir) / "summary.json"
-    summary = read_json(summary_path) if summary_path.exists() else {}
-    atomic_write_json(summary_path, {**summary, **result})
+    rundir = RunDir(run_dir)
+    rundir.write_summary({**rundir.read_summary(), **result})

@@ -21,7 +21,7 @@ from rlherd.config import apply_overrides, to_json
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import Evaluator
 from rlherd.run.recorder import Recorder
-from rlherd.run.rundir import RunDir, read_json
+from rlherd.run.rundir import RunDir
 from rlherd.runtime import (
     RUNTIMES,
     GracefulStop,
@@ -280,8 +280,7 @@ def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: 
         meta = RunDir(path).read_config()
         same = (meta["agent"], meta["env"], meta["runtime"], meta["seed"]) == (
             agent, env, runtime, seed) and _same_config(meta, config)
-        summary_path = path / "summary.json"
-        summary = read_json(summary_path) if summary_path.exists() else {}
+        summary = RunDir(path).read_summary()
         done = summary.get(RUNTIMES[meta["runtime"]].counts, 0)
         if same and done >= total_steps:
             return Run(path, meta, summary)

@@ -261,16 +261,13 @@ class RunDir:
                                   "replace the link with the file itself")  # fmt: skip
             try:
                 state = torch.load(path, weights_only=True, map_location="cpu")
-            except pickle.UnpicklingError as e:
+            except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
                 if "weights_only" in str(e) or "Unsupported global" in str(e):
                     raise ConfigError(
                         f"{path} holds pickled Python objects (rlherd's checkpoint format before "
                         "plain data); rlherd does not load those, since loading them can run "
                         "code: train the run again"
                     ) from None
-                warnings.warn(f"checkpoint {path} is unreadable ({e}); trying an older one",
-                              stacklevel=2)  # fmt: skip
-            except (OSError, EOFError, RuntimeError) as e:
                 warnings.warn(f"checkpoint {path} is unreadable ({e}); trying an older one",
                               stacklevel=2)  # fmt: skip
             else:
