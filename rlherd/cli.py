@@ -23,7 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train an agent; writes a run directory")
     train.add_argument("agent", nargs="?", choices=sorted(AGENTS), help="agent to train")
     train.add_argument("--env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
-    train.add_argument("--runtime", choices=RUNTIMES, help="where it runs (default: single)")
+    train.add_argument("--runtime", choices=RUNTIMES,
+                       help="where it runs (default: single, or the first runtime that runs the "
+                       "agent with the settings given, e.g. offline for --dataset)")  # fmt: skip
     train.add_argument(
         "--total-steps", type=int, help="agent steps to train for (offline: learner steps)"
     )
@@ -112,17 +114,20 @@ _METAVARS = {"int": "N", "int | None": "N", "float": "X", "str": "TEXT", "dict":
 def _add_setting_flags(group: argparse._ArgumentGroup) -> None:
     """One flag per runtime setting (``num_actors`` -> ``--num-actors N``); booleans may be given
     bare (``--compile``). Values are parsed by the settings' own types."""
-    helps = settings.field_help()
-    users = {name: [r for r, cls in settings.SETTINGS.items() if name in settings.names(cls)]
+    helps, classes = settings.field_help(), settings.classes()
+    users = {name: [r for r, cls in classes.items() if name in settings.names(cls)]
              for name in settings.all_fields()}  # fmt: skip
     for name, field in settings.all_fields().items():
-        where = "all" if len(users[name]) == len(settings.SETTINGS) else ", ".join(users[name])
+        where = "all" if len(users[name]) == len(classes) else ", ".join(users[name])
         text = helps.get(name, "").replace("%", "%%")  # argparse formats help with %
         flag = dict(dest=name, default=None, help=f"{text} [{where}]")
         if field.type in ("bool", bool):
             flag.update(nargs="?", const="true", metavar="BOOL")
         else:
-            flag.update(metavar=_METAVARS.get(str(field.type), "VALUE"))
+            # A type is a string under ``from __future__ import annotations``, else a class.
+            kind = field.type if isinstance(field.type, str) else getattr(
+                field.type, "__name__", str(field.type))
+            flag.update(metavar=_METAVARS.get(kind, "VALUE"))
         group.add_argument(f"--{name.replace('_', '-')}", **flag)
 
 

@@ -51,7 +51,7 @@ def test_the_torch_free_names_are_the_registries():
     assert list(AGENTS) == list(BUILDERS)
     for name, builder_class in BUILDERS.items():
         assert builder_class(builder_class.config_class()).name == name
-    assert set(RUNTIMES) == set(settings.SETTINGS)
+    assert set(RUNTIMES) == set(settings.classes())
     train = cli._parser()._subparsers._group_actions[0].choices["train"]
     choices = {a.dest: a.choices for a in train._actions if a.choices is not None}
     assert list(choices["agent"]) == sorted(BUILDERS)

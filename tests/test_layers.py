@@ -19,6 +19,7 @@ RANKS: dict[str, int] = {
     "types": 0,
     "config": 0,
     "core": 0,
+    "registry": 0,
     "losses": 1,
     "networks": 2,
     "envs": 3,

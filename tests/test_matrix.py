@@ -204,10 +204,12 @@ def test_builders_follow_their_dataflows_protocol(name):
         assert not unknown, f"{name}'s {preset} suggests unknown runtime settings {unknown}"
 
 
-def test_every_runtime_has_settings_and_a_run():
-    assert set(RUNTIMES) == set(settings.SETTINGS)
-    for runtime in RUNTIMES.values():
-        assert callable(__import__(runtime.module, fromlist=["run"]).run)
+def test_every_runtime_declares_settings_that_check_themselves_and_a_run():
+    for name, runtime in RUNTIMES.items():
+        assert runtime.name == name and runtime.dataflows, name
+        assert callable(runtime.hook("run")), name
+        with pytest.raises(ConfigError, match="torch_threads must be >= 1"):
+            runtime.settings(torch_threads=0).check()
 
 
 def test_a_setting_the_runtime_does_not_use_is_an_error(tmp_path):

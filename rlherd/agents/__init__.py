@@ -1,16 +1,18 @@
 """Agents, one folder each: config, networks, acting, learning, builder.
 
-``BUILDERS`` maps the names that ``rlherd train AGENT`` accepts to each agent's builder. It is
-made on first use from :data:`AGENTS`, the one table of agent names and where each builder
-lives: reading the names (the CLI's ``--help`` does) imports no agent, and so no torch.
+:data:`AGENTS` maps the names that ``rlherd train AGENT`` accepts to where each builder lives:
+rlherd's own (:data:`OWN`) and those installed packages add through the ``rlherd.agents`` entry
+point group (:mod:`rlherd.registry`). Reading the names (the CLI's ``--help`` does) imports no
+agent, and so no torch. :data:`BUILDERS`, the builder classes themselves, is made on first use.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-AGENTS: dict[str, str] = {
+from rlherd import registry
+
+OWN: dict[str, str] = {
     "bc": "rlherd.agents.bc:BCBuilder",
     "cql": "rlherd.agents.cql:CQLBuilder",
     "crr": "rlherd.agents.crr:CRRBuilder",
@@ -27,15 +29,16 @@ AGENTS: dict[str, str] = {
     "r2d3": "rlherd.agents.r2d2:R2D3Builder",
 }
 
-BUILDERS: dict[str, type]  # made by __getattr__ on first use, then an ordinary attribute
+AGENTS: dict[str, str]  # made by __getattr__ on first use, then ordinary attributes
+BUILDERS: dict[str, type]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "BUILDERS":
-        builders = {}
-        for agent, path in AGENTS.items():
-            module, _, cls = path.partition(":")
-            builders[agent] = getattr(importlib.import_module(module), cls)
-        globals()["BUILDERS"] = builders
-        return builders
-    raise AttributeError(f"module 'rlherd.agents' has no attribute {name!r}")
+    if name == "AGENTS":
+        value: Any = registry.table(registry.AGENT_GROUP, OWN)
+    elif name == "BUILDERS":
+        value = {agent: registry.load(path) for agent, path in __getattr__("AGENTS").items()}
+    else:
+        raise AttributeError(f"module 'rlherd.agents' has no attribute {name!r}")
+    globals()[name] = value
+    return value

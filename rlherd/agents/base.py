@@ -68,9 +68,11 @@ class AgentBuilder:
     """Subclasses set ``name``, ``config_class``, ``presets`` (config fields per preset),
     ``default_total_steps`` (per preset), ``dataflow`` (``"replay"`` or ``"rollout"``) and
     ``runtime_defaults`` (per preset: settings this agent suggests to whichever runtime uses
-    them, e.g. ``num_actors``; what a user sets wins), may narrow the runtimes it runs on
-    (``runtimes``, saying why in ``why_not``), and add the ``make_*`` methods of
-    :class:`rlherd.core.ReplayBuilder` or :class:`rlherd.core.RolloutBuilder`."""
+    them, e.g. ``num_actors``; what a user sets wins) and ``needs``, the runtime capabilities
+    it runs with (:data:`rlherd.runtime.CAPABILITIES`: its dataflow, and more where it needs
+    them, saying why in ``why_not``), and add the ``make_*`` methods of
+    :class:`rlherd.core.ReplayBuilder` or :class:`rlherd.core.RolloutBuilder`. It runs on every
+    runtime that provides what it needs, an outside package's included."""
 
     name: str
     config_class: type
@@ -78,8 +80,8 @@ class AgentBuilder:
     default_total_steps: dict[str, int]
     dataflow: str
     runtime_defaults: dict[str, dict[str, Any]] = {}
-    runtimes: tuple[str, ...] | None = None  # fewer runtimes than its dataflow allows, and why
-    why_not: str = ""
+    needs: frozenset[str]  # runtime capabilities: its dataflow, and more where said why
+    why_not: str = ""  # why it needs more than its dataflow (a refused user reads it)
 
     @classmethod
     def preset_for(cls, env_id: str) -> str:
@@ -96,6 +98,7 @@ class RolloutAgentBuilder(AgentBuilder):
     """On-policy agents: learner batches are ``batch_size`` rollouts of ``unroll_length``."""
 
     dataflow = "rollout"
+    needs = frozenset({"rollout"})
 
     @property
     def unroll_length(self) -> int:
@@ -120,6 +123,7 @@ class TransitionReplayBuilder(AgentBuilder):
     ``samples_per_insert`` and ``samples_per_insert_tolerance``."""
 
     dataflow = "replay"
+    needs = frozenset({"replay"})
 
     def rate_limiter(self) -> RateLimiter:
         """Acme's ``SampleToInsertRatio``: each transition is sampled ``samples_per_insert``
@@ -175,7 +179,7 @@ class OfflineBuilder(TransitionReplayBuilder):
     runtime fills their table, and their actor only acts, for the evaluator, with the
     parameters it fetches before every step."""
 
-    runtimes = ("offline",)
+    needs = frozenset({"replay", "dataset"})
     why_not = (
         "it learns from a fixed dataset only: pass --dataset ID (a Minari dataset; `rlherd "
         "collect RUN --episodes N --out ID` records one)"

@@ -30,7 +30,7 @@ from rlherd.agents import BUILDERS
 from rlherd.core import EnvSpec, Leaf
 from rlherd.envs.wrappers import sample_action
 from rlherd.errors import ConfigError
-from rlherd.runtime import RUNTIMES, runtimes_for
+from rlherd.runtime import runtimes_for
 
 
 def gymnasium_check(env: gym.Env) -> tuple[bool, list[str]]:
@@ -89,9 +89,7 @@ def trainers(spec: EnvSpec) -> dict[str, str | list[str]]:
         except (ConfigError, TypeError, ValueError) as e:
             out[name] = str(e).split("\n")[0]
             continue
-        allowed = builder_class.runtimes or RUNTIMES
-        out[name] = [r for r in runtimes_for(builder_class.dataflow) if r in allowed
-                     and r != "device"]  # fmt: skip
+        out[name] = runtimes_for(builder_class.needs | {"gym_envs"})
     return out
 
 

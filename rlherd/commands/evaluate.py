@@ -15,6 +15,7 @@ from rlherd.errors import ConfigError
 from rlherd.run.evaluation import episode_stats, eval_actor, run_episodes
 from rlherd.run.rundir import RunDir
 from rlherd.run.video import check_writable, write_video
+from rlherd.runtime import RUNTIMES
 from rlherd.types import batch_of_one
 
 
@@ -93,10 +94,9 @@ def evaluate(
             + ("is not one" if opponent is not None else "is one: name an opponent, e.g. "
                "--opponent random, mcts:200 or perfect")  # fmt: skip
         )
-    if meta["runtime"] == "device":  # the device runtime plays its own (multi-agent) games
-        from rlherd.runtime.device import evaluate_device
-
-        result = evaluate_device(meta, builder, checkpoint, episodes, video, greedy, seed)
+    own = RUNTIMES[meta["runtime"]].hook("evaluate") if meta["runtime"] in RUNTIMES else None
+    if own is not None:  # a runtime that plays games of its own (device) evaluates its runs
+        result = own(meta, builder, checkpoint, episodes, video, greedy, seed)
         _add_to_summary(run_dir, result)
         return result
     spec = rl_envs.spec_for(meta["env"], **meta["env_kwargs"])

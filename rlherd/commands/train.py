@@ -69,18 +69,17 @@ def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str
 
 
 def check_runtime(agent: str, runtime: str) -> None:
-    """An agent runs on every runtime whose dataflow it uses, unless its builder names fewer
-    (``runtimes``, with the reason in ``why_not``); anything else fails here."""
+    """An agent runs on every runtime that provides the capabilities its builder needs (its
+    dataflow, and more where it says why); anything else fails here."""
     if runtime not in RUNTIMES:
         raise ConfigError(f"unknown runtime {runtime!r}; available: {', '.join(RUNTIMES)}")
-    builder = BUILDERS[agent]
-    dataflow = builder.dataflow
-    allowed = [r for r in runtimes_for(dataflow) if r in (builder.runtimes or RUNTIMES)]
-    if dataflow not in RUNTIMES[runtime].dataflows:
-        why = RUNTIMES[runtime].why_not
+    builder, declared = BUILDERS[agent], RUNTIMES[runtime]
+    allowed = runtimes_for(builder.needs)
+    if builder.dataflow not in declared.provides:
+        why = declared.why_not
         raise ConfigError(
-            f"{agent} is a {dataflow} agent and the {runtime} runtime runs "
-            f"{' and '.join(RUNTIMES[runtime].dataflows)} agents only"
+            f"{agent} is a {builder.dataflow} agent and the {runtime} runtime runs "
+            f"{' and '.join(declared.dataflows)} agents only"
             f"{f' ({why})' if why else ''}. {agent} runs on: {', '.join(allowed)}"
         )
     if runtime not in allowed:
@@ -88,6 +87,14 @@ def check_runtime(agent: str, runtime: str) -> None:
             f"{agent} does not run on the {runtime} runtime ({builder.why_not}); it runs on: "
             f"{', '.join(allowed)}"
         )
+
+
+def default_runtime(given: dict[str, Any]) -> str:
+    """``single`` (the registry's first runtime), unless the runtime settings ``given`` belong
+    to one runtime only: ``--dataset ID`` alone trains offline, ``--ray-address`` alone on
+    ``distributed``. Settings that several runtimes have (``--num-actors``) choose none."""
+    takes = [name for name, r in RUNTIMES.items() if set(given) <= settings_mod.names(r.settings)]
+    return takes[0] if len(takes) == 1 else next(iter(RUNTIMES))
 
 
 def default_run_dir(agent: str, env: str) -> Path:
@@ -215,11 +222,10 @@ def train(
         checkpoint = rundir.load_checkpoint()
     else:
         agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
-        runtime, seed = runtime or "single", 0 if seed is None else seed
+        seed = 0 if seed is None else seed
         eval_episodes = 10 if eval_episodes is None else eval_episodes
         agent_overrides, given = _split(agent, overrides)
-        if given.get("dataset") and runtime == "single":  # the default: --dataset alone suffices
-            runtime = "offline"
+        runtime = runtime or default_runtime(given)
         config, preset = resolve_config(agent, env, preset, agent_overrides)
         check_runtime(agent, runtime)
         if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
@@ -302,8 +308,9 @@ def _same_config(meta: dict[str, Any], config: Any) -> bool:
 
 
 def _offline_eval_every(runtime: str, total_steps: int) -> int:
-    """Offline, evaluations are all a run says of itself: a tenth of the run unless set."""
-    return max(1, total_steps // 10) if runtime == "offline" else 0
+    """Where the learner learns from no acting of the run's own (offline), evaluations are all
+    a run says of itself: a tenth of the run unless set."""
+    return 0 if "acting" in RUNTIMES[runtime].provides else max(1, total_steps // 10)
 
 
 def _check_resume_flags(meta: dict[str, Any], overrides: dict[str, Any], **given: Any) -> None:
@@ -333,14 +340,13 @@ def _check_resume_flags(meta: dict[str, Any], overrides: dict[str, Any], **given
 
 
 def _spec(meta: dict[str, Any]):
-    if meta["runtime"] != "device":
+    """The environment's spec, made from its id; a runtime that makes no Gymnasium
+    environments (``device``) checks the id itself (its ``spec(meta)``), and its runs have no
+    spec here."""
+    runtime = RUNTIMES[meta["runtime"]]
+    if "gym_envs" in runtime.provides:
         return rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
-    from rlherd.envs.device import make_device
-
-    make_device(meta["env"], 1, "cpu", **meta["env_kwargs"])
-    if meta["eval_every"]:
-        raise ConfigError("--eval-every is not supported on the device runtime; use rlherd eval")
-    return None  # the device runtime takes its specs from the device environment
+    return runtime.hook("spec")(meta)
 
 
 def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:

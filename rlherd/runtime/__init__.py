@@ -1,8 +1,12 @@
 """Runtimes decide where an agent's pieces run; the agent code is the same in each.
 
-:data:`RUNTIMES` is the one table from a runtime's name to its module and the dataflows it runs
-(see :mod:`rlherd.core`). Each module has ``run(ctx: RunContext)`` and reaches the agent only
-through ``ctx.builder``; no runtime module imports an agent.
+A runtime declares itself in one :class:`Runtime`: its name, the module that runs it, its
+settings (a dataclass that checks itself) and the capabilities it provides. An agent's builder
+declares the capabilities it needs (``needs``), and runs on every runtime that provides them:
+no agent names a runtime and no command branches on one. :data:`RUNTIMES` holds rlherd's own
+(:data:`OWN`) and those installed packages add through the ``rlherd.runtimes`` entry point
+group (:mod:`rlherd.registry`). Each module has ``run(ctx: RunContext)`` and reaches the agent
+only through ``ctx.builder``; no runtime module imports an agent.
 
 - ``single``: one process steps a batch of environments, acting and learning in turn.
 - ``mono``: MonoBeast; actor processes act with shared-memory parameters, filling shared-memory
@@ -15,9 +19,9 @@ through ``ctx.builder``; no runtime module imports an agent.
 - ``offline``: Acme's offline agents; a learner reads a fixed dataset (``--dataset``), and only
   the evaluator steps an environment.
 
-This module imports no torch, numpy or environment: the CLI reads :data:`RUNTIMES` (and
-:mod:`rlherd.runtime.settings`) to build ``rlherd train --help`` at once. The helpers below that
-need them import them when called, by which time a run has loaded them anyway.
+This module imports no torch, numpy or environment: the CLI reads :data:`RUNTIMES` (names and
+settings) to build ``rlherd train --help`` at once. The helpers below that need them import
+them when called, by which time a run has loaded them anyway.
 """
 
 from __future__ import annotations
@@ -32,54 +36,107 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rlherd import registry
 from rlherd.errors import TrainingDiverged
+from rlherd.runtime import settings as s
 
 if TYPE_CHECKING:
     import gymnasium as gym
 
     from rlherd.core import EnvSpec
 
+# What a runtime may provide, and so what a builder may need (``AgentBuilder.needs``).
+CAPABILITIES: dict[str, str] = {
+    "rollout": "runs on-policy agents: learner batches of whole rollouts of the current policy",
+    "replay": "runs replay agents: replay tables between the actors and the learner",
+    "acting": "the learner learns from what the run's own actors do",
+    "actor_network": "each actor acts with its own copy of the network in its own process (an "
+                     "agent may search with it), not through a shared inference server",
+    "dataset": "the learner learns from a fixed dataset (--dataset)",
+    "gym_envs": "it makes Gymnasium environments from the run's environment id",
+}  # fmt: skip
+DATAFLOWS = ("replay", "rollout")  # the capabilities that are a builder's dataflow
+
 
 @dataclass(frozen=True)
 class Runtime:
-    module: str  # has run(ctx: RunContext), and may have check(builder, settings)
-    dataflows: tuple[str, ...]  # the builders' dataflows it runs ("replay", "rollout")
-    why_not: str = ""  # said when an agent's dataflow is not among them
+    """A runtime's declaration. Its ``module`` has ``run(ctx: RunContext)``, and may have
+    ``check(builder, settings)`` (refuse, before anything is made, an agent it cannot run) and
+    ``evaluate(meta, builder, checkpoint, episodes, video, greedy, seed)`` (evaluate a run's
+    checkpoint itself, for a runtime that plays environments of its own)."""
+
+    name: str
+    module: str
+    settings: type  # a dataclass of rlherd.runtime.settings.Common's kind
+    provides: frozenset[str]  # keys of CAPABILITIES
+    why_not: str = ""  # said when an agent's dataflow is not among those it provides
     counts: str = "actor_steps"  # what --total-steps counts (and progress, evaluations, logs)
 
+    def __post_init__(self) -> None:
+        unknown = sorted(self.provides - set(CAPABILITIES))
+        if unknown:
+            raise ValueError(f"runtime {self.name!r} provides unknown capabilities {unknown}; "
+                             f"known: {', '.join(CAPABILITIES)}")  # fmt: skip
+
+    @property
+    def dataflows(self) -> tuple[str, ...]:
+        return tuple(d for d in DATAFLOWS if d in self.provides)
+
+    def hook(self, name: str) -> Callable | None:
+        """The module's function ``name`` (``run``, ``check``, ``evaluate``), if it has one."""
+        return getattr(importlib.import_module(self.module), name, None)
+
     def run(self, ctx: RunContext) -> None:
-        importlib.import_module(self.module).run(ctx)
+        self.hook("run")(ctx)
 
     def check(self, builder: Any, settings: Any) -> None:
-        """Refuse, before anything is made, an agent this runtime cannot run (a module may define
-        ``check(builder, settings)``)."""
-        check = getattr(importlib.import_module(self.module), "check", None)
+        check = self.hook("check")
         if check is not None:
             check(builder, settings)
 
 
-RUNTIMES: dict[str, Runtime] = {
-    "single": Runtime("rlherd.runtime.single", ("replay", "rollout")),
-    "mono": Runtime("rlherd.runtime.mono", ("replay", "rollout")),
-    "poly": Runtime("rlherd.runtime.poly", ("replay", "rollout")),
-    "distributed": Runtime("rlherd.runtime.distributed", ("replay", "rollout")),
-    "device": Runtime(
-        "rlherd.runtime.device",
-        ("rollout",),
-        "it keeps whole rollouts on the device and has no replay tables",
-    ),
-    "offline": Runtime(
-        "rlherd.runtime.offline",
-        ("replay",),
-        "it learns from a fixed dataset of transitions, and an on-policy agent learns from "
-        "rollouts of its current policy",
-        counts="learner_steps",
-    ),
+HOST = frozenset({"rollout", "replay", "acting", "actor_network", "gym_envs"})
+OWN: dict[str, Runtime] = {
+    r.name: r
+    for r in (
+        Runtime("single", "rlherd.runtime.single", s.Single, HOST),
+        Runtime("mono", "rlherd.runtime.mono", s.Mono, HOST),
+        Runtime("poly", "rlherd.runtime.poly", s.Poly, HOST - {"actor_network"}),
+        Runtime("distributed", "rlherd.runtime.distributed", s.Distributed, HOST),
+        Runtime(
+            "device",
+            "rlherd.runtime.device",
+            s.Device,
+            frozenset({"rollout", "acting"}),
+            "it keeps whole rollouts on the device and has no replay tables",
+        ),
+        Runtime(
+            "offline",
+            "rlherd.runtime.offline",
+            s.Offline,
+            frozenset({"replay", "dataset", "gym_envs"}),
+            "it learns from a fixed dataset of transitions, and an on-policy agent learns from "
+            "rollouts of its current policy",
+            counts="learner_steps",
+        ),
+    )
 }
 
+RUNTIMES: dict[str, Runtime]  # made by __getattr__ on first use, then an ordinary attribute
 
-def runtimes_for(dataflow: str) -> list[str]:
-    return [name for name, r in RUNTIMES.items() if dataflow in r.dataflows]
+
+def __getattr__(name: str) -> Any:
+    if name == "RUNTIMES":
+        paths = registry.table(registry.RUNTIME_GROUP, {n: "" for n in OWN})
+        runtimes = {n: OWN[n] if n in OWN else registry.load(p) for n, p in paths.items()}
+        globals()["RUNTIMES"] = runtimes
+        return runtimes
+    raise AttributeError(f"module 'rlherd.runtime' has no attribute {name!r}")
+
+
+def runtimes_for(needs: frozenset[str]) -> list[str]:
+    """The runtimes that provide all of ``needs``, in the registry's order."""
+    return [name for name, r in __getattr__("RUNTIMES").items() if needs <= r.provides]
 
 
 @dataclass
@@ -91,7 +148,7 @@ class RunContext:
     env_id: str
     env_kwargs: dict[str, Any]
     spec: EnvSpec | None  # None on the device runtime, which asks its device environment
-    settings: Any  # the runtime's dataclass from rlherd.runtime.settings
+    settings: Any  # the runtime's settings dataclass (Runtime.settings)
     recorder: Any  # rlherd.run.recorder.Recorder
     seed: int
     checkpoint: dict[str, Any] | None  # to resume from

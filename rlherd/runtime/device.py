@@ -243,7 +243,15 @@ def run(ctx: RunContext) -> None:
     ctx.write_checkpoint(state)
 
 
-def evaluate_device(
+def spec(meta: dict[str, Any]) -> None:
+    """Check the run's device environment id and options (the runs of this runtime take their
+    specs from the device environment, so they have none before it starts)."""
+    make_device(meta["env"], 1, "cpu", **meta["env_kwargs"])
+    if meta["eval_every"]:
+        raise ConfigError("--eval-every is not supported on the device runtime; use rlherd eval")
+
+
+def evaluate(
     meta: dict[str, Any],
     builder,
     checkpoint: dict[str, Any],
@@ -258,7 +266,7 @@ def evaluate_device(
     from rlherd.runtime.settings import resolve
 
     env = make_device(meta["env"], episodes, "cpu", seed, **meta["env_kwargs"])
-    settings = resolve("device", {}, dict(meta["settings"], device="cpu", compile=False))
+    settings = resolve(meta["runtime"], {}, dict(meta["settings"], device="cpu", compile=False))
     groups = make_groups(builder, meta["env"], settings, env, evaluation=greedy)
     for g in groups:
         g.networks.load_state_dict(policy_state(checkpoint["learner"][g.name]))

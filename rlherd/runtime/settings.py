@@ -1,6 +1,8 @@
 """Run settings, apart from agent settings: where and how a runtime runs an agent.
 
-One dataclass per runtime, every field with its comment (its ``--flag`` help). A setting reaches
+One dataclass per runtime (its :class:`~rlherd.runtime.Runtime` names it), every field with its
+comment (its ``--flag`` help), and a ``check()`` that refuses values it cannot run with, as agent
+configs do. A setting reaches
 a run from, in order of precedence: the user (``--num-actors 8``, or ``rlherd.train(...,
 num_actors=8)``), the agent's suggestion for its preset (``runtime_defaults``, e.g. IMPALA's
 ``classic`` preset suggests 2 actors), and the defaults below. A setting the user gives that the
@@ -26,26 +28,59 @@ class Common:
     checkpoint_interval_s: float = 60.0  # between checkpoints (more if one takes >5% of it)
     log_interval_s: float = 5.0  # seconds between summary.json / progress bar updates
 
+    def check(self) -> None:
+        """Raise :class:`ConfigError` for values this runtime cannot run with (subclasses add
+        their fields' checks to their bases')."""
+        at_least_one(self, "torch_threads")
+        if self.device.startswith("cuda") and not self.learner_may_be_elsewhere():
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError(f"device={self.device!r} but CUDA is not available; use cpu")
+
+    def learner_may_be_elsewhere(self) -> bool:
+        """Whether the learner may run on another machine (with the GPU this one lacks)."""
+        return False
+
 
 @dataclass
-class Demonstrations:
+class Demonstrations(Common):
     """Replay agents on the host runtimes may mix demonstrations into their batches."""
 
     demonstrations: str = ""  # mix in these episodes: a Minari dataset id, or expert[:N]
     demonstration_ratio: float = 0.0  # share of each batch taken from the demonstrations
 
+    def check(self) -> None:
+        super().check()
+        ratio = self.demonstration_ratio
+        if self.demonstrations and not 0.0 < ratio < 1.0:
+            raise ConfigError(
+                f"demonstration_ratio must be in (0, 1) to mix in demonstrations, got {ratio}; "
+                "e.g. --demonstration-ratio 0.25"
+            )
+        if ratio and not self.demonstrations:
+            raise ConfigError(
+                "demonstration_ratio needs demonstrations to mix in: --demonstrations ID (a "
+                "Minari dataset) or --demonstrations expert (the environment's scripted expert)"
+            )
+
 
 @dataclass
-class Single(Demonstrations, Common):
+class Single(Demonstrations):
     num_envs: int | None = None  # environments stepped together (on-policy: the agent's batch_size)
     env_workers: int = 0  # processes stepping them (BatchEnv); 0: in this process
     native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
     checkpoint_replay: bool = True  # replay tables go into checkpoints (exact resume; large)
     record_dataset: str = ""  # write every training episode as this Minari dataset at the end
 
+    def check(self) -> None:
+        super().check()
+        at_least_one(self, "num_envs")
+        at_least_zero(self, "env_workers")
+
 
 @dataclass
-class Mono(Demonstrations, Common):
+class Mono(Demonstrations):
     num_actors: int = 4  # actors: processes on mono, threads on poly (one server stream each)
     envs_per_actor: int = 8  # environments each actor steps
     num_buffers: int = 0  # on-policy: rollout slots (mono) / queued rollouts (poly); 0: auto
@@ -53,9 +88,16 @@ class Mono(Demonstrations, Common):
     checkpoint_replay: bool = True  # replay tables go into checkpoints
     actor_nice: int = 10  # actors' niceness (0-19): on too few cores the learner runs first
 
+    def check(self) -> None:
+        super().check()
+        at_least_one(self, "num_actors", "envs_per_actor")
+        at_least_zero(self, "num_buffers")
+        if not 0 <= self.actor_nice <= 19:
+            raise ConfigError(f"actor_nice must be in 0..19 (niceness), got {self.actor_nice}")
+
 
 @dataclass
-class Poly(Demonstrations, Common):
+class Poly(Demonstrations):
     num_actors: int = 4  # actor threads in the learner process, one server stream each
     envs_per_actor: int = 8  # environments per stream
     num_servers: int = 2  # local environment servers to start (Unix sockets)
@@ -66,6 +108,11 @@ class Poly(Demonstrations, Common):
     stall_timeout_s: float = 120.0  # stop if no rollout / no transition arrives for this long
     checkpoint_replay: bool = True  # replay tables go into checkpoints
 
+    def check(self) -> None:
+        super().check()
+        at_least_one(self, "num_actors", "envs_per_actor", "num_servers", "inference_min_batch")
+        at_least_zero(self, "num_buffers")
+
 
 @dataclass
 class Device(Common):
@@ -73,9 +120,13 @@ class Device(Common):
     policy_overrides: dict = field(default_factory=dict)  # agent fields per policy (agent group)
     compile: bool = False  # torch.compile the policies' forward passes
 
+    def check(self) -> None:
+        super().check()
+        at_least_one(self, "num_envs")
+
 
 @dataclass
-class Distributed(Demonstrations, Common):
+class Distributed(Demonstrations):
     num_actors: int = 4  # actor nodes (Ray actors), each stepping envs_per_actor environments
     envs_per_actor: int = 8  # environments each actor node steps
     num_buffers: int = 0  # on-policy: rollouts the queue table holds (bounds lag); 0: 2 batches
@@ -85,14 +136,29 @@ class Distributed(Demonstrations, Common):
     native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
     checkpoint_replay: bool = True  # the replay node's tables go into checkpoints
 
+    def check(self) -> None:
+        super().check()
+        at_least_one(self, "num_actors", "envs_per_actor", "insert_chunk")
+        at_least_zero(self, "num_buffers")
+        if self.actor_cpus <= 0:
+            raise ConfigError(f"actor_cpus must be > 0, got {self.actor_cpus}")
+
+    def learner_may_be_elsewhere(self) -> bool:
+        return bool(self.ray_address or os.environ.get("RAY_ADDRESS"))
+
 
 @dataclass
 class Offline(Common):
     dataset: str = ""  # a Minari dataset id to learn from, offline (rlherd collect writes one)
 
+    def check(self) -> None:
+        super().check()
+        if not self.dataset:
+            raise ConfigError(
+                "the offline runtime learns from a dataset: pass --dataset ID (a Minari dataset; "
+                "rlherd collect RUN --episodes N --out ID records one)"
+            )
 
-SETTINGS: dict[str, type] = {"single": Single, "mono": Mono, "poly": Poly, "device": Device,
-                             "distributed": Distributed, "offline": Offline}  # fmt: skip
 
 # Settings that only one dataflow's agents use (the other's would ignore them).
 DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay", "insert_chunk": "replay",
@@ -103,10 +169,17 @@ def names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
 
+def classes() -> dict[str, type]:
+    """Each runtime's settings dataclass, by runtime name (the registry's runtimes)."""
+    from rlherd.runtime import RUNTIMES
+
+    return {name: runtime.settings for name, runtime in RUNTIMES.items()}
+
+
 def all_fields() -> dict[str, dataclasses.Field]:
     """Every runtime setting by name (the CLI makes one flag of each)."""
     out: dict[str, dataclasses.Field] = {}
-    for cls in SETTINGS.values():
+    for cls in classes().values():
         out.update({f.name: f for f in dataclasses.fields(cls)})
     return out
 
@@ -116,7 +189,9 @@ def field_help() -> dict[str, str]:
     import inspect
 
     helps: dict[str, str] = {}
-    for cls in (Common, Demonstrations, *SETTINGS.values()):
+    for cls in {c: None for s in classes().values() for c in reversed(s.__mro__)}:
+        if not dataclasses.is_dataclass(cls):
+            continue
         for line in inspect.getsource(cls).splitlines():
             name, sep, rest = line.strip().partition(":")
             if sep and "#" in rest and name.isidentifier():
@@ -136,7 +211,8 @@ def resolve(
             f"{', '.join(wrong)} only applies to {DATAFLOW_ONLY[wrong[0]]} agents; this agent "
             f"is a {dataflow} agent, which would ignore it"
         )
-    cls = SETTINGS[runtime]
+    every = classes()
+    cls = every[runtime]
     used = names(cls)
     unused = sorted(set(given) - used)
     if unused:
@@ -144,7 +220,7 @@ def resolve(
         lines = []
         for key in unused:
             if key in known:
-                users = [r for r, c in SETTINGS.items() if key in names(c)]
+                users = [r for r, c in every.items() if key in names(c)]
                 lines.append(f"{key} is a setting of the {', '.join(users)} runtime(s)")
             else:
                 close = difflib.get_close_matches(key, sorted(used), n=3)
@@ -156,45 +232,18 @@ def resolve(
         )
     settings = apply_overrides(cls(), {k: v for k, v in suggested.items() if k in used})
     settings = apply_overrides(settings, given)
-    _check(settings)
+    settings.check()
     return settings
 
 
-def _check(settings: Any) -> None:
-    if isinstance(settings, Offline) and not settings.dataset:
-        raise ConfigError(
-            "the offline runtime learns from a dataset: pass --dataset ID (a Minari dataset; "
-            "rlherd collect RUN --episodes N --out ID records one)"
-        )
-    if isinstance(settings, Demonstrations):
-        ratio = settings.demonstration_ratio
-        if settings.demonstrations and not 0.0 < ratio < 1.0:
-            raise ConfigError(
-                f"demonstration_ratio must be in (0, 1) to mix in demonstrations, got {ratio}; "
-                "e.g. --demonstration-ratio 0.25"
-            )
-        if ratio and not settings.demonstrations:
-            raise ConfigError(
-                "demonstration_ratio needs demonstrations to mix in: --demonstrations ID (a "
-                "Minari dataset) or --demonstrations expert (the environment's scripted expert)"
-            )
-    if getattr(settings, "num_buffers", 0) < 0 or getattr(settings, "env_workers", 0) < 0:
-        raise ConfigError("num_buffers and env_workers must be >= 0")
-    for name in ("num_actors", "envs_per_actor", "num_servers", "torch_threads", "num_envs",
-                 "insert_chunk", "inference_min_batch"):  # fmt: skip
-        value = getattr(settings, name, 1)
+def at_least_one(settings: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(settings, name)
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be >= 1, got {value}")
-    if not 0 <= getattr(settings, "actor_nice", 0) <= 19:
-        raise ConfigError(f"actor_nice must be in 0..19 (niceness), got {settings.actor_nice}")
-    if getattr(settings, "actor_cpus", 1.0) <= 0:
-        raise ConfigError(f"actor_cpus must be > 0, got {settings.actor_cpus}")
-    # On a cluster the learner node may have the GPU that this machine lacks.
-    on_cluster = hasattr(settings, "ray_address") and (
-        settings.ray_address or os.environ.get("RAY_ADDRESS")
-    )
-    if settings.device.startswith("cuda") and not on_cluster:
-        import torch
 
-        if not torch.cuda.is_available():
-            raise ConfigError(f"device={settings.device!r} but CUDA is not available; use cpu")
+
+def at_least_zero(settings: Any, *names: str) -> None:
+    for name in names:
+        if getattr(settings, name) < 0:
+            raise ConfigError(f"{name} must be >= 0, got {getattr(settings, name)}")

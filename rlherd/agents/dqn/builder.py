@@ -78,7 +78,7 @@ class DQfDBuilder(DQNBuilder):
     presets = DQFD_PRESETS
     default_total_steps = DQFD_DEFAULT_TOTAL_STEPS
     runtime_defaults = DQFD_RUNTIME_DEFAULTS
-    runtimes = ("single", "mono", "poly", "distributed")
+    needs = frozenset({"replay", "acting"})
     why_not = (
         "it mixes demonstrations into replay of its own acting; offline, train dqn --dataset ID"
     )

@@ -22,8 +22,8 @@ class MCTSBuilder(TransitionReplayBuilder):
     default_total_steps = DEFAULT_TOTAL_STEPS
     runtime_defaults = RUNTIME_DEFAULTS
     # Its search needs the environments (a simulator) or the model beside the network in the
-    # actor's process; poly's actors act through a shared inference server.
-    runtimes = ("single", "mono", "distributed")
+    # actor's process, not a shared inference server (poly's actors act through one).
+    needs = frozenset({"replay", "acting", "actor_network"})
     why_not = (
         "its actors search, with the network and the model in their own process, and its "
         "policy learns from those searches, which no offline dataset holds"

@@ -92,7 +92,7 @@ class R2D3Builder(R2D2Builder):
 
     name = "r2d3"
     runtime_defaults = R2D3_RUNTIME_DEFAULTS
-    runtimes = ("single", "mono", "poly", "distributed")
+    needs = frozenset({"replay", "acting"})
     why_not = (
         "it mixes demonstrations into replay of its own acting; offline, train r2d2 --dataset ID"
     )
