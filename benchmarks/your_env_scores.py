@@ -68,7 +68,7 @@ def figure(name: str, seed: int, out: Path) -> dict:
     _, curves = load_curves(run_dir)
     returns = curves[""]
     value = run.summary["final_return_mean"] if of == "final" else last_greedy(run_dir)
-    return dict(bench="your_env_scores", figure=name, agent=agent, env=run.config["env"],
+    return dict(bench="your_env_scores", figure=name, agent=agent, env=run.config.env,
                 runtime=runtime, seed=seed, steps=run.summary["actor_steps"],
                 final_return_20=run.summary["final_return_mean"],
                 final_return_100=float(np.mean(returns[-100:])) if len(returns) else None,

@@ -57,3 +57,28 @@ def test_a_learners_checkpoint_holds_its_policy(agent, env):
     # The learner says the same of itself, and serves it to actors.
     for name, tensor in learner.policy_state().items():
         torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0, msg=name)
+
+
+# ------------------------------------------------------------------------ a run's record
+def test_a_run_is_described_by_a_frozen_record_that_its_directory_reads_back(tmp_path):
+    import dataclasses
+    import json
+
+    import rlherd
+    from rlherd.run.rundir import RunDir, RunRecord
+
+    run = rlherd.train("dqn", CORRIDOR, total_steps=50, seed=3, run_dir=tmp_path / "run",
+                       progress=False, eval_every=25)  # fmt: skip
+    assert isinstance(run.config, RunRecord)
+    assert RunDir(run.path).read_config() == run.config
+    assert (run.config.agent, run.config.seed, run.config.preset) == ("dqn", 3, "toy")
+    assert "num_envs" in run.config.settings and "n_step" in run.config.config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.config.seed = 4  # type: ignore[misc]
+    # What config.json holds is the record's fields, no more and no less.
+    written = json.loads((run.path / "config.json").read_text())
+    assert set(written) == {f.name for f in dataclasses.fields(RunRecord)}
+    # A run written before the preset was recorded reads back with none.
+    del written["preset"]
+    (run.path / "config.json").write_text(json.dumps(written))
+    assert RunDir(run.path).read_config() == dataclasses.replace(run.config, preset="")

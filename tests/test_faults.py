@@ -138,7 +138,7 @@ def test_train_to_continues_a_stopped_run_leaves_a_finished_one_and_retrains_the
     # Another seed, or a finished run shorter than asked (its schedules ended at its own
     # length), is trained again from the start.
     other_seed = train_to("impala", "rlherd/Bandit-v0", run, 640, seed=4, progress=False)
-    assert other_seed.config["seed"] == 4 and not (run / "marker").exists()
+    assert other_seed.config.seed == 4 and not (run / "marker").exists()
     (run / "marker").write_text("")
     longer = train_to("impala", "rlherd/Bandit-v0", run, 800, seed=4, progress=False)
     assert longer.summary["actor_steps"] == 800 and not (run / "marker").exists()

@@ -342,7 +342,7 @@ def test_an_offline_run_steps_no_environment_but_the_evaluators(offline_datasets
 def test_an_offline_run_evaluates_a_tenth_of_the_way_unless_told(offline_datasets, tmp_path):
     run = rlherd.train("bc", CORRIDOR, dataset=offline_datasets[CORRIDOR], total_steps=50,
                        eval_episodes=1, run_dir=tmp_path / "run", progress=False)  # fmt: skip
-    assert run.config["eval_every"] == 5 and run.summary["eval_return_mean"] is not None
+    assert run.config.eval_every == 5 and run.summary["eval_return_mean"] is not None
 
 
 def test_interrupted_offline_run_resumes_exactly(offline_datasets, interrupt_at, tmp_path):

@@ -43,10 +43,10 @@ def collect(
     act = None
     env = None if env is None else rl_envs.resolve(env)  # as a run records it
     if run_dir is not None:
-        meta, builder, checkpoint = load_run(run_dir)
-        if env is not None and env != meta["env"]:
-            raise ConfigError(f"{run_dir} was trained on {meta['env']}; drop --env {env}")
-        env, env_kwargs = meta["env"], meta["env_kwargs"]
+        record, builder, checkpoint = load_run(run_dir)
+        if env is not None and env != record.env:
+            raise ConfigError(f"{run_dir} was trained on {record.env}; drop --env {env}")
+        env, env_kwargs = record.env, record.env_kwargs
         spec = rl_envs.spec_for(env, **env_kwargs)
         net = builder.make_networks(spec, device="cpu")
         net.load_state_dict(policy_state(checkpoint["learner"]))

@@ -13,31 +13,31 @@ from rlherd.config import apply_overrides
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import episode_stats, eval_actor, run_episodes
-from rlherd.run.rundir import RunDir
+from rlherd.run.rundir import RunDir, RunRecord
 from rlherd.run.video import check_writable, write_video
 from rlherd.runtime import RUNTIMES
 from rlherd.types import batch_of_one
 
 
-def load_run(run_dir: str | Path):
-    """A finished or running run: its metadata, its agent's builder and its latest checkpoint,
+def load_run(run_dir: str | Path) -> tuple[RunRecord, Any, dict[str, Any]]:
+    """A finished or running run: its record, its agent's builder and its latest checkpoint,
     each checked (with summary.json) before anything runs."""
     rundir = RunDir(run_dir)
-    meta = rundir.read_config()
+    record = rundir.read_config()
     rundir.read_summary()
-    return meta, builder_of(meta, rundir.path), rundir.load_checkpoint()
+    return record, builder_of(record, rundir.path), rundir.load_checkpoint()
 
 
-def builder_of(meta: dict[str, Any], path: Path):
-    """The builder of the run at ``path`` (its ``meta``, config.json), with its recorded config;
-    one line if it names an agent or config fields this rlherd lacks (another version's run)."""
+def builder_of(record: RunRecord, path: Path):
+    """The builder of the run at ``path`` (its ``record``), with its recorded config; one line
+    if it names an agent or config fields this rlherd lacks (another version's run)."""
     where = path / "config.json"
-    if meta["agent"] not in BUILDERS:
-        raise ConfigError(f"{where} names agent {meta['agent']!r}, which this rlherd does not "
+    if record.agent not in BUILDERS:
+        raise ConfigError(f"{where} names agent {record.agent!r}, which this rlherd does not "
                           f"have (it has {', '.join(sorted(BUILDERS))})")  # fmt: skip
-    builder_class = BUILDERS[meta["agent"]]
+    builder_class = BUILDERS[record.agent]
     try:
-        return builder_class(apply_overrides(builder_class.config_class(), meta["config"]))
+        return builder_class(apply_overrides(builder_class.config_class(), record.config))
     except ConfigError as e:
         raise ConfigError(f"{where}: {e} (a run of another rlherd version?)") from None
 
@@ -87,24 +87,24 @@ def evaluate(
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if video:  # before the episodes are played, not after
         check_writable(Path(video))
-    meta, builder, checkpoint = load_run(run_dir)
-    if (opponent is not None) != (rl_envs.family(meta["env"]) == "openspiel"):
+    record, builder, checkpoint = load_run(run_dir)
+    if (opponent is not None) != (rl_envs.family(record.env) == "openspiel"):
         raise ConfigError(
-            f"--opponent plays the other side of a two-player game; {meta['env']} "
+            f"--opponent plays the other side of a two-player game; {record.env} "
             + ("is not one" if opponent is not None else "is one: name an opponent, e.g. "
                "--opponent random, mcts:200 or perfect")  # fmt: skip
         )
-    own = RUNTIMES[meta["runtime"]].hook("evaluate") if meta["runtime"] in RUNTIMES else None
+    own = RUNTIMES[record.runtime].hook("evaluate") if record.runtime in RUNTIMES else None
     if own is not None:  # a runtime that plays games of its own (device) evaluates its runs
-        result = own(meta, builder, checkpoint, episodes, video, greedy, seed)
+        result = own(record, builder, checkpoint, episodes, video, greedy, seed)
         _add_to_summary(run_dir, result)
         return result
-    spec = rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
+    spec = rl_envs.spec_for(record.env, **record.env_kwargs)
     net = builder.make_networks(spec, device="cpu")
     net.load_state_dict(policy_state(checkpoint["learner"]))
     net.eval()
     env = rl_envs.make(
-        meta["env"], render_mode="rgb_array" if video else None, **meta["env_kwargs"]
+        record.env, render_mode="rgb_array" if video else None, **record.env_kwargs
     )
     actor = eval_actor(builder, spec, net, greedy, seed)
     if opponent is not None:

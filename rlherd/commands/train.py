@@ -21,7 +21,7 @@ from rlherd.config import apply_overrides, to_json
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import Evaluator
 from rlherd.run.recorder import Recorder
-from rlherd.run.rundir import RunDir
+from rlherd.run.rundir import RunDir, RunRecord
 from rlherd.runtime import (
     RUNTIMES,
     GracefulStop,
@@ -39,11 +39,12 @@ class ObservationNotice(UserWarning):
 
 @dataclass
 class Run:
-    """A finished (or stopped) run: its directory, resolved config and summary; ``stopped``
-    when Ctrl-C or SIGTERM ended it early (a script running several should stop too)."""
+    """A finished (or stopped) run: its directory, its record (agent, env, runtime, seed,
+    config and settings) and summary; ``stopped`` when Ctrl-C or SIGTERM ended it early (a
+    script running several should stop too)."""
 
     path: Path
-    config: dict[str, Any]
+    config: RunRecord
     summary: dict[str, Any]
     stopped: bool = False
     signal: int = 0  # the signal that stopped it (SIGINT, SIGTERM), 0 if none
@@ -52,7 +53,7 @@ class Run:
     @property
     def steps(self) -> int:
         """The steps the run has counted, in its runtime's unit (offline: learner steps)."""
-        return int(self.summary.get(RUNTIMES[self.config["runtime"]].counts, 0))
+        return int(self.summary.get(RUNTIMES[self.config.runtime].counts, 0))
 
 
 def resolve_config(agent: str, env: str, preset: str | None, overrides: dict[str, Any]):
@@ -202,21 +203,23 @@ def train(
     """
     if resume is not None:
         rundir = RunDir(resume)
-        meta = rundir.read_config()
-        _check_resume_flags(meta, overrides, preset=preset, env_kwargs=env_kwargs,
+        record = rundir.read_config()
+        _check_resume_flags(record, overrides, preset=preset, env_kwargs=env_kwargs,
                             overwrite=overwrite, agent=agent, env=env, runtime=runtime,
                             seed=seed, run_dir=run_dir, resume=rundir.path.resolve())  # fmt: skip
-        agent, env, runtime = meta["agent"], meta["env"], meta["runtime"]
-        config = builder_of(meta, rundir.path).config
+        agent, env, runtime = record.agent, record.env, record.runtime
+        config = builder_of(record, rundir.path).config
         if runtime not in RUNTIMES:
             raise ConfigError(f"{rundir.path / 'config.json'} names runtime {runtime!r}, which "
                               f"this rlherd does not have ({', '.join(RUNTIMES)})")  # fmt: skip
-        settings = settings_mod.resolve(runtime, {}, meta["settings"])
-        meta["total_steps"] = meta["total_steps"] if total_steps is None else total_steps
+        settings = settings_mod.resolve(runtime, {}, record.settings)
+        total_steps = record.total_steps if total_steps is None else total_steps
         if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
-            meta["eval_every"] = eval_every or _offline_eval_every(runtime, meta["total_steps"])
-        if eval_episodes is not None:
-            meta["eval_episodes"] = eval_episodes
+            eval_every = eval_every or _offline_eval_every(runtime, total_steps)
+        record = dataclasses.replace(
+            record, total_steps=total_steps,
+            eval_every=record.eval_every if eval_every is None else eval_every,
+            eval_episodes=record.eval_episodes if eval_episodes is None else eval_episodes)
         rundir.lock()
         rundir.read_summary()  # damaged: one line now, not after training
         checkpoint = rundir.load_checkpoint()
@@ -238,18 +241,18 @@ def train(
         if total_steps is None:
             total_steps = BUILDERS[agent].default_total_steps[preset]
         eval_every = eval_every or _offline_eval_every(runtime, total_steps)
-        meta = dict(agent=agent, env=env, runtime=runtime, seed=seed, total_steps=total_steps,
-                    preset=preset, env_kwargs=env_kwargs or {}, eval_every=eval_every,
-                    eval_episodes=eval_episodes, config=to_json(config),
-                    settings=to_json(settings))  # fmt: skip
+        record = RunRecord(agent=agent, env=env, runtime=runtime, seed=seed,
+                           total_steps=total_steps, preset=preset, env_kwargs=env_kwargs or {},
+                           eval_every=eval_every, eval_episodes=eval_episodes,
+                           config=to_json(config), settings=to_json(settings))  # fmt: skip
         checkpoint = None
-    if meta["total_steps"] <= 0:
-        raise ConfigError(f"total_steps must be positive, got {meta['total_steps']}")
-    if checkpoint is not None and _counted(checkpoint, runtime) >= meta["total_steps"]:
+    if record.total_steps <= 0:
+        raise ConfigError(f"total_steps must be positive, got {record.total_steps}")
+    if checkpoint is not None and _counted(checkpoint, runtime) >= record.total_steps:
         rundir.unlock()
-        return Run(rundir.path, meta, rundir.read_summary(), finished_before=True)
+        return Run(rundir.path, record, rundir.read_summary(), finished_before=True)
     # Fail fast on a bad id, option or pairing, before any directory is made.
-    spec = _spec(meta)
+    spec = _spec(record)
     notice = rl_envs.dropped_notice(spec) if spec is not None and resume is None else None
     if notice:
         warnings.warn(notice, ObservationNotice, stacklevel=2)
@@ -258,9 +261,9 @@ def train(
     if resume is None:
         rundir = _new_run_dir(run_dir, agent, env, overwrite)
         rundir.lock()
-    rundir.write_config(meta)
+    rundir.write_config(record)
     try:
-        return _run(meta, builder, settings, spec, rundir, checkpoint, progress)
+        return _run(record, builder, settings, spec, rundir, checkpoint, progress)
     except ConfigError:
         # Found by the runtime before anything was trained: leave no half-made run behind,
         # which would refuse the corrected command's --run-dir.
@@ -283,25 +286,25 @@ def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: 
     path, env = Path(run_dir), rl_envs.resolve(env)
     config, _ = resolve_config(agent, env, None, {})
     if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
-        meta = RunDir(path).read_config()
-        same = (meta["agent"], meta["env"], meta["runtime"], meta["seed"]) == (
-            agent, env, runtime, seed) and _same_config(meta, config)
+        record = RunDir(path).read_config()
+        same = (record.agent, record.env, record.runtime, record.seed) == (
+            agent, env, runtime, seed) and _same_config(record, config)
         summary = RunDir(path).read_summary()
-        done = summary.get(RUNTIMES[meta["runtime"]].counts, 0)
+        done = summary.get(RUNTIMES[record.runtime].counts, 0)
         if same and done >= total_steps:
-            return Run(path, meta, summary)
-        if same and meta["total_steps"] == total_steps:
+            return Run(path, record, summary)
+        if same and record.total_steps == total_steps:
             return train(resume=path, progress=progress)
     return train(agent, env, runtime=runtime, total_steps=total_steps, seed=seed, run_dir=path,
                  overwrite=True, progress=progress, eval_every=eval_every,
                  eval_episodes=eval_episodes)  # fmt: skip
 
 
-def _same_config(meta: dict[str, Any], config: Any) -> bool:
+def _same_config(record: RunRecord, config: Any) -> bool:
     """Whether a run's recorded config is ``config``; an older run's lacks the fields added
     since, which count as their defaults."""
     try:
-        recorded = apply_overrides(type(config)(), meta["config"])
+        recorded = apply_overrides(type(config)(), record.config)
     except ConfigError:  # a field since removed or renamed
         return False
     return to_json(recorded) == to_json(config)
@@ -313,7 +316,7 @@ def _offline_eval_every(runtime: str, total_steps: int) -> int:
     return 0 if "acting" in RUNTIMES[runtime].provides else max(1, total_steps // 10)
 
 
-def _check_resume_flags(meta: dict[str, Any], overrides: dict[str, Any], **given: Any) -> None:
+def _check_resume_flags(record: RunRecord, overrides: dict[str, Any], **given: Any) -> None:
     """Refuse what ``--resume`` cannot honour: config and settings changes, another run
     directory, and an agent, env, runtime or seed other than the run's own (left out, they are
     the run's)."""
@@ -331,59 +334,60 @@ def _check_resume_flags(meta: dict[str, Any], overrides: dict[str, Any], **given
             " (or start a new run with them)"
         )
     for name in ("agent", "env", "runtime", "seed"):
-        if given[name] is not None and given[name] != meta[name]:
+        recorded = getattr(record, name)
+        if given[name] is not None and given[name] != recorded:
             raise ConfigError(
-                f"--resume continues the run as it was started ({name} {meta[name]!r}); drop "
+                f"--resume continues the run as it was started ({name} {recorded!r}); drop "
                 f"{'the agent' if name == 'agent' else flag(name)} {given[name]!r}, or start a "
                 "new run with it"
             )
 
 
-def _spec(meta: dict[str, Any]):
+def _spec(record: RunRecord):
     """The environment's spec, made from its id; a runtime that makes no Gymnasium
-    environments (``device``) checks the id itself (its ``spec(meta)``), and its runs have no
+    environments (``device``) checks the id itself (its ``spec(record)``), and its runs have no
     spec here."""
-    runtime = RUNTIMES[meta["runtime"]]
+    runtime = RUNTIMES[record.runtime]
     if "gym_envs" in runtime.provides:
-        return rl_envs.spec_for(meta["env"], **meta["env_kwargs"])
-    return runtime.hook("spec")(meta)
+        return rl_envs.spec_for(record.env, **record.env_kwargs)
+    return runtime.hook("spec")(record)
 
 
-def _run(meta, builder, settings, spec, rundir, checkpoint, progress) -> Run:
+def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progress) -> Run:
     recorder = Recorder(
         rundir,
-        dict(agent=meta["agent"], env=meta["env"], runtime=meta["runtime"]),
-        meta["total_steps"],
+        dict(agent=record.agent, env=record.env, runtime=record.runtime),
+        record.total_steps,
         progress=progress,
         log_interval_s=settings.log_interval_s,
         checkpoint_interval_s=settings.checkpoint_interval_s,
-        counts=RUNTIMES[meta["runtime"]].counts,
+        counts=RUNTIMES[record.runtime].counts,
     )
     if checkpoint is not None:
         recorder.load_state_dict(checkpoint["recorder"])
         rundir.truncate_metrics(int(recorder.counters[recorder.counts]), recorder.counts)
     else:
-        seed_everything(meta["seed"])
+        seed_everything(record.seed)
 
     def save(state: dict[str, Any]) -> None:
         rundir.save_checkpoint(state, int(recorder.counters["learner_steps"]))
 
     evaluator = None
-    if meta["eval_every"] > 0:
-        evaluator = Evaluator(builder, spec, meta["env"], meta["env_kwargs"], recorder,
-                              meta["eval_every"], meta["eval_episodes"], meta["seed"])  # fmt: skip
+    if record.eval_every > 0:
+        evaluator = Evaluator(builder, spec, record.env, record.env_kwargs, recorder,
+                              record.eval_every, record.eval_episodes, record.seed)  # fmt: skip
     torch_threads(settings.torch_threads)
     graceful = GracefulStop()
     with graceful as stop:
-        ctx = RunContext(builder, meta["env"], meta["env_kwargs"], spec, settings, recorder,
-                         meta["seed"], checkpoint, save, stop, evaluator)  # fmt: skip
+        ctx = RunContext(builder, record.env, record.env_kwargs, spec, settings, recorder,
+                         record.seed, checkpoint, save, stop, evaluator)  # fmt: skip
         try:
-            RUNTIMES[meta["runtime"]].run(ctx)
+            RUNTIMES[record.runtime].run(ctx)
         finally:
             if evaluator is not None:
                 evaluator.close()
             summary = recorder.close()
-    return Run(rundir.path, meta, summary, stopped=graceful.signum != 0, signal=graceful.signum)
+    return Run(rundir.path, record, summary, stopped=graceful.signum != 0, signal=graceful.signum)
 
 
 __all__ = ["Run", "train", "train_to", "resolve_config"]

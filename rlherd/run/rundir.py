@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import errno
 import fcntl
 import json
@@ -17,6 +18,7 @@ import pickle
 import re
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,27 @@ from rlherd.run.plain import from_plain, to_plain
 
 KEEP_CHECKPOINTS = 2
 CHECKPOINT_NAME = re.compile(r"ckpt-\d{12}\.pt")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a run is, as its config.json records it: enough to resume it, evaluate it, record
+    its policy or train it again. Only :class:`RunDir` reads and writes it; a resumed run that
+    is given a longer budget or other evaluations is a ``dataclasses.replace`` of it."""
+
+    agent: str
+    env: str  # as rlherd.envs.resolve records it: module:Env-v0 where a module registers it
+    runtime: str
+    seed: int
+    total_steps: int  # in the runtime's unit (Runtime.counts)
+    env_kwargs: dict[str, Any]
+    eval_every: int  # 0: no evaluations while training
+    eval_episodes: int
+    config: dict[str, Any]  # the agent's config fields
+    settings: dict[str, Any]  # the runtime's settings
+    preset: str = ""  # the preset the config started from (runs of older versions: "")
+
+
 # What config.json must hold, and of which type (checked before a run is evaluated or resumed).
 RUN_FIELDS = dict(agent=str, env=str, runtime=str, seed=int, total_steps=int, env_kwargs=dict,
                   eval_every=int, eval_episodes=int, config=dict, settings=dict)  # fmt: skip
@@ -125,12 +148,12 @@ class RunDir:
             self._lock = None
 
     # config and summary -------------------------------------------------------------------
-    def write_config(self, config: dict[str, Any]) -> None:
-        atomic_write_json(self.path / "config.json", config)
+    def write_config(self, record: RunRecord) -> None:
+        atomic_write_json(self.path / "config.json", dataclasses.asdict(record))
 
-    def read_config(self) -> dict[str, Any]:
-        """The run's config; an environment it names by module must be an installed one (see
-        :func:`rlherd.envs.check_recorded`)."""
+    def read_config(self) -> RunRecord:
+        """The run's record, each field checked; an environment it names by module must be an
+        installed one (see :func:`rlherd.envs.check_recorded`)."""
         from rlherd import envs as rl_envs
 
         path = self.path / "config.json"
@@ -143,7 +166,8 @@ class RunDir:
                     "not rlherd's: restore it from a copy of the run, or train the run again"
                 )
         rl_envs.check_recorded(config["env"], self.path)
-        return config
+        preset = config.get("preset") if isinstance(config.get("preset"), str) else ""
+        return RunRecord(**{key: config[key] for key in RUN_FIELDS}, preset=preset)
 
     def read_summary(self) -> dict[str, Any]:
         """The run's summary.json (empty before the run's first summary)."""

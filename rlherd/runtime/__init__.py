@@ -61,9 +61,11 @@ DATAFLOWS = ("replay", "rollout")  # the capabilities that are a builder's dataf
 @dataclass(frozen=True)
 class Runtime:
     """A runtime's declaration. Its ``module`` has ``run(ctx: RunContext)``, and may have
-    ``check(builder, settings)`` (refuse, before anything is made, an agent it cannot run) and
-    ``evaluate(meta, builder, checkpoint, episodes, video, greedy, seed)`` (evaluate a run's
-    checkpoint itself, for a runtime that plays environments of its own)."""
+    ``check(builder, settings)`` (refuse, before anything is made, an agent it cannot run), and
+    where it makes no Gymnasium environments (no ``gym_envs``), ``spec(record)`` (check the
+    :class:`~rlherd.run.rundir.RunRecord`'s environment; the spec, or None) and
+    ``evaluate(record, builder, checkpoint, episodes, video, greedy, seed)`` (``rlherd eval``
+    of its runs)."""
 
     name: str
     module: str

@@ -36,6 +36,7 @@ from rlherd.envs.device import DeviceEnv, make_device
 from rlherd.errors import ConfigError
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
 from rlherd.run.counting import EpisodeTracker
+from rlherd.run.rundir import RunRecord
 from rlherd.run.video import write_video
 from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 
@@ -243,16 +244,16 @@ def run(ctx: RunContext) -> None:
     ctx.write_checkpoint(state)
 
 
-def spec(meta: dict[str, Any]) -> None:
+def spec(record: RunRecord) -> None:
     """Check the run's device environment id and options (the runs of this runtime take their
     specs from the device environment, so they have none before it starts)."""
-    make_device(meta["env"], 1, "cpu", **meta["env_kwargs"])
-    if meta["eval_every"]:
+    make_device(record.env, 1, "cpu", **record.env_kwargs)
+    if record.eval_every:
         raise ConfigError("--eval-every is not supported on the device runtime; use rlherd eval")
 
 
 def evaluate(
-    meta: dict[str, Any],
+    record: RunRecord,
     builder,
     checkpoint: dict[str, Any],
     episodes: int,
@@ -265,9 +266,9 @@ def evaluate(
     game, and the tag rate; game 0 is rendered to ``video`` if given."""
     from rlherd.runtime.settings import resolve
 
-    env = make_device(meta["env"], episodes, "cpu", seed, **meta["env_kwargs"])
-    settings = resolve(meta["runtime"], {}, dict(meta["settings"], device="cpu", compile=False))
-    groups = make_groups(builder, meta["env"], settings, env, evaluation=greedy)
+    env = make_device(record.env, episodes, "cpu", seed, **record.env_kwargs)
+    settings = resolve(record.runtime, {}, dict(record.settings, device="cpu", compile=False))
+    groups = make_groups(builder, record.env, settings, env, evaluation=greedy)
     for g in groups:
         g.networks.load_state_dict(policy_state(checkpoint["learner"][g.name]))
         g.networks.eval()
