@@ -1,6 +1,9 @@
 """The contracts between agents and the code that reads their checkpoints: what a learner's
 checkpointed state must hold for evaluation, dataset collection and the device runtime to act
-with a finished run's policy without making its learner."""
+with a finished run's policy without making its learner, and for a run to resume from it."""
+
+import copy
+from typing import Any
 
 import pytest
 import torch
@@ -57,6 +60,114 @@ def test_a_learners_checkpoint_holds_its_policy(agent, env):
     # The learner says the same of itself, and serves it to actors.
     for name, tensor in learner.policy_state().items():
         torch.testing.assert_close(tensor, expected[name], rtol=0, atol=0, msg=name)
+
+
+# Each learner's checkpoint, by its keys (a network's or an optimiser's own keys left out): what
+# runs' checkpoints hold, so a run resumes only if these stay (and benchmarks/box_unchanged.py,
+# which hashes every tensor by its path, compares across commits only if they do).
+KEYS = {
+    ("bc", CORRIDOR): ["net", "num_steps", "optimizer"],
+    ("cql", CORRIDOR): ["log_alpha", "net", "num_steps", "optimizer/alpha", "optimizer/q",
+                        "target_net"],
+    ("cql", REACH): ["log_alpha", "log_entropy", "net", "num_steps", "optimizer/critic",
+                     "optimizer/duals", "optimizer/policy", "target_net"],
+    ("crr", REACH): ["net", "num_steps", "optimizer", "target_net"],
+    **{(a, REACH): ["critic_optimizer", "net", "num_steps", "policy_optimizer", "support/placed",
+                    "support/warned", "target"] for a in ("d4pg", "ddpg")},
+    **{(a, REACH): ["critic_optimizer", "dual_optimizer", "duals/alpha_mean",
+                    "duals/alpha_stddev", "duals/penalty_temperature", "duals/temperature", "net",
+                    "num_steps", "policy_optimizer", "support/placed", "support/warned", "target"]
+       for a in ("dmpo", "mpo")},
+    **{(a, CORRIDOR): ["net", "num_steps", "optimizer", "target_net"]
+       for a in ("dqfd", "dqn", "r2d2", "r2d3")},
+    ("impala", CORRIDOR): ["consumed_steps", "net", "num_steps", "optimizer"],
+    ("mcts", "rlherd/DeepSea-v0"): ["net", "num_steps", "optimizer"],
+    ("ppo", CORRIDOR): ["beta", "consumed_steps", "net", "num_steps", "optimizer"],
+}  # fmt: skip
+
+
+def _keys(state: dict[str, Any]) -> list[str]:
+    """The checkpoint's keys, and the keys within parts that are neither a network's state
+    (an OrderedDict) nor an optimiser's."""
+    keys = []
+    for key, part in state.items():
+        own = type(part) is dict and "param_groups" not in part
+        keys += [f"{key}/{k}" for k in part] if own else [key]
+    return sorted(keys)
+
+
+def _with_optimiser_state(learner: Any) -> Any:
+    """``learner`` after one update of each of its optimisers with random gradients, so that they
+    have state (moments, step counts) to checkpoint."""
+    attributes = vars(learner).values()
+    parts = [*attributes, *(p for v in attributes if isinstance(v, dict) for p in v.values())]
+    for optimizer in [p for p in parts if isinstance(p, torch.optim.Optimizer)]:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                p.grad = torch.randn_like(p)
+        optimizer.step()
+    return learner
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal checkpoint states: the same keys, and every value equal, tensors bit for bit."""
+    if isinstance(b, dict):
+        return isinstance(a, dict) and set(a) == set(b) and all(_same(a[k], b[k]) for k in b)
+    if isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+def _changed(state: Any) -> Any:
+    """``state`` with every number changed: tensors, counters, flags and learning rates. An
+    optimiser's parameter ids and other hyperparameters stay (they say which parameters are
+    whose, and how it updates)."""
+    if isinstance(state, torch.Tensor):
+        return ~state if state.dtype == torch.bool else state + 1
+    if isinstance(state, bool):
+        return not state
+    if isinstance(state, int | float):
+        return state + 1
+    if isinstance(state, dict) and "param_groups" in state:
+        return dict(
+            state=_changed(state["state"]),
+            param_groups=[dict(g, lr=g["lr"] + 1) for g in state["param_groups"]],
+        )
+    if isinstance(state, dict):
+        return type(state)((k, _changed(v)) for k, v in state.items())
+    return state
+
+
+@pytest.mark.parametrize("agent, env", [(a, e) for a in sorted(ENVS) for e in ENVS[a]])
+def test_a_learners_checkpoint_keeps_its_keys_and_round_trips(agent, env):
+    """A learner's checkpoint has the keys runs' checkpoints have (a renamed one fails), and
+    loads into a fresh learner whose own checkpoint is then the same, key for key, bit for bit."""
+    learner = _with_optimiser_state(_learner(agent, env)[3])
+    state = learner.state_dict()
+    assert _keys(state) == KEYS[agent, env]
+    fresh = _learner(agent, env)[3]
+    fresh.load_state_dict(state)
+    restored = fresh.state_dict()
+    for key in state:
+        assert _same(restored[key], state[key]), key
+
+
+@pytest.mark.parametrize("agent, env", [(a, e) for a in sorted(ENVS) for e in ENVS[a]])
+def test_a_learner_restores_every_part_of_its_checkpoint(agent, env):
+    """Every part of a checkpoint is loaded, not only saved: a checkpoint whose every number
+    differs from a fresh learner's (PPO's ``beta``, MPO's ``duals``, CQL's ``log_entropy``, the
+    support's flags, each optimiser's moments and learning rate) is what that learner's own
+    checkpoint says after loading it."""
+    state = _changed(_with_optimiser_state(_learner(agent, env)[3]).state_dict())
+    fresh = _learner(agent, env)[3]
+    before = copy.deepcopy(fresh.state_dict())  # its tensors are the learner's, loaded into
+    fresh.load_state_dict(state)
+    after = fresh.state_dict()
+    for key in state:
+        assert not _same(before[key], state[key]), f"{key} is not changed: the test cannot fail"
+        assert _same(after[key], state[key]), f"{key} is not restored"
 
 
 # ------------------------------------------------------------------------ a run's record

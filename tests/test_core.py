@@ -218,6 +218,38 @@ def test_flattened_parameters_train_as_the_network_did():
                for p in net.parameters())  # fmt: skip
 
 
+def test_a_network_learner_loads_its_parts_in_place():
+    """``NetworkLearner``'s checkpoint, part by kind: a network, a tensor and a dict's tensor are
+    loaded into the very objects the optimiser updates (replacing them would leave it updating
+    tensors the learner no longer has); plain values, alone or in a dict, are set."""
+    from rlherd.agents.learning import NetworkLearner, adam
+
+    class Learner(NetworkLearner):
+        checkpointed = ("net", "scale", "duals", "optimizer", "beta")
+
+        def __init__(self):
+            self.net, self.num_steps, self.beta = torch.nn.Linear(3, 2), 0, 1.0
+            self.scale = torch.zeros((), requires_grad=True)
+            self.duals = dict(temperature=torch.zeros(2, requires_grad=True), count=0)
+            self.optimizer = adam(self.tensors(), 1e-3)
+
+        def tensors(self) -> list[torch.Tensor]:
+            return [*self.net.parameters(), self.scale, self.duals["temperature"]]
+
+    saved = Learner()
+    with torch.no_grad():
+        for tensor in saved.tensors():
+            tensor.add_(torch.randn_like(tensor))
+    saved.num_steps, saved.beta, saved.duals["count"] = 7, 1.5, 3
+    learner = Learner()
+    updated = [id(t) for t in learner.optimizer.param_groups[0]["params"]]
+    learner.load_state_dict(saved.state_dict())
+    assert [id(t) for t in learner.tensors()] == updated
+    for ours, theirs in zip(learner.tensors(), saved.tensors(), strict=True):
+        assert torch.equal(ours, theirs) and ours.requires_grad
+    assert (learner.num_steps, learner.beta, learner.duals["count"]) == (7, 1.5, 3)
+
+
 def test_centered_rmsprop_gives_pytorchs_numbers():
     """rlherd's CenteredRMSprop (agents/learning.py) against torch.optim.RMSprop(centered=True):
     the same parameters after several steps, bit for bit."""

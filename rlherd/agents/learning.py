@@ -39,9 +39,21 @@ class NetworkLearner:
     """What every agent's learner shares (a :class:`~rlherd.core.Learner`): ``step()`` hands the
     dataset's next batch to the subclass's ``learn``, and as a variable source it serves ``net``
     whole under every name, versioned by ``num_steps`` (actors fetch only after an update).
-    Its checkpoint is ``num_steps`` and the state of each attribute named in ``checkpointed``
-    (networks and optimisers), under that name; ``net``, the policy, is under
-    :data:`~rlherd.core.POLICY_KEY` (``"net"``).
+
+    Its checkpoint (``state_dict``) holds, under each key of :meth:`checkpoint_parts`, the state
+    of that part: by default ``num_steps`` and each attribute named in ``checkpointed``, under
+    its name (``net``, the policy, is :data:`~rlherd.core.POLICY_KEY`). A part's state is its
+    ``state_dict()`` where it has one (networks, optimisers, a :class:`SupportPlacer`), a
+    detached copy of a tensor (a Lagrange multiplier), its values' states for a dict (MPO's
+    dual variables), and a plain value (a counter, PPO's ``beta``) itself. ``load_state_dict``
+    puts the parts back in the order they are named (learners name networks before their
+    optimisers), each in place, since optimisers hold the very parameters and tensors they
+    update: through ``load_state_dict``, by copying into a tensor, value by value into a dict.
+    A plain value, which nothing else holds, is set as the attribute its key names. Parts that
+    are not attributes of their own are added by overriding ``checkpoint_parts`` (CQL's
+    optimisers, a dict of them, each under ``optimizer/<name>``); these must load in place.
+    The keys are what runs' checkpoints hold, so renaming one stops runs from resuming
+    (``tests/test_contracts.py`` records them).
 
     Every runtime drives a learner through ``step()``, so that is where a learner that blew up
     while its numbers stay finite is caught (:class:`~rlherd.run.divergence.DivergenceWatch`,
@@ -55,14 +67,21 @@ class NetworkLearner:
     checkpointed: tuple[str, ...] = ()
     divergence: DivergenceWatch | None = None  # made at the first step
 
-    def state_dict(self) -> dict[str, Any]:
+    def checkpoint_parts(self) -> dict[str, Any]:
+        """What the checkpoint holds, by key: ``num_steps`` and the attributes ``checkpointed``
+        names."""
         return dict(num_steps=self.num_steps,
-                    **{name: getattr(self, name).state_dict() for name in self.checkpointed})
+                    **{name: getattr(self, name) for name in self.checkpointed})  # fmt: skip
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: _part_state(part) for key, part in self.checkpoint_parts().items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in self.checkpointed:
-            getattr(self, name).load_state_dict(state[name])
-        self.num_steps = state["num_steps"]
+        for key, part in self.checkpoint_parts().items():
+            if _in_place(part):
+                _load_part(part, state[key])
+            else:  # a plain value: nothing holds it but the attribute
+                setattr(self, key, state[key])
 
     def step(self) -> dict[str, Any]:
         if self.divergence is None:
@@ -92,13 +111,46 @@ class NetworkLearner:
         values = priorities.detach().cpu().numpy().astype(np.float64)
         if not np.isfinite(values).all():
             raise TrainingDiverged(
-                f"learner step {self.num_steps}: TD errors are not finite; "
-                f"{TrainingDiverged.HINT}"
+                f"learner step {self.num_steps}: TD errors are not finite; {TrainingDiverged.HINT}"
             )
         self.table.update_priorities(keys, values)
 
     def variables_version(self) -> int:
         return self.num_steps
+
+
+def _part_state(part: Any) -> Any:
+    """A checkpointed part's state (:class:`NetworkLearner`): its ``state_dict()``, a tensor's
+    detached copy, a dict's values' states, or a plain value itself."""
+    if hasattr(part, "state_dict"):
+        return part.state_dict()
+    if isinstance(part, torch.Tensor):
+        return part.detach().clone()
+    if isinstance(part, dict):
+        return {k: _part_state(v) for k, v in part.items()}
+    return part
+
+
+def _in_place(part: Any) -> bool:
+    """Whether :func:`_load_part` can load ``part`` in place; a plain value must be replaced."""
+    return hasattr(part, "load_state_dict") or isinstance(part, torch.Tensor | dict)
+
+
+def _load_part(part: Any, state: Any) -> None:
+    """Put ``state`` back into ``part`` in place, so that optimisers and whatever else holds
+    the same modules and tensors see it: ``load_state_dict``, a copy into a tensor (not
+    recorded for autograd), or each of a dict's values."""
+    if hasattr(part, "load_state_dict"):
+        part.load_state_dict(state)
+    elif isinstance(part, torch.Tensor):
+        with torch.no_grad():
+            part.copy_(state)
+    else:
+        for k, v in part.items():
+            if _in_place(v):
+                _load_part(v, state[k])
+            else:
+                part[k] = state[k]
 
 
 def _fusable(params: list[torch.Tensor]) -> bool:

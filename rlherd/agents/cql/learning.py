@@ -30,6 +30,7 @@ class _CQLLearner(NetworkLearner):
     """What both learners share: the target network, the conservative coefficient (a number, or
     ``log_alpha`` with its own Adam), and checkpoints of all their tensors and optimisers."""
 
+    checkpointed = ("net", "target_net", "log_alpha")
     optimizers: dict[str, torch.optim.Optimizer]
 
     def __init__(self, net: torch.nn.Module, config: CQLConfig, dataset: Iterator[ReplaySample]):
@@ -54,19 +55,11 @@ class _CQLLearner(NetworkLearner):
             return c.cql_coefficient * gap.mean(), gap.new_zeros(())
         return cql_lagrange_loss(self.log_alpha, gap, c.cql_lagrange_threshold)
 
-    def state_dict(self) -> dict[str, Any]:
-        return dict(net=self.net.state_dict(), target_net=self.target_net.state_dict(),
-                    log_alpha=self.log_alpha.detach().clone(), num_steps=self.num_steps,
-                    **{f"optimizer/{k}": o.state_dict() for k, o in self.optimizers.items()})
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target_net.load_state_dict(state["target_net"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.num_steps = state["num_steps"]
-        for k, o in self.optimizers.items():
-            o.load_state_dict(state[f"optimizer/{k}"])
+    def checkpoint_parts(self) -> dict[str, Any]:
+        """The optimisers, kept in one dict (``learn`` steps them all), each under a key of its
+        own, ``optimizer/<name>``."""
+        return dict(super().checkpoint_parts(),
+                    **{f"optimizer/{k}": o for k, o in self.optimizers.items()})  # fmt: skip
 
 
 class DiscreteCQLLearner(_CQLLearner):
@@ -100,6 +93,8 @@ class DiscreteCQLLearner(_CQLLearner):
 
 
 class ContinuousCQLLearner(_CQLLearner):
+    checkpointed = (*_CQLLearner.checkpointed, "log_entropy")
+
     def __init__(self, net: SACNetworks, config: CQLConfig, dataset: Iterator[ReplaySample]):
         super().__init__(net, config, dataset)
         self.critics = [*net.q1.parameters(), *net.q2.parameters()]
@@ -138,7 +133,8 @@ class ContinuousCQLLearner(_CQLLearner):
             q = critic(obs, action)
             td_loss = td_loss + 0.5 * (q - q_target).square().mean()
             gap = cql_gap_continuous(q, critic(obs_n, uniform), critic(obs_n, at_obs), log_pi,
-                                     critic(obs_n, at_next), log_pi_next, action.shape[-1])
+                                     critic(obs_n, at_next), log_pi_next,
+                                     action.shape[-1])  # fmt: skip
             critic_penalty, critic_alpha_loss = self.penalty(gap)
             penalty, alpha_loss = penalty + critic_penalty, alpha_loss + critic_alpha_loss / 2
             gaps.append(gap.detach().mean())
@@ -167,11 +163,3 @@ class ContinuousCQLLearner(_CQLLearner):
                     cql_gap=torch.stack(gaps).mean(), cql_coefficient=self.coefficient(),
                     entropy_coefficient=entropy, log_pi=new_log_pi.detach().mean(),
                     total_loss=(td_loss + penalty + policy_loss).detach())  # fmt: skip
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(super().state_dict(), log_entropy=self.log_entropy.detach().clone())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        with torch.no_grad():
-            self.log_entropy.copy_(state["log_entropy"])

@@ -50,6 +50,8 @@ class D4PGLearner(NetworkLearner):
     """One ``step()``: one batch, one critic update, one policy update, and a hard copy into the
     target networks every ``target_update_period`` steps (Acme's D4PG learner)."""
 
+    checkpointed = ("net", "target", "policy_optimizer", "critic_optimizer", "support")
+
     def __init__(self, net: ActorCritic, config: D4PGConfig, dataset: Iterator[ReplaySample]):
         self.net, self.config, self.dataset = net, config, dataset
         self.target = copy.deepcopy(net)
@@ -111,22 +113,3 @@ class D4PGLearner(NetworkLearner):
         return dict(critic_loss=critic_loss.detach(), policy_loss=policy_loss.detach(),
                     critic_grad_norm=critic_norm, policy_grad_norm=policy_norm,
                     support_overflow=overflow)  # fmt: skip
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(
-            net=self.net.state_dict(),
-            target=self.target.state_dict(),
-            policy_optimizer=self.policy_optimizer.state_dict(),
-            critic_optimizer=self.critic_optimizer.state_dict(),
-            num_steps=self.num_steps,
-            support=self.support.state_dict(),
-        )
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target.load_state_dict(state["target"])
-        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.num_steps = state["num_steps"]
-        self.support.load_state_dict(state["support"])
-

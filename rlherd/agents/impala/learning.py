@@ -72,6 +72,8 @@ class ImpalaLearner(NetworkLearner):
     TorchBeast; the schedule is a function of ``consumed_steps``, so it resumes exactly.
     """
 
+    checkpointed = ("net", "optimizer", "consumed_steps")
+
     def __init__(
         self,
         net: ImpalaNet,
@@ -87,7 +89,10 @@ class ImpalaLearner(NetworkLearner):
         self.num_steps = 0
         if config.optimizer == "rmsprop":
             self.optimizer = rmsprop(
-                net.parameters(), config.learning_rate, config.rmsprop_alpha, config.rmsprop_eps,
+                net.parameters(),
+                config.learning_rate,
+                config.rmsprop_alpha,
+                config.rmsprop_eps,
                 momentum=config.rmsprop_momentum,
             )
         elif config.optimizer == "adam":
@@ -116,17 +121,3 @@ class ImpalaLearner(NetworkLearner):
         self.consumed_steps += T * B
         self.num_steps += 1
         return dict(metrics, learning_rate=lr, grad_norm=grad_norm)
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(
-            net=self.net.state_dict(),
-            optimizer=self.optimizer.state_dict(),
-            consumed_steps=self.consumed_steps,
-            num_steps=self.num_steps,
-        )
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.consumed_steps = state["consumed_steps"]
-        self.num_steps = state["num_steps"]

@@ -43,6 +43,9 @@ class MPOLearner(NetworkLearner):
     """One ``step()``: one batch, one update of critic, policy and Lagrange multipliers, and a
     hard copy into the target networks every ``target_update_period`` steps."""
 
+    checkpointed = ("net", "target", "duals", "policy_optimizer", "critic_optimizer",
+                    "dual_optimizer", "support")  # fmt: skip
+
     def __init__(self, net: ActorCritic, config: MPOConfig, dataset: Iterator[ReplaySample]):
         self.net, self.config, self.dataset = net, config, dataset
         self.target = copy.deepcopy(net)
@@ -130,27 +133,3 @@ class MPOLearner(NetworkLearner):
         return dict(critic_loss=critic_loss.detach(), critic_grad_norm=critic_norm,
                     policy_grad_norm=policy_norm, support_overflow=overflow,
                     **mpo.stats)  # fmt: skip
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(
-            net=self.net.state_dict(),
-            target=self.target.state_dict(),
-            duals={k: v.detach().clone() for k, v in self.duals.items()},
-            policy_optimizer=self.policy_optimizer.state_dict(),
-            critic_optimizer=self.critic_optimizer.state_dict(),
-            dual_optimizer=self.dual_optimizer.state_dict(),
-            num_steps=self.num_steps,
-            support=self.support.state_dict(),
-        )
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.target.load_state_dict(state["target"])
-        with torch.no_grad():
-            for k, v in self.duals.items():
-                v.copy_(state["duals"][k])
-        self.policy_optimizer.load_state_dict(state["policy_optimizer"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.dual_optimizer.load_state_dict(state["dual_optimizer"])
-        self.num_steps = state["num_steps"]
-        self.support.load_state_dict(state["support"])

@@ -62,6 +62,8 @@ class PPOLearner(NetworkLearner):
     once per update from the mean KL between the behaviour policy and the updated one.
     """
 
+    checkpointed = ("net", "optimizer", "consumed_steps", "beta")
+
     def __init__(
         self,
         net: PPONet,
@@ -197,19 +199,3 @@ class PPOLearner(NetworkLearner):
             approx_kl=clipped.approx_kl.detach(),
             clip_fraction=clipped.clip_fraction.detach(),
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(
-            net=self.net.state_dict(),
-            optimizer=self.optimizer.state_dict(),
-            consumed_steps=self.consumed_steps,
-            num_steps=self.num_steps,
-            beta=self.beta,
-        )
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.net.load_state_dict(state["net"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.consumed_steps = state["consumed_steps"]
-        self.num_steps = state["num_steps"]
-        self.beta = state["beta"]
