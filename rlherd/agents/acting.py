@@ -91,6 +91,20 @@ class GaussianSamplingPolicy(FeedForwardPolicy):
         return {F.ACTION: self.net.to_env(action)}, state
 
 
+class TanhGaussianSamplingPolicy(FeedForwardPolicy):
+    """A :class:`~rlherd.core.Policy`: ``tanh(mean + std * N(0, 1))`` from the caller's
+    generator, rescaled to the environment's bounds; ``greedy`` (evaluation): ``tanh(mean)``."""
+
+    @torch.no_grad()
+    def __call__(self, obs, first, state, generator):
+        mean, log_std = self.net.policy(to_device(obs, self.device))
+        u = mean
+        if not self.greedy:
+            u = mean + log_std.exp() * torch.randn(mean.shape, generator=generator,
+                                                   device=self.device)  # fmt: skip
+        return {F.ACTION: self.net.to_env(torch.tanh(u))}, state
+
+
 class RolloutActor:
     """Acts in a batch of environments with ``policy`` (sampling from its own ``seed``) and, with
     a ``writer``, records each row: the observation, the policy's outputs and the recurrent

@@ -14,6 +14,8 @@ so replay holds the actions the environments took and a learner rescales them on
   :func:`tanh_gaussian_sample` and :func:`tanh_gaussian_log_prob`.
 - :class:`Critic`: ``Q(s, a)`` as one value, or as logits over fixed ``atoms`` (a categorical
   distributional critic, ``num_atoms > 1``).
+- :class:`SACNetworks`: SAC's actor-critic, a tanh-Gaussian policy and twin critics (CQL's
+  continuous networks; an agent of the SAC family builds on them, not on CQL's folder).
 """
 
 from __future__ import annotations
@@ -242,4 +244,21 @@ class ActorCritic(ActionBounds, nn.Module):
     def __init__(self, spec: EnvSpec, policy: nn.Module, critic: Critic):
         super().__init__()
         self.policy, self.critic = policy, critic
+        self.register_bounds(spec)
+
+
+class SACNetworks(ActionBounds, nn.Module):
+    """SAC's networks (Haarnoja et al., 2018): a tanh-Gaussian ``policy`` and two critics,
+    ``q1`` and ``q2`` (the smaller of the two is the target: clipped double Q), from a config's
+    ``policy_sizes`` and ``critic_sizes``."""
+
+    discrete = False
+
+    def __init__(self, spec: EnvSpec, config: Any, agent: str):
+        super().__init__()
+        require_bounded_box(spec, agent)
+        dim, actions = obs_dim(spec), spec.action_shape[0]
+        self.policy = TanhGaussianPolicy(dim, actions, tuple(config.policy_sizes))
+        self.q1 = Critic(dim, actions, tuple(config.critic_sizes))
+        self.q2 = Critic(dim, actions, tuple(config.critic_sizes))
         self.register_bounds(spec)

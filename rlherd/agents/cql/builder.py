@@ -1,16 +1,16 @@
 """How the offline runtime assembles CQL: the networks for the task's actions (a Q-network, or a
-SAC-style actor-critic), a table holding the dataset's n-step transitions, the learner, and the
+SAC actor-critic), a table holding the dataset's n-step transitions, the learner, and the
 policy an evaluator acts with (the best action, or the tanh of the Gaussian's mean)."""
 
 from __future__ import annotations
 
-from rlherd.agents.acting import CategoricalPolicy, FeedForwardPolicy
+from rlherd.agents.acting import CategoricalPolicy, FeedForwardPolicy, TanhGaussianSamplingPolicy
 from rlherd.agents.base import OfflineBuilder
-from rlherd.agents.cql.acting import TanhGaussianSamplingPolicy
 from rlherd.agents.cql.config import DEFAULT_TOTAL_STEPS, PRESETS, CQLConfig
 from rlherd.agents.cql.learning import ContinuousCQLLearner, DiscreteCQLLearner
-from rlherd.agents.cql.networks import DiscreteQ, SACNetworks, make_networks
+from rlherd.agents.cql.networks import DiscreteQ, make_networks
 from rlherd.core import EnvSpec
+from rlherd.networks.continuous import SACNetworks
 
 
 class CQLBuilder(OfflineBuilder):

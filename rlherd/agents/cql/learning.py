@@ -18,11 +18,11 @@ import torch
 
 from rlherd import types as F
 from rlherd.agents.cql.config import CQLConfig
-from rlherd.agents.cql.networks import DiscreteQ, SACNetworks
+from rlherd.agents.cql.networks import DiscreteQ
 from rlherd.agents.learning import NetworkLearner, adam, copy_parameters
 from rlherd.losses.offline import cql_gap_continuous, cql_gap_discrete, cql_lagrange_loss
 from rlherd.losses.td import double_q_learning_td, huber
-from rlherd.networks.continuous import tanh_gaussian_log_prob, tanh_gaussian_sample
+from rlherd.networks.continuous import SACNetworks, tanh_gaussian_log_prob, tanh_gaussian_sample
 from rlherd.replay.dataset import ReplaySample
 
 

@@ -1,5 +1,6 @@
-"""CQL's networks: a Q-network over discrete actions, or a SAC-style actor-critic (a
-tanh-Gaussian policy and twin critics) over continuous ones in the canonical box."""
+"""CQL's networks: a Q-network over discrete actions, or SAC's actor-critic (a tanh-Gaussian
+policy and twin critics, :class:`rlherd.networks.continuous.SACNetworks`) over continuous ones in
+the canonical box."""
 
 from __future__ import annotations
 
@@ -10,13 +11,7 @@ from rlherd.agents.cql.config import CQLConfig
 from rlherd.core import EnvSpec
 from rlherd.errors import ConfigError
 from rlherd.networks import torso_of
-from rlherd.networks.continuous import (
-    ActionBounds,
-    Critic,
-    TanhGaussianPolicy,
-    obs_dim,
-    require_bounded_box,
-)
+from rlherd.networks.continuous import SACNetworks
 
 
 class DiscreteQ(nn.Module):
@@ -33,25 +28,10 @@ class DiscreteQ(nn.Module):
         return self.q(obs)
 
 
-class SACNetworks(ActionBounds, nn.Module):
-    """A tanh-Gaussian ``policy`` and two critics, ``q1`` and ``q2``."""
-
-    discrete = False
-
-    def __init__(self, spec: EnvSpec, config: CQLConfig):
-        super().__init__()
-        require_bounded_box(spec, "cql")
-        dim, actions = obs_dim(spec), spec.action_shape[0]
-        self.policy = TanhGaussianPolicy(dim, actions, tuple(config.policy_sizes))
-        self.q1 = Critic(dim, actions, tuple(config.critic_sizes))
-        self.q2 = Critic(dim, actions, tuple(config.critic_sizes))
-        self.register_bounds(spec)
-
-
 def make_networks(spec: EnvSpec, config: CQLConfig) -> DiscreteQ | SACNetworks:
     if spec.action_kind == "discrete":
         return DiscreteQ(spec, config)
     if spec.action_kind == "continuous":
-        return SACNetworks(spec, config)
+        return SACNetworks(spec, config, "cql")
     raise ConfigError(f"cql acts in Discrete or Box action spaces; {spec.env_id} has "
                       f"{spec.action_kind} actions")  # fmt: skip
