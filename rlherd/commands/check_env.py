@@ -18,6 +18,8 @@ against their numpy references instead (:func:`rlherd.envs.device.check_consiste
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import time
 import warnings
@@ -79,7 +81,7 @@ def steps_per_second(env: gym.Env, seconds: float, seed: int) -> float:
 def trainers(spec: EnvSpec) -> dict[str, str | list[str]]:
     """Each agent's verdict: the runtimes it trains the environment on, or why it cannot (its
     networks are built for the environment, with its preset for it, as a run would)."""
-    from rlherd.commands.train import resolve_config
+    from rlherd.commands.train import environment_needs, resolve_config
 
     out: dict[str, str | list[str]] = {}
     for name, builder_class in sorted(BUILDERS.items()):
@@ -89,7 +91,8 @@ def trainers(spec: EnvSpec) -> dict[str, str | list[str]]:
         except (ConfigError, TypeError, ValueError) as e:
             out[name] = str(e).split("\n")[0]
             continue
-        out[name] = runtimes_for(builder_class.needs | {"gym_envs"})
+        able = runtimes_for(builder_class.needs | environment_needs(spec.env_id))
+        out[name] = able or "no: no runtime both runs it and steps this environment"
     return out
 
 
@@ -97,16 +100,12 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
           seed: int = 0) -> dict[str, Any]:  # fmt: skip
     """The report :func:`format_report` prints (a dict, for scripts)."""
     env_id = rl_envs.resolve(env)
-    made = rl_envs.make(env_id, **(env_kwargs or {}))
-    try:
-        spec = rl_envs.spec_of(made, env_id)
-        passed, notes = gymnasium_check(made)
-        sps = steps_per_second(made, seconds, seed)
-    finally:
-        made.close()
+    probe = _probe_game if rl_envs.family(env_id) == "pettingzoo" else _probe_env
+    checker, passed, notes, spec, sps = probe(env_id, env_kwargs or {}, seconds, seed)
     leaves = spec.obs if spec.structured else {"": spec.obs}
     return dict(
         env=env_id,
+        checker=checker,
         gymnasium_check=passed,
         gymnasium_notes=notes,
         observation={k: _leaf(leaf) for k, leaf in leaves.items()},
@@ -117,6 +116,48 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
         steps_per_second=round(sps, 1),
         agents=trainers(spec),
     )
+
+
+def _probe_env(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: int):
+    """Gymnasium's checker on the environment, its spec and its raw speed."""
+    made = rl_envs.make(env_id, **env_kwargs)
+    try:
+        passed, notes = gymnasium_check(made)
+        return ("Gymnasium's env checker", passed, notes, rl_envs.spec_of(made, env_id),
+                steps_per_second(made, seconds, seed))  # fmt: skip
+    finally:
+        made.close()
+
+
+def _probe_game(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: int):
+    """PettingZoo's parallel API test on a game, the spec one agent of it acts with, and the
+    game's raw speed (environment steps: a step of all its agents)."""
+    from pettingzoo.test import parallel_api_test
+
+    from rlherd.envs.pettingzoo import AgentRows, make_game
+
+    game = make_game(env_id, **env_kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # it prints its verdict
+                parallel_api_test(game, num_cycles=100)
+            passed, notes = True, _messages(caught)
+        except Exception as e:  # the test's verdict: reported, not raised
+            passed, notes = False, [*_messages(caught), f"{type(e).__name__}: {e}"]
+    game.close()
+    rows = AgentRows(env_id, 1, **env_kwargs)
+    try:
+        rows.action_space.seed(seed)
+        rows.reset(seed=seed)
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:  # uniformly random actions; games reset
+            rows.step(rows.action_space.sample())
+            steps += 1
+        sps = steps / (time.perf_counter() - start)
+        return "PettingZoo's parallel API test", passed, notes, rl_envs.spec_of(rows, env_id), sps
+    finally:
+        rows.close()
 
 
 def _leaf(leaf: Leaf) -> dict[str, Any]:
@@ -140,7 +181,7 @@ def format_report(report: dict[str, Any]) -> str:
     verdict = "passed" if report["gymnasium_check"] else (
         "FAILED (what it found below; rlherd's runs do not depend on it, --strict makes it an "
         "error)")
-    lines.append(f"  Gymnasium's env checker: {verdict}")
+    lines.append(f"  {report['checker']}: {verdict}")
     lines += [f"    - {note}" for note in report["gymnasium_notes"]]
     lines.append("  observation (array: shape dtype kind -> how networks read it, unless a "
                  "preset picks a torso of its own):")

@@ -103,9 +103,11 @@ def evaluate(
     net = builder.make_networks(spec, device="cpu")
     net.load_state_dict(policy_state(checkpoint["learner"]))
     net.eval()
-    env = rl_envs.make(
-        record.env, render_mode="rgb_array" if video else None, **record.env_kwargs
-    )
+    if video and rl_envs.family(record.env) == "pettingzoo":
+        raise ConfigError(f"--video records one agent's episode; {record.env} is a multi-agent "
+                          "game, which rlherd does not record yet: drop --video")  # fmt: skip
+    render = dict(render_mode="rgb_array") if video else {}
+    env = rl_envs.make_one(record.env, **render, **record.env_kwargs)
     actor = eval_actor(builder, spec, net, greedy, seed)
     if opponent is not None:
         from rlherd.envs.openspiel import make_opponent

@@ -90,6 +90,23 @@ def check_runtime(agent: str, runtime: str) -> None:
         )
 
 
+def environment_needs(env_id: str) -> frozenset[str]:
+    """What a runtime must provide to train on ``env_id``, beyond what the agent needs: a
+    PettingZoo game needs one that steps multi-agent games."""
+    if rl_envs.family(env_id) == "pettingzoo":
+        return frozenset({"gym_envs", "multi_agent"})
+    return frozenset({"gym_envs"})
+
+
+def check_environment(agent: str, env_id: str, runtime: str) -> None:
+    """Refuse a multi-agent game on a runtime that does not step them, naming those that do."""
+    missing = environment_needs(env_id) - RUNTIMES[runtime].provides - {"gym_envs"}
+    if missing:
+        able = runtimes_for(BUILDERS[agent].needs | environment_needs(env_id))
+        raise ConfigError(f"{env_id} is a multi-agent game, which the {runtime} runtime does not "
+                          f"step; {agent} trains it on: {', '.join(able)}")  # fmt: skip
+
+
 def default_runtime(given: dict[str, Any]) -> str:
     """``single`` (the registry's first runtime), unless the runtime settings ``given`` belong
     to one runtime only: ``--dataset ID`` alone trains offline, ``--ray-address`` alone on
@@ -231,6 +248,7 @@ def train(
         runtime = runtime or default_runtime(given)
         config, preset = resolve_config(agent, env, preset, agent_overrides)
         check_runtime(agent, runtime)
+        check_environment(agent, env, runtime)
         if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
             raise ConfigError(
                 f"{env} is a two-player game, played by self-play with values negated between "

@@ -54,7 +54,7 @@ from rlherd.envs.wrappers import ActionMaskObservation, NamedArrays, mask_source
 from rlherd.errors import ConfigError, MissingExtra
 
 __all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "family", "is_mujoco", "make",
-           "make_vector", "resolve", "save_envs", "spec_for", "spec_of"]  # fmt: skip
+           "make_one", "make_vector", "resolve", "save_envs", "spec_for", "spec_of"]  # fmt: skip
 
 toy.register()
 
@@ -198,6 +198,8 @@ def make_vector(
     """
     if num_envs < 1:
         raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
+    if family(env_id) == "pettingzoo":
+        return _agent_rows(env_id, num_envs, kwargs)
     name = split_id(env_id)[1]
     if ":" not in env_id:
         check_id(env_id)
@@ -212,6 +214,32 @@ def make_vector(
         [functools.partial(make, env_id, **kwargs)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
     )
+
+
+def make_one(env_id: str, **kwargs: Any) -> gym.Env | gym.vector.VectorEnv:
+    """One environment to play whole episodes in (an evaluation, ``rlherd eval``): :func:`make`'s,
+    or for a multi-agent game, one game with its agents as rows."""
+    if family(env_id) == "pettingzoo":
+        from rlherd.envs.pettingzoo import AgentRows
+
+        return AgentRows(env_id, 1, **kwargs)
+    return make(env_id, **kwargs)
+
+
+def _agent_rows(env_id: str, rows: int, kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
+    """``rows`` agents of a PettingZoo game: ``rows / agents`` games (stepped in this process)."""
+    from rlherd.envs.pettingzoo import AgentRows
+
+    probe = AgentRows(env_id, 1, **kwargs)
+    probe.close()
+    agents = probe.agents_per_game
+    if rows % agents:
+        raise ConfigError(
+            f"{env_id} has {agents} agents a game, and every game's agents act together: "
+            f"{rows} environments (agents) is not a multiple of {agents}; set --num-envs (or "
+            f"--envs-per-actor) to one, e.g. {agents * max(1, rows // agents)}"
+        )
+    return AgentRows(env_id, rows // agents, **kwargs)
 
 
 def spec_of(env: gym.Env | gym.vector.VectorEnv, env_id: str | None = None) -> EnvSpec:
@@ -245,7 +273,14 @@ def dropped_notice(spec: EnvSpec) -> str | None:
 
 def spec_for(env_id: str, **kwargs: Any) -> EnvSpec:
     """The :class:`EnvSpec` of ``env_id``, from a probe environment built and closed here
-    (which also fails fast, with a clear message, on a bad id or space)."""
+    (which also fails fast, with a clear message, on a bad id or space); a PettingZoo game's
+    is one agent's, which a shared policy acts with."""
+    if family(env_id) == "pettingzoo":
+        from rlherd.envs.pettingzoo import AgentRows
+
+        rows = AgentRows(env_id, 1, **kwargs)
+        rows.close()
+        return spec_of(rows, env_id)
     if env_id in MULTI_AGENT:
         raise ConfigError(
             f"{env_id} is a multi-agent game: single-agent runtimes cannot step it; train it on "

@@ -69,6 +69,7 @@ def no_display_warning() -> Iterator[None]:
 
 
 # Multi-agent games, built as their numpy references (their device versions: rlherd.envs.device).
+PETTINGZOO = "pettingzoo/"  # pettingzoo/<module>: a PettingZoo game (rlherd.envs.pettingzoo)
 MULTI_AGENT = {"tag-gridworld": "TagGridWorldReference", "tag-continuous": "TagContinuousReference"}
 
 
@@ -97,11 +98,12 @@ def split_id(env_id: str) -> tuple[str, str]:
 
 def family(env_id: str) -> str:
     """The family of an id, which picks an agent's preset: atari, minatar, control (the DeepMind
-    Control Suite), openspiel, toy, minigrid, nethack, toytext (Gymnasium's toy text) or
-    classic (anything else)."""
+    Control Suite), openspiel, pettingzoo (a PettingZoo game), toy, minigrid, nethack, toytext
+    (Gymnasium's toy text) or classic (anything else)."""
     module, name = split_id(env_id)
     for prefix, kind in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("rlherd/", "toy"),
-                         ("dm_control/", "control"), ("open_spiel/", "openspiel")):  # fmt: skip
+                         ("dm_control/", "control"), ("open_spiel/", "openspiel"),
+                         (PETTINGZOO, "pettingzoo")):  # fmt: skip
         if name.startswith(prefix):
             return kind
     if module == "minigrid" or name.startswith(("MiniGrid-", "BabyAI-")):
@@ -229,8 +231,8 @@ def resolve(env: str | Callable[..., gym.Env]) -> str:
         env = f"{module}:{name}"
     if not isinstance(env, str) or not env:
         raise ConfigError(f"env must be an id or an environment factory, not {env!r}")
-    if env in MULTI_AGENT or env.startswith(openspiel.PREFIX):
-        return env
+    if env in MULTI_AGENT or env.startswith((openspiel.PREFIX, PETTINGZOO)):
+        return env  # the module the id names is imported where the game is made
     if ":" in env:
         target(env)
         return env

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -19,7 +20,10 @@ from rlherd.types import batch_of_one
 def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
     """Returns and lengths of ``episodes`` episodes of ``actor`` (an :class:`~rlherd.core.Actor`
     acting in a batch of one) in ``env``, each cut after ``MAX_EPISODE_STEPS``; the frames of
-    the first one if ``record``."""
+    the first one if ``record``. In a multi-agent game (one game's agents as rows,
+    :func:`rlherd.envs.make_one`), each agent's episode is one of them, as in training."""
+    if isinstance(env, gym.vector.VectorEnv):
+        return _game_episodes(env, actor, episodes, seed)
     returns, lengths, frames = [], [], []
     if hasattr(actor, "bind_environments"):  # a search's simulator copies the environment
         actor.bind_environments([env])
@@ -37,6 +41,24 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
         returns.append(ret)
         lengths.append(length)
     return returns, lengths, frames
+
+
+def _game_episodes(game, actor, episodes: int, seed: int):
+    """Each agent's return and length in ``episodes`` games of ``game`` (one game's agents as
+    rows: its agents end together), with no frames."""
+    returns, lengths = [], []
+    everyone = np.ones(game.num_envs, dtype=bool)
+    for episode in range(episodes):
+        obs, _ = game.reset(seed=seed + episode)
+        actor.observe_first(obs, everyone)
+        done, ret, length = np.zeros_like(everyone), np.zeros(game.num_envs), 0
+        while not done.all() and length < MAX_EPISODE_STEPS:
+            obs, reward, terminated, truncated, _ = game.step(actor.select_action(obs))
+            ret, length = ret + reward, length + 1
+            done = terminated | truncated
+        returns += ret.tolist()
+        lengths += [length] * game.num_envs
+    return returns, lengths, []
 
 
 def _render(env) -> np.ndarray:
@@ -72,7 +94,7 @@ class EvalEpisodes:
         with torch.random.fork_rng():  # building a network must not shift training's RNG
             self.net = builder.make_networks(spec, device="cpu")
         self.net.eval()
-        self.env = rl_envs.make(env_id, **env_kwargs)
+        self.env = rl_envs.make_one(env_id, **env_kwargs)
 
     def __call__(self, source) -> dict[str, float]:
         """Play with the parameters of ``source`` (a VariableSource); the evaluator.csv columns."""

@@ -113,7 +113,7 @@ class EnvironmentLoop:
             bind(envs)
 
     def step(self) -> int:
-        """One step of every environment; returns the number of agent steps taken."""
+        """One step of every environment; returns the number of environment steps taken."""
         if self.beginning.any():
             self.algorithm.begin_episodes(np.flatnonzero(self.beginning))
         action = self.algorithm.perform(self.obs)
@@ -129,7 +129,9 @@ class EnvironmentLoop:
             if self.recorder is not None:
                 self.recorder.episodes(self.episodes.returns[ended], self.episodes.lengths[ended])
         self.beginning, self.resetting, self.obs = skip, ended, obs
-        n = len(skip)  # every environment step counts, autoresets included (as TorchBeast)
+        # Every environment step counts, autoresets included (as TorchBeast); a multi-agent
+        # game's agents are rows of one step (rlherd.envs.pettingzoo).
+        n = len(skip) // getattr(self.envs, "agents_per_game", 1)
         if self.recorder is not None:
             self.recorder.add_actor_steps(n)
         return n

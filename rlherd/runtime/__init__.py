@@ -54,6 +54,7 @@ CAPABILITIES: dict[str, str] = {
                      "agent may search with it), not through a shared inference server",
     "dataset": "the learner learns from a fixed dataset (--dataset)",
     "gym_envs": "it makes Gymnasium environments from the run's environment id",
+    "multi_agent": "it steps PettingZoo games, every agent a row (rlherd.envs.pettingzoo)",
 }  # fmt: skip
 DATAFLOWS = ("replay", "rollout")  # the capabilities that are a builder's dataflow
 
@@ -97,13 +98,13 @@ class Runtime:
             check(builder, settings)
 
 
-HOST = frozenset({"rollout", "replay", "acting", "actor_network", "gym_envs"})
+HOST = frozenset({"rollout", "replay", "acting", "actor_network", "gym_envs", "multi_agent"})
 OWN: dict[str, Runtime] = {
     r.name: r
     for r in (
         Runtime("single", "rlherd.runtime.single", s.Single, HOST),
         Runtime("mono", "rlherd.runtime.mono", s.Mono, HOST),
-        Runtime("poly", "rlherd.runtime.poly", s.Poly, HOST - {"actor_network"}),
+        Runtime("poly", "rlherd.runtime.poly", s.Poly, HOST - {"actor_network", "multi_agent"}),
         Runtime("distributed", "rlherd.runtime.distributed", s.Distributed, HOST),
         Runtime(
             "device",

@@ -156,6 +156,22 @@ PRESETS: dict[str, dict] = {
         learning_rate=1e-3,
         anneal_clip=True,
     ),
+    # PettingZoo games with one shared policy, every agent a row (rlherd.envs.pettingzoo): the
+    # MPE script of MAPPO's authors (Yu et al. 2022; marlbenchmark/on-policy, train_mpe.sh:
+    # lr 7e-4, ppo_epoch 10, num_mini_batch 1, episode_length 25, and its config's defaults,
+    # clip 0.2, GAE lambda 0.95, gamma 0.99, entropy 0.01). It runs 128 games at once; here 24
+    # rows (8 games of simple_spread's 3 agents, 6 of 4) of 25 steps.
+    "pettingzoo": dict(
+        batch_size=24,
+        unroll_length=25,
+        minibatches=1,
+        epochs=10,
+        discount=0.99,
+        gae_lambda=0.95,
+        learning_rate=7e-4,
+        entropy_cost=0.01,
+        lr_anneal=False,
+    ),
     # RL Zoo's LunarLander-v3.
     "lunarlander": dict(
         batch_size=16,
@@ -318,6 +334,7 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "toy": 20_000,
     "minigrid": 500_000,
     "toytext": 200_000,
+    "pettingzoo": 1_000_000,  # environment steps (a step of every agent of a game)
     "atari": 10_000_000,
     "minatar": 5_000_000,
     "tag-gridworld": 100_000_000,  # agent steps
@@ -331,6 +348,7 @@ RUNTIME_DEFAULTS: dict[str, dict] = {
     "toy": dict(num_actors=2, envs_per_actor=2),
     "minigrid": dict(num_actors=2, envs_per_actor=8),
     "toytext": dict(num_actors=2, envs_per_actor=4),
+    "pettingzoo": dict(num_actors=2, envs_per_actor=12),  # rows: agents of whole games
     "atari": dict(num_actors=2, envs_per_actor=4),
     "minatar": dict(num_actors=2, envs_per_actor=4),
     "tag-gridworld": dict(num_envs=2000),

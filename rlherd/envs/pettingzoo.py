@@ -1,0 +1,139 @@
+"""PettingZoo's parallel games for the host runtimes: every agent of every game is one row of a
+vector environment, so one policy acts for all of them (a shared policy: PettingZoo's and
+SuperSuit's "agents as environments", PufferLib's emulation).
+
+Ids name the module that holds the game, as an import path after ``pettingzoo/``:
+``pettingzoo/mpe2.simple_spread_v3`` (the ``mpe2`` package) or
+``pettingzoo/pettingzoo.butterfly.knights_archers_zombies_v11``. The module's
+``parallel_env(**env_kwargs)`` makes the game. Rows are ordered game by game, each game's agents
+in ``possible_agents`` order, so ``num_envs`` rows hold ``num_envs / agents`` games.
+
+A game ends when all its agents are done (PettingZoo's ``agents`` list empties); the next step
+only resets it (Gymnasium's next-step autoreset, as every vector environment of rlherd's). Its
+agents share one observation and one action space. What ``--total-steps`` counts is
+environment steps (a step of every game), not agent steps: :attr:`AgentRows.agents_per_game`
+rows make one environment step.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlherd.core import flatten_space, flatten_value
+from rlherd.envs.ids import PETTINGZOO as PREFIX
+from rlherd.errors import ConfigError, MissingExtra
+
+# Packages whose games rlherd knows how to install.
+INSTALL = {name: "pip install 'rlherd[multiagent]'" for name in ("mpe2", "pettingzoo")}
+
+
+def make_game(env_id: str, **kwargs: Any) -> Any:
+    """The parallel game ``env_id`` names, made by its module's ``parallel_env``."""
+    module_name = env_id[len(PREFIX):]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        root = module_name.split(".")[0]
+        hint = INSTALL.get(root, f"install the package that provides {module_name}")
+        raise MissingExtra(
+            f"{env_id}: no module {e.name!r} ({hint}); a PettingZoo id is pettingzoo/<module>, "
+            "e.g. pettingzoo/mpe2.simple_spread_v3"
+        ) from e
+    if not hasattr(module, "parallel_env"):
+        raise ConfigError(f"{env_id}: {module_name} has no parallel_env(); name the module of "
+                          "one game, e.g. pettingzoo/mpe2.simple_spread_v3")  # fmt: skip
+    try:
+        return module.parallel_env(**kwargs)
+    except TypeError as e:
+        if kwargs:
+            raise ConfigError(f"{env_id} does not take the options {kwargs}: {e}") from e
+        raise
+
+
+class AgentRows(gym.vector.VectorEnv):
+    """``games`` parallel games, one row per (game, agent); see the module docstring."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(self, env_id: str, games: int, **kwargs: Any):
+        self.env_id, self.games = env_id, [make_game(env_id, **kwargs) for _ in range(games)]
+        first = self.games[0]
+        self.possible_agents = list(first.possible_agents)
+        self.agents_per_game = len(self.possible_agents)
+        obs_spaces = {a: first.observation_space(a) for a in self.possible_agents}
+        act_spaces = {a: first.action_space(a) for a in self.possible_agents}
+        agent = self.possible_agents[0]
+        if any(s != obs_spaces[agent] for s in obs_spaces.values()) or any(
+            s != act_spaces[agent] for s in act_spaces.values()
+        ):
+            raise ConfigError(
+                f"{env_id}'s agents observe or act in different spaces, so one shared policy "
+                "cannot act for all of them"
+            )
+        self.raw_space = obs_spaces[agent]
+        if isinstance(self.raw_space, gym.spaces.Box):
+            self.single_observation_space, self.dropped = self.raw_space, []
+        else:
+            self.single_observation_space, self.dropped = flatten_space(self.raw_space)
+        self.single_action_space = act_spaces[agent]
+        self.num_envs = games * self.agents_per_game
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self._resetting = np.zeros(games, dtype=bool)
+        self._obs: list[dict[str, Any]] = [{} for _ in self.games]
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        for g, game in enumerate(self.games):
+            obs, _ = game.reset(seed=None if seed is None else seed + g, options=options)
+            self._obs[g] = obs
+        self._resetting[:] = False
+        return self._rows(), {}
+
+    def step(self, actions: Any):
+        n = self.agents_per_game
+        reward = np.zeros(self.num_envs, dtype=np.float32)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        for g, game in enumerate(self.games):
+            if self._resetting[g]:
+                self._obs[g], _ = game.reset()
+                self._resetting[g] = False
+                continue
+            live = list(game.agents)
+            step = {a: actions[g * n + self.possible_agents.index(a)] for a in live}
+            obs, rewards, terms, truncs, _ = game.step(step)
+            for a in live:
+                row = g * n + self.possible_agents.index(a)
+                reward[row], terminated[row], truncated[row] = rewards[a], terms[a], truncs[a]
+            ended = [a for a in live if terms[a] or truncs[a]]
+            if ended and len(ended) < len(live):
+                raise ConfigError(
+                    f"{self.env_id}: {', '.join(ended)} left the game before its other agents; "
+                    "agents that leave mid-game are not supported by rlherd's host runtimes yet"
+                )
+            self._obs[g] = {**self._obs[g], **obs}
+            self._resetting[g] = bool(ended)
+        return self._rows(), reward, terminated, truncated, {}
+
+    def _rows(self) -> Any:
+        """Each game's agents' observations, game by game, as one batch."""
+        rows = [self._view(self._obs[g][a]) for g in range(len(self.games))
+                for a in self.possible_agents]  # fmt: skip
+        return gym.vector.utils.concatenate(
+            self.single_observation_space, rows, gym.vector.utils.create_empty_array(
+                self.single_observation_space, self.num_envs)
+        )
+
+    def _view(self, obs: Any) -> Any:
+        return obs if isinstance(self.raw_space, gym.spaces.Box) else flatten_value(
+            self.raw_space, obs)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for game in getattr(self, "games", []):  # none where making them failed
+            game.close()

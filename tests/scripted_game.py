@@ -1,0 +1,54 @@
+"""A scripted PettingZoo parallel game for the multi-agent tests (``pettingzoo/scripted_game``).
+
+Agent ``i`` observes ``[i, t]`` (its index and the step) and is rewarded ``i + 1`` for action
+``1`` and ``0`` otherwise, so each row's data shows whose it is; the game lasts ``length`` steps.
+With ``leave=True`` agent 0 leaves after its first step; with ``mixed=True`` the agents' spaces
+differ."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+from pettingzoo import ParallelEnv
+
+
+class ScriptedGame(ParallelEnv):
+    metadata = {"name": "scripted_game"}
+
+    def __init__(self, agents: int = 3, length: int = 5, leave: bool = False,
+                 mixed: bool = False):  # fmt: skip
+        self.possible_agents = [f"agent_{i}" for i in range(agents)]
+        self.length, self.leave, self.mixed = length, leave, mixed
+
+    @functools.cache  # noqa: B019 (PettingZoo's test wants the same object each call)
+    def observation_space(self, agent: str) -> gym.Space:
+        size = 3 if self.mixed and agent == "agent_0" else 2
+        return gym.spaces.Box(0, 100, (size,), np.float32)
+
+    @functools.cache  # noqa: B019
+    def action_space(self, agent: str) -> gym.Space:
+        return gym.spaces.Discrete(2)
+
+    def _obs(self, agent: str) -> np.ndarray:
+        index = self.possible_agents.index(agent)
+        return np.array([index, self.t], np.float32)
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        rewards = {a: float((self.possible_agents.index(a) + 1) * actions[a]) for a in actions}
+        over = self.t >= self.length
+        terms = {a: over or (self.leave and a == "agent_0") for a in actions}
+        truncs = {a: False for a in actions}
+        obs = {a: self._obs(a) for a in actions}
+        self.agents = [a for a in self.agents if not terms[a]]
+        return obs, rewards, terms, truncs, {a: {} for a in actions}
+
+
+def parallel_env(**kwargs) -> ScriptedGame:
+    return ScriptedGame(**kwargs)

@@ -1,0 +1,104 @@
+"""PettingZoo's parallel games on the host runtimes, one shared policy acting for every agent:
+each agent of each game is a row (rlherd.envs.pettingzoo), with its own data in its own row, and
+``--total-steps`` counts environment steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rlherd
+from rlherd import envs as rl_envs
+from rlherd.commands.evaluate import evaluate
+from rlherd.envs.pettingzoo import AgentRows
+from rlherd.errors import ConfigError
+
+GAME = "pettingzoo/scripted_game"
+
+
+def test_every_agent_of_every_game_is_its_own_row():
+    rows = AgentRows(GAME, 2, agents=3, length=2)
+    obs, _ = rows.reset(seed=0)
+    assert rows.num_envs == 6 and rows.agents_per_game == 3
+    np.testing.assert_array_equal(obs[:, 0], [0, 1, 2, 0, 1, 2])  # game by game, agent order
+    # Each row's action reaches its own agent, and its reward comes back to that row.
+    obs, reward, terminated, truncated, _ = rows.step(np.array([1, 1, 0, 0, 1, 1]))
+    np.testing.assert_array_equal(reward, [1, 2, 0, 0, 2, 3])
+    np.testing.assert_array_equal(obs[:, 1], 1)
+    assert not terminated.any() and not truncated.any()
+    _, _, terminated, _, _ = rows.step(np.ones(6, dtype=np.int64))
+    assert terminated.all()  # the games end with their second step
+    # Next-step autoreset: the step after the end only resets, with no reward.
+    obs, reward, terminated, _, _ = rows.step(np.ones(6, dtype=np.int64))
+    np.testing.assert_array_equal(obs[:, 1], 0)
+    assert not reward.any() and not terminated.any()
+    rows.close()
+
+
+def test_the_spec_is_one_agents_and_rows_come_in_whole_games():
+    spec = rl_envs.spec_for(GAME, agents=3)
+    assert spec.obs_shape == (2,) and spec.num_actions == 2
+    assert rl_envs.family(GAME) == "pettingzoo" and rl_envs.resolve(GAME) == GAME
+    assert rl_envs.make_vector(GAME, 6, agents=3).num_envs == 6
+    with pytest.raises(ConfigError, match="is not a multiple of 3; set --num-envs"):
+        rl_envs.make_vector(GAME, 4, agents=3)
+
+
+def test_games_one_policy_cannot_play_are_clear_errors():
+    with pytest.raises(ConfigError, match="observe or act in different spaces"):
+        AgentRows(GAME, 1, mixed=True)
+    rows = AgentRows(GAME, 1, leave=True)
+    rows.reset(seed=0)
+    with pytest.raises(ConfigError, match="agent_0 left the game before its other agents"):
+        rows.step(np.zeros(3, dtype=np.int64))
+    with pytest.raises(ConfigError, match="no parallel_env"):
+        AgentRows("pettingzoo/numpy", 1)
+    with pytest.raises(ConfigError, match=r"pip install 'rlherd\[multiagent\]'"):
+        AgentRows("pettingzoo/mpe2.no_such_game_v0", 1)
+
+
+@pytest.mark.parametrize("runtime", ["single", "mono"])
+def test_a_shared_policy_learns_each_agents_best_action_counting_environment_steps(
+    runtime, tmp_path
+):
+    """Action 1 pays every agent (i + 1) a step: a shared policy learns it for all three, and the
+    run's steps are game steps (rows / 3)."""
+    run = rlherd.train("ppo", GAME, runtime=runtime, total_steps=3_000, seed=0,
+                       env_kwargs=dict(agents=3, length=5), run_dir=tmp_path / "run",
+                       progress=False)  # fmt: skip
+    assert 3_000 <= run.summary["actor_steps"] < 3_600  # mono's actors may be a rollout ahead
+    # A learner step takes 24 rows x 25 steps (200 game steps of 3 agents): 3,000 game steps
+    # make 15 of them, fewer on mono where the last are in flight (counting agent steps: 5).
+    assert run.summary["learner_steps"] >= 10, run.summary
+    # Returns are per agent: the mean over agents 0, 1, 2 of 5 * (i + 1) is 10 at best, and
+    # 5 for a uniformly random policy.
+    assert run.summary["final_return_mean"] >= 8.0, run.summary
+    # The greedy policy plays whole games: every agent takes action 1.
+    result = evaluate(run.path, episodes=2)
+    assert result["eval_return_mean"] == 10.0 and result["eval_episode_length_mean"] == 5
+
+
+def test_a_runtime_that_does_not_step_games_refuses_them(tmp_path):
+    with pytest.raises(ConfigError, match="the poly runtime does not step; ppo trains it on: "
+                       "single, mono, distributed"):
+        rlherd.train("ppo", GAME, runtime="poly", total_steps=100, env_kwargs=dict(agents=3),
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.ray
+def test_a_shared_policy_learns_on_ray(tmp_path):
+    run = rlherd.train("ppo", GAME, runtime="distributed", total_steps=6_000, seed=0,
+                       env_kwargs=dict(agents=3, length=5), run_dir=tmp_path / "run",
+                       progress=False)  # fmt: skip
+    assert run.summary["learner_steps"] >= 10 and run.summary["final_return_mean"] >= 8.0
+
+
+def test_check_env_runs_pettingzoos_test_and_names_the_runtimes_that_step_games():
+    from rlherd.commands.check_env import check
+
+    report = check(GAME, dict(agents=3), seconds=0.1)
+    assert report["checker"] == "PettingZoo's parallel API test" and report["gymnasium_check"]
+    assert report["agents"]["ppo"] == ["single", "mono", "distributed"]
+    assert report["agents"]["bc"].startswith("no: no runtime both runs it")
+    assert report["steps_per_second"] > 0
