@@ -24,10 +24,11 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("agent", nargs="?", choices=sorted(AGENTS), help="agent to train")
     train.add_argument("--env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
     train.add_argument("--runtime", choices=RUNTIMES,
-                       help="where it runs (default: single, or the first runtime that runs the "
+                       help="where it runs (default: single, or the one runtime that runs the "
                        "agent with the settings given, e.g. offline for --dataset)")  # fmt: skip
     train.add_argument(
-        "--total-steps", type=int, help="agent steps to train for (offline: learner steps)"
+        "--total-steps", type=int,
+        help="steps to train for: environment steps (offline: learner steps)"
     )
     train.add_argument("--seed", type=int, help="random seed (default: 0)")
     train.add_argument("--preset", help="config preset (default: chosen from the env id)")
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--eval-every", type=int, metavar="N",
-        help="evaluate every N agent steps (offline: learner steps; default a tenth of the run)",
+        help="evaluate every N steps (offline: learner steps; default a tenth of the run)",
     )
     train.add_argument(
         "--eval-episodes", type=int, help="episodes per evaluation (default: 10)"

@@ -139,6 +139,10 @@ class EnvSpec:
     ``action_kind`` is ``"discrete"`` (``num_actions`` choices), ``"multidiscrete"`` (one
     choice per entry of ``action_nvec``) or ``"continuous"`` (a box of ``action_shape`` between
     ``action_low`` and ``action_high``).
+
+    ``agents`` is how many rows one step of the environment has: 1, or a multi-agent game's
+    agents (:mod:`rlherd.envs.pettingzoo`), whose runs count environment steps while learners
+    count the rows they learn from.
     """
 
     env_id: str
@@ -151,6 +155,7 @@ class EnvSpec:
     max_episode_steps: int | None = None
     action_nvec: tuple[int, ...] = ()
     dropped: tuple[str, ...] = ()
+    agents: int = 1
 
     @property
     def structured(self) -> bool:

@@ -4,6 +4,7 @@ runtimes that exist and one flag per runtime setting."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -51,7 +52,9 @@ def test_the_torch_free_names_are_the_registries():
     assert list(AGENTS) == list(BUILDERS)
     for name, builder_class in BUILDERS.items():
         assert builder_class(builder_class.config_class()).name == name
-    assert set(RUNTIMES) == set(settings.classes())
+    for runtime in RUNTIMES.values():  # each declares settings of the common kind
+        assert dataclasses.is_dataclass(runtime.settings), runtime.name
+        assert issubclass(runtime.settings, settings.Common), runtime.name
     train = cli._parser()._subparsers._group_actions[0].choices["train"]
     choices = {a.dest: a.choices for a in train._actions if a.choices is not None}
     assert list(choices["agent"]) == sorted(BUILDERS)

@@ -4,12 +4,15 @@ each agent of each game is a row (rlherd.envs.pettingzoo), with its own data in 
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 
 import rlherd
 from rlherd import envs as rl_envs
 from rlherd.commands.evaluate import evaluate
+from rlherd.commands.train import resolve_config
 from rlherd.envs.pettingzoo import AgentRows
 from rlherd.errors import ConfigError
 
@@ -114,3 +117,29 @@ def test_ppo_learns_simple_spread_with_one_shared_policy(tmp_path):
                        eval_every=200_000, eval_episodes=30, run_dir=tmp_path / "run",
                        progress=False)  # fmt: skip
     assert run.summary["eval_return_mean"] >= -22.0, run.summary
+
+
+def test_learners_schedules_span_the_whole_run_of_a_game(tmp_path):
+    """A game's run counts environment steps, its learner the rows (agent steps) it learns
+    from: IMPALA's learning rate decays to 0 at the end of the run, so it is half way there at
+    half the run (with the budget in environment steps it reached 0 at half)."""
+    run = rlherd.train("impala", GAME, total_steps=2_000, seed=0, env_kwargs=dict(agents=2),
+                       run_dir=tmp_path / "run", progress=False, log_interval_s=0.01)  # fmt: skip
+    with open(run.path / "metrics" / "learner.csv", newline="") as f:
+        rows = [(int(r["actor_steps"]), float(r["learning_rate"])) for r in csv.DictReader(f)]
+    start = resolve_config("impala", GAME, None, {})[0].learning_rate
+    middle = min(rows, key=lambda row: abs(row[0] - 1_000))
+    assert 0.3 < middle[1] / start < 0.7, rows
+
+
+def test_commands_that_take_one_single_agent_environment_refuse_a_game_clearly(tmp_path):
+    with pytest.raises(ConfigError, match="is a multi-agent game, and this takes one single-agent"):
+        rl_envs.make(GAME)
+
+
+def test_a_game_whose_agents_leave_stops_a_mono_run_with_one_line(tmp_path):
+    """Met in an actor process, the refusal stops the run (restarting would meet it again)."""
+    with pytest.raises(ConfigError, match="agent_0 left the game before its other agents"):
+        rlherd.train("ppo", GAME, runtime="mono", total_steps=2_000,
+                     env_kwargs=dict(agents=3, leave=True), run_dir=tmp_path / "run",
+                     progress=False)  # fmt: skip

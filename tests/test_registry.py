@@ -148,3 +148,44 @@ def test_a_package_cannot_replace_rlherds_own_names(tmp_path, monkeypatch):
         table = registry.table(registry.AGENT_GROUP, {"dqn": "rlherd.agents.dqn:DQNBuilder"})
     assert table == {"dqn": "rlherd.agents.dqn:DQNBuilder"}
     assert any("evil:Builder" in str(w.message) for w in caught)
+
+
+def test_a_broken_package_is_left_out_with_a_warning_and_breaks_nothing(tmp_path):
+    site = tmp_path / "site"
+    info = site / "broken-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[rlherd.runtimes]\nmissing = no_such_module:RUNTIME\nwrong = json:dumps\n\n"
+        "[rlherd.agents]\nnotabuilder = json:JSONDecoder\n"
+    )
+    path = os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, PYTHONPATH=path)
+    out = _rlherd(["train", "--help"], env, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "no_such_module:RUNTIME (entry point 'missing') is left out: ModuleNotFoundError" in (
+        out.stderr)  # fmt: skip
+    assert "json:dumps (entry point 'wrong') is left out: it is a function" in out.stderr
+    out = _rlherd(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "100", "--run-dir",
+                   "run", "--no-progress"], env, tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "json:JSONDecoder (entry point 'notabuilder') is left out: it is not a subclass" in (
+        out.stderr)  # fmt: skip
+
+
+def test_eval_does_not_import_the_runtime_of_a_run_that_played_gymnasium_environments(tmp_path):
+    """A run trained on a Ray cluster is evaluated on a machine without Ray (the distributed
+    runtime's module imports it): only a runtime with environments of its own evaluates."""
+    import rlherd
+
+    run = rlherd.train("dqn", "CartPole-v1", total_steps=100, run_dir=tmp_path / "run",
+                       progress=False)  # fmt: skip
+    config = json.loads((run.path / "config.json").read_text())
+    config.update(runtime="distributed", settings={})  # as a Ray run records itself
+    (run.path / "config.json").write_text(json.dumps(config))
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from rlherd.commands.evaluate import evaluate\n"
+            f"print(evaluate({str(run.path)!r}, episodes=1)['eval_episodes'])")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr

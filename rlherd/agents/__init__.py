@@ -37,8 +37,20 @@ def __getattr__(name: str) -> Any:
     if name == "AGENTS":
         value: Any = registry.table(registry.AGENT_GROUP, OWN)
     elif name == "BUILDERS":
-        value = {agent: registry.load(path) for agent, path in __getattr__("AGENTS").items()}
+        own = {agent: registry.load(path) for agent, path in OWN.items()}
+        agents = globals().get("AGENTS") or __getattr__("AGENTS")
+        value = registry.load_each(agents, own, _not_a_builder)
     else:
         raise AttributeError(f"module 'rlherd.agents' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+def _not_a_builder(name: str, found: Any) -> str | None:
+    from rlherd.agents.base import AgentBuilder
+
+    if not (isinstance(found, type) and issubclass(found, AgentBuilder)):
+        return f"it is not a subclass of rlherd.agents.base.AgentBuilder ({found!r})"
+    if found.name != name:
+        return f"the builder it holds is named {found.name!r}"
+    return None

@@ -94,8 +94,14 @@ def evaluate(
             + ("is not one" if opponent is not None else "is one: name an opponent, e.g. "
                "--opponent random, mcts:200 or perfect")  # fmt: skip
         )
-    own = RUNTIMES[record.runtime].hook("evaluate") if record.runtime in RUNTIMES else None
-    if own is not None:  # a runtime that plays games of its own (device) evaluates its runs
+    runtime = RUNTIMES.get(record.runtime)
+    if runtime is not None and "gym_envs" not in runtime.provides:
+        # A runtime with environments of its own (device) evaluates its runs; the others'
+        # runs play here, without importing their runtime (a Ray run evaluates without Ray).
+        own = runtime.hook("evaluate")
+        if own is None:
+            raise ConfigError(f"the {record.runtime} runtime cannot evaluate its runs (its "
+                              f"module {runtime.module} has no evaluate())")  # fmt: skip
         result = own(record, builder, checkpoint, episodes, video, greedy, seed)
         _add_to_summary(run_dir, result)
         return result

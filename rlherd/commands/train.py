@@ -103,16 +103,19 @@ def check_environment(agent: str, env_id: str, runtime: str) -> None:
     missing = environment_needs(env_id) - RUNTIMES[runtime].provides - {"gym_envs"}
     if missing:
         able = runtimes_for(BUILDERS[agent].needs | environment_needs(env_id))
+        where = f"{agent} trains it on: {', '.join(able)}" if able else "no runtime trains it"
         raise ConfigError(f"{env_id} is a multi-agent game, which the {runtime} runtime does not "
-                          f"step; {agent} trains it on: {', '.join(able)}")  # fmt: skip
+                          f"step; {where}")  # fmt: skip
 
 
-def default_runtime(given: dict[str, Any]) -> str:
+def default_runtime(agent: str, env: str, given: dict[str, Any]) -> str:
     """``single`` (the registry's first runtime), unless the runtime settings ``given`` belong
-    to one runtime only: ``--dataset ID`` alone trains offline, ``--ray-address`` alone on
-    ``distributed``. Settings that several runtimes have (``--num-actors``) choose none."""
-    takes = [name for name, r in RUNTIMES.items() if set(given) <= settings_mod.names(r.settings)]
-    return takes[0] if len(takes) == 1 else next(iter(RUNTIMES))
+    to one runtime only among those that run ``agent`` on ``env``: ``--dataset ID`` alone trains
+    offline, ``--ray-address`` alone on ``distributed``. Settings that several have
+    (``--num-actors``) choose none."""
+    able = runtimes_for(BUILDERS[agent].needs | environment_needs(env))
+    takes = [name for name in able if set(given) <= settings_mod.names(RUNTIMES[name].settings)]
+    return takes[0] if given and len(takes) == 1 else next(iter(RUNTIMES))
 
 
 def default_run_dir(agent: str, env: str) -> Path:
@@ -245,7 +248,7 @@ def train(
         seed = 0 if seed is None else seed
         eval_episodes = 10 if eval_episodes is None else eval_episodes
         agent_overrides, given = _split(agent, overrides)
-        runtime = runtime or default_runtime(given)
+        runtime = runtime or default_runtime(agent, env, given)
         config, preset = resolve_config(agent, env, preset, agent_overrides)
         check_runtime(agent, runtime)
         check_environment(agent, env, runtime)
@@ -368,7 +371,11 @@ def _spec(record: RunRecord):
     runtime = RUNTIMES[record.runtime]
     if "gym_envs" in runtime.provides:
         return rl_envs.spec_for(record.env, **record.env_kwargs)
-    return runtime.hook("spec")(record)
+    spec = runtime.hook("spec")
+    if spec is None:
+        raise ConfigError(f"the {record.runtime} runtime makes no Gymnasium environments, and "
+                          f"{runtime.module} has no spec(record) to check the run's")  # fmt: skip
+    return spec(record)
 
 
 def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progress) -> Run:

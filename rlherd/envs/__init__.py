@@ -96,6 +96,12 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
     Extra keyword arguments go to the family's builder (e.g. ``episodic_life=True`` for Atari,
     ``length=10`` for the corridor) or to the factory.
     """
+    if family(env_id) == "pettingzoo":
+        raise ConfigError(
+            f"{env_id} is a multi-agent game, and this takes one single-agent environment: "
+            "train it with rlherd train and play it with rlherd eval, which step its agents "
+            "together"
+        )
     if env_id in MULTI_AGENT:  # the numpy Tag games (PettingZoo ParallelEnvs)
         from rlherd.envs import reference
 
@@ -252,11 +258,13 @@ def spec_of(env: gym.Env | gym.vector.VectorEnv, env_id: str | None = None) -> E
     env_id = env_id or (spec.id if spec is not None else type(env).__name__)
     max_steps = spec.max_episode_steps if spec is not None else None
     out = EnvSpec.from_spaces(env_id, obs_space, act_space, max_steps)
-    try:  # leaves NamedArrays left out (a vector env has none: its environments do)
+    # Leaves NamedArrays (or a game's AgentRows) left out, and a game's agents a step.
+    try:
         dropped = tuple(env.get_wrapper_attr("dropped"))
-    except AttributeError:
-        return out
-    return dataclasses.replace(out, dropped=dropped) if dropped else out
+    except AttributeError:  # a vector env: only AgentRows says
+        dropped = tuple(getattr(env, "dropped", ()))
+    agents = getattr(env, "agents_per_game", 1)
+    return dataclasses.replace(out, dropped=dropped, agents=agents)
 
 
 def dropped_notice(spec: EnvSpec) -> str | None:

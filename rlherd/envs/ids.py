@@ -181,7 +181,8 @@ def check_id(env_id: str) -> None:
         f" Did you mean: {', '.join(close)}?"
         if close
         else " Known families: Gymnasium ids (CartPole-v1), ALE/<Game>-v5, MinAtar/<Game>-v1,"
-        " dm_control/<domain>-<task>-v0, open_spiel/<game>, MiniGrid-*, NetHack*,"
+        " dm_control/<domain>-<task>-v0, open_spiel/<game>, pettingzoo/<module>, MiniGrid-*,"
+        " NetHack*,"
         " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0, rlherd/DeepSea-v0,"
         " rlherd/MaskedCartPole-v1; any other package's ids as module:Env-v0."
     )

@@ -4,7 +4,7 @@ SuperSuit's "agents as environments", PufferLib's emulation).
 
 Ids name the module that holds the game, as an import path after ``pettingzoo/``:
 ``pettingzoo/mpe2.simple_spread_v3`` (the ``mpe2`` package) or
-``pettingzoo/pettingzoo.butterfly.knights_archers_zombies_v11``. The module's
+``pettingzoo/pettingzoo.butterfly.pistonball_v6``. The module's
 ``parallel_env(**env_kwargs)`` makes the game. Rows are ordered game by game, each game's agents
 in ``possible_agents`` order, so ``num_envs`` rows hold ``num_envs / agents`` games.
 

@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 import re
+import typing
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -50,9 +51,12 @@ class RunRecord:
     preset: str = ""  # the preset the config started from (runs of older versions: "")
 
 
-# What config.json must hold, and of which type (checked before a run is evaluated or resumed).
-RUN_FIELDS = dict(agent=str, env=str, runtime=str, seed=int, total_steps=int, env_kwargs=dict,
-                  eval_every=int, eval_episodes=int, config=dict, settings=dict)  # fmt: skip
+# What config.json must hold, and of which type (checked before a run is evaluated or resumed):
+# the record's fields without a default.
+RUN_FIELDS = {f.name: typing.get_origin(kind) or kind
+              for f, kind in zip(dataclasses.fields(RunRecord),
+                                 typing.get_type_hints(RunRecord).values(), strict=True)
+              if f.default is dataclasses.MISSING}  # fmt: skip
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

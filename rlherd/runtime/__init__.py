@@ -131,15 +131,24 @@ RUNTIMES: dict[str, Runtime]  # made by __getattr__ on first use, then an ordina
 def __getattr__(name: str) -> Any:
     if name == "RUNTIMES":
         paths = registry.table(registry.RUNTIME_GROUP, {n: "" for n in OWN})
-        runtimes = {n: OWN[n] if n in OWN else registry.load(p) for n, p in paths.items()}
+        runtimes = registry.load_each(paths, OWN, _not_a_runtime)
         globals()["RUNTIMES"] = runtimes
         return runtimes
     raise AttributeError(f"module 'rlherd.runtime' has no attribute {name!r}")
 
 
+def _not_a_runtime(name: str, found: Any) -> str | None:
+    if not isinstance(found, Runtime):
+        return f"it is a {type(found).__name__}, not a rlherd.runtime.Runtime"
+    if found.name != name:
+        return f"the runtime it holds is named {found.name!r}"
+    return None
+
+
 def runtimes_for(needs: frozenset[str]) -> list[str]:
     """The runtimes that provide all of ``needs``, in the registry's order."""
-    return [name for name, r in __getattr__("RUNTIMES").items() if needs <= r.provides]
+    runtimes = globals().get("RUNTIMES") or __getattr__("RUNTIMES")
+    return [name for name, r in runtimes.items() if needs <= r.provides]
 
 
 @dataclass
@@ -176,6 +185,13 @@ class RunContext:
         start = time.monotonic()
         self.save(state())
         self.recorder.checkpointed(time.monotonic() - start)
+
+    @property
+    def learner_budget(self) -> int:
+        """The run's budget in what learners count, the rows they learn from: ``total_steps``,
+        times a multi-agent game's agents (its runs count environment steps), so that the
+        learners' schedules (learning-rate decay, annealing) span the whole run."""
+        return self.recorder.total_steps * (self.spec.agents if self.spec is not None else 1)
 
     def make_envs(self, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
         return make_envs(self.env_id, self.env_kwargs, self.settings, num_envs, workers)

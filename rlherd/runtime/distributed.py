@@ -219,7 +219,7 @@ class Program:
         self.learner = self._start(
             "learner", LearnerNode,
             dict(max_concurrency=threads, num_cpus=self.learner_cpus, num_gpus=gpus),
-            self.setup, self.replay, ctx.recorder.total_steps, per_batch,
+            self.setup, self.replay, ctx.learner_budget, per_batch,
         )  # fmt: skip
         self.evaluator = None
         if ctx.evaluator is not None:

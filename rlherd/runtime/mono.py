@@ -160,6 +160,8 @@ def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
             channel.report()
     except (KeyboardInterrupt, EOFError, BrokenPipeError, ConnectionResetError):
         pass  # stopped, or the learner is gone
+    except ConfigError as e:  # the run's fault (a game it cannot step), not the process's
+        conn.send(("error", str(e)))
     except Exception:
         traceback.print_exc()
         raise
@@ -180,6 +182,7 @@ class ActorLink:
         parent, child = pool.mp.Pipe()
         self.conn = parent
         self.started = False
+        self.error: str | None = None  # a ConfigError the actor met: the run stops with it
         self.held: int | None = None  # the slot the actor is filling
         self.process = pool.mp.Process(
             target=actor_process, args=(pool.setup, seed, child), daemon=True
@@ -214,6 +217,8 @@ class ActorLink:
                     self.conn.send(self.held)
                 elif kind == "started":
                     self.started = True
+                elif kind == "error":  # what restarting it would meet again
+                    self.error = message[1]
         except (EOFError, OSError, _Stopped):
             pass  # the actor died (the pool restarts it) or the run is stopping
 
@@ -261,12 +266,15 @@ class ActorPool:
                 return self.free.get(timeout=POLL_S)
 
     def check(self) -> None:
-        """Restart actors that died; stop the run if one could not even start."""
+        """Restart actors that died; stop the run if one could not even start, or met a fault
+        of the run's (a :class:`ConfigError`, which a restart would meet again)."""
         for i, link in enumerate(self.links):
             if link.process.is_alive():
                 continue
             link.process.join(timeout=5.0)
             link.thread.join(timeout=5.0)
+            if link.error is not None:
+                raise ConfigError(link.error)
             code = link.process.exitcode
             if not link.started and code is not None and code > 0:
                 # It raised before acting (a bad env, an unguarded script): restarting would
@@ -354,7 +362,7 @@ def run(ctx: RunContext) -> None:
     else:
         dataset, slots = rollout_slots(builder, spec, settings, source)
     dataset, checkpointed = with_demonstrations(ctx, dataset, tables, ctx.seed)
-    learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
+    learner = builder.make_learner(networks, dataset, ctx.learner_budget, tables)
     if ctx.checkpoint is not None:
         learner.load_state_dict(ctx.checkpoint["learner"])
         load_tables(checkpointed, ctx.checkpoint["tables"])

@@ -411,11 +411,11 @@ def _learner(ctx: RunContext) -> tuple:
         dataset = builder.make_dataset(tables, settings.device)
         thread_tables = [ThreadTable(t, ctx.stop) for t in tables]
         dataset, checkpointed = with_demonstrations(ctx, dataset, tables, ctx.seed)
-        learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
+        learner = builder.make_learner(networks, dataset, ctx.learner_budget, tables)
         return learner, dataset, checkpointed, lambda n: builder.make_adder(thread_tables, n), None
     queue, writers = _rollout_queue(builder, spec, settings, networks)
     dataset = QueueDataset(queue)
-    learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, [])
+    learner = builder.make_learner(networks, dataset, ctx.learner_budget, [])
     dataset.source = learner
     return learner, dataset, [], writers(learner), queue
 

@@ -57,7 +57,7 @@ def run(ctx: RunContext) -> None:
                                   builder.unroll_length, num_envs, policy.initial_state(num_envs))
         dataset = adder = RolloutQueue(buffer, builder.batch_size // num_envs)  # fmt: skip
         ready = dataset.ready
-    learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
+    learner = builder.make_learner(networks, dataset, ctx.learner_budget, tables)
     actor = builder.make_actor(ctx.seed, policy, spec, adder, learner)
     actor.update(wait=True)
     algorithm = ActorAlgorithm(actor, learner, ready, on_learn=ctx.recorder.learner)
