@@ -110,7 +110,7 @@ def test_check_env_runs_pettingzoos_test_and_names_the_runtimes_that_step_games(
 @pytest.mark.slow
 def test_ppo_learns_simple_spread_with_one_shared_policy(tmp_path):
     """MPE's cooperative navigation (3 agents, 25 steps a game): a uniformly random policy gets
-    -26.1 per agent (200 games, benchmarks/many_agents.py --random). Seed 0 on this machine:
+    -27.0 per agent (200 games, benchmarks/many_agents.py --random). Seed 0 on this machine:
     -18.9 greedy over 30 games at 200k environment steps; the full figure (1M steps, -20 goal)
     is the benchmark's."""
     run = rlherd.train("ppo", "pettingzoo/mpe2.simple_spread_v3", total_steps=200_000, seed=0,
