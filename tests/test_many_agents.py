@@ -45,6 +45,8 @@ def test_the_spec_is_one_agents_and_rows_come_in_whole_games():
     assert rl_envs.make_vector(GAME, 6, agents=3).num_envs == 6
     with pytest.raises(ConfigError, match="is not a multiple of 3; set --num-envs"):
         rl_envs.make_vector(GAME, 4, agents=3)
+    with pytest.raises(ConfigError, match="drop --env-workers"):  # never silently ignored
+        rl_envs.make_vector(GAME, 6, workers=2, agents=3)
 
 
 def test_games_one_policy_cannot_play_are_clear_errors():

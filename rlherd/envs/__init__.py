@@ -205,6 +205,11 @@ def make_vector(
     if num_envs < 1:
         raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
     if family(env_id) == "pettingzoo":
+        if workers > 0:
+            raise ConfigError(
+                f"{env_id}'s games are stepped in the actor's own process: drop --env-workers "
+                "(mono and distributed step games in parallel)"
+            )
         return _agent_rows(env_id, num_envs, kwargs)
     name = split_id(env_id)[1]
     if ":" not in env_id:
