@@ -125,12 +125,12 @@ def test_learners_schedules_span_the_whole_run_of_a_game(tmp_path):
     """A game's run counts environment steps, its learner the rows (agent steps) it learns
     from: IMPALA's learning rate decays to 0 at the end of the run, so it is half way there at
     half the run (with the budget in environment steps it reached 0 at half)."""
-    run = rlherd.train("impala", GAME, total_steps=2_000, seed=0, env_kwargs=dict(agents=2),
+    run = rlherd.train("impala", GAME, total_steps=6_000, seed=0, env_kwargs=dict(agents=2),
                        run_dir=tmp_path / "run", progress=False, log_interval_s=0.01)  # fmt: skip
     with open(run.path / "metrics" / "learner.csv", newline="") as f:
         rows = [(int(r["actor_steps"]), float(r["learning_rate"])) for r in csv.DictReader(f)]
     start = resolve_config("impala", GAME, None, {})[0].learning_rate
-    middle = min(rows, key=lambda row: abs(row[0] - 1_000))
+    middle = min(rows, key=lambda row: abs(row[0] - 3_000))
     assert 0.3 < middle[1] / start < 0.7, rows
 
 
@@ -145,3 +145,13 @@ def test_a_game_whose_agents_leave_stops_a_mono_run_with_one_line(tmp_path):
         rlherd.train("ppo", GAME, runtime="mono", total_steps=2_000,
                      env_kwargs=dict(agents=3, leave=True), run_dir=tmp_path / "run",
                      progress=False)  # fmt: skip
+
+
+@pytest.mark.parametrize("agent", ["impala", "dqn"])
+def test_impala_and_dqn_learn_a_game_with_their_pettingzoo_presets(agent, tmp_path):
+    """Their presets for games step whole games (24 and 12 rows, multiples of 3 and 4); each
+    learns every agent's best action (mean 10 at best, 5 at random)."""
+    run = rlherd.train(agent, GAME, total_steps=6_000, seed=0, env_kwargs=dict(agents=3),
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.config.preset == "pettingzoo"
+    assert evaluate(run.path, episodes=2)["eval_return_mean"] == 10.0

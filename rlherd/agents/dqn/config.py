@@ -203,6 +203,10 @@ PRESETS: dict[str, dict] = {
     ),
 }
 
+# PettingZoo games with one shared Q-network, every agent a row (rlherd.envs.pettingzoo): the
+# classic preset, on 12 rows (4 games of 3 agents, 3 of 4: RUNTIME_DEFAULTS).
+PRESETS["pettingzoo"] = PRESETS["classic"]
+
 DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "atari": 10_000_000,
     "classic": 100_000,
@@ -211,6 +215,7 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "minatar_paper": 5_000_000,
     "toy": 10_000,
     "toytext": 200_000,
+    "pettingzoo": 1_000_000,  # environment steps (a step of every agent of a game)
 }
 
 # Settings each preset suggests to the runtimes that use them (what a user sets wins).
@@ -224,6 +229,7 @@ RUNTIME_DEFAULTS: dict[str, dict] = {
     "minatar_paper": dict(num_envs=1, envs_per_actor=1),  # the MinAtar paper steps one env
     "toy": dict(num_envs=2, num_actors=2, envs_per_actor=1),
     "toytext": dict(num_envs=4, num_actors=2, envs_per_actor=2),
+    "pettingzoo": dict(num_envs=12, num_actors=1, envs_per_actor=12),  # rows: whole games
 }
 
 # DQfD (Hester et al. 2018) as Acme has it: DQN with demonstrations mixed into every batch at a

@@ -131,6 +131,21 @@ PRESETS: dict[str, dict] = {
         reward_clip=None,
         reward_tanh_scale=100.0,
     ),
+    # PettingZoo games with one shared policy, every agent a row (rlherd.envs.pettingzoo): the
+    # classic preset's entropy and network on whole games, 24 rows (8 games of 3 agents, 6 of
+    # 4) of 25 steps (MPE's game length), and Adam at 5e-4: at the classic preset's 2e-3 the
+    # value function diverged on simple_spread (baseline loss 1e13 by 400k steps, mono, seed 1).
+    # rlherd's choice; it has not learned simple_spread in 1M steps
+    # (docs/benchmarks/many-agents.md).
+    "pettingzoo": dict(
+        unroll_length=25,
+        batch_size=24,
+        reward_clip=None,
+        entropy_cost=0.01,
+        optimizer="adam",
+        learning_rate=5e-4,
+        hidden_sizes=(64, 64),
+    ),
     # rlherd's tiny test environments.
     "toy": dict(
         unroll_length=8,
@@ -151,6 +166,7 @@ DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "minatar": 5_000_000,
     "minigrid": 200_000,
     "nethack": 2_000_000,
+    "pettingzoo": 1_000_000,  # environment steps (a step of every agent of a game)
     "toy": 20_000,
 }
 
@@ -161,5 +177,6 @@ RUNTIME_DEFAULTS: dict[str, dict] = {
     "minatar": dict(envs_per_actor=8),
     "minigrid": dict(num_actors=2, envs_per_actor=8),
     "nethack": dict(num_actors=2, envs_per_actor=4),
+    "pettingzoo": dict(num_actors=2, envs_per_actor=12),  # rows: agents of whole games
     "toy": dict(num_actors=2, envs_per_actor=4),
 }
