@@ -1,6 +1,7 @@
 import multiprocessing
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -101,3 +102,15 @@ def offline_datasets(tmp_path_factory):
     record_scripted("rlherd/Corridor-v0", corridor_expert, 200, 0.3, 0, "corridor/mixed-v0")
     record_scripted("rlherd/Reach-v0", reach_expert, 300, 0.3, 0, "reach/mixed-v0")
     return {"rlherd/Corridor-v0": "corridor/mixed-v0", "rlherd/Reach-v0": "reach/mixed-v0"}
+
+
+def kill_an_actor(timeout_s: float = 60.0) -> int:
+    """SIGKILL one of this process's children (a ``mono`` actor) once two are up, a second
+    later (so it is in the middle of its work, whatever that is); its pid."""
+    deadline = time.monotonic() + timeout_s
+    while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    victim = multiprocessing.active_children()[0]
+    os.kill(victim.pid, signal.SIGKILL)
+    return victim.pid

@@ -2,7 +2,6 @@
 replaced mono actor and a poly server out and back each get one line on stderr."""
 
 import math
-import multiprocessing
 import os
 import re
 import signal
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import kill_an_actor
 from test_poly import _server_pids  # environment servers this process started
 
 import rlherd
@@ -128,12 +128,7 @@ def test_a_replaced_mono_actor_is_said_on_stderr_when_it_happens(tmp_path, capfd
         "impala", "CartPole-v1", runtime="mono", total_steps=16_000, run_dir=tmp_path,
         progress=False, num_actors=2)))  # fmt: skip
     run.start()
-    deadline = time.monotonic() + 60
-    while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1.0)
-    victim = multiprocessing.active_children()[0]
-    os.kill(victim.pid, signal.SIGKILL)
+    kill_an_actor()
     run.join(timeout=300)
     assert not run.is_alive(), "the run hung after its actor was killed"
     assert result["run"].summary["actor_restarts"] == 1

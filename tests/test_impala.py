@@ -4,12 +4,11 @@ import csv
 import json
 import multiprocessing
 import os
-import signal
 import threading
-import time
 
 import pytest
 import torch
+from conftest import kill_an_actor
 
 import rlherd
 import rlherd.commands.evaluate
@@ -108,15 +107,7 @@ def test_killed_actors_are_restarted_and_the_run_goes_on(tmp_path):
         )
     )
     run.start()
-    killed = []
-    for _ in range(3):
-        deadline = time.monotonic() + 60
-        while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(1.0)
-        victim = multiprocessing.active_children()[0]
-        os.kill(victim.pid, signal.SIGKILL)
-        killed.append(victim.pid)
+    killed = [kill_an_actor() for _ in range(3)]
     pids = killed + [p.pid for p in multiprocessing.active_children()]
     run.join(timeout=300)
     assert not run.is_alive(), "the run hung after its actors were killed"

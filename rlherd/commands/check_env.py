@@ -65,15 +65,18 @@ def encoders(spec: EnvSpec) -> dict[str, str]:
     return {key: auto_encoder(key, leaf) for key, leaf in spec.obs.items()}
 
 
-def steps_per_second(env: gym.Env, seconds: float, seed: int) -> float:
-    """Environment steps per second with uniformly random (legal) actions."""
+def steps_per_second(env: gym.Env | gym.vector.VectorEnv, seconds: float, seed: int) -> float:
+    """Environment steps per second with uniformly random (legal) actions; a game's agents
+    (one game as a vector environment, which resets itself) take one step together."""
     env.action_space.seed(seed)
     obs, _ = env.reset(seed=seed)
+    game = isinstance(env, gym.vector.VectorEnv)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        obs, _, terminated, truncated, _ = env.step(sample_action(env.action_space, obs))
+        action = env.action_space.sample() if game else sample_action(env.action_space, obs)
+        obs, _, terminated, truncated, _ = env.step(action)
         steps += 1
-        if terminated or truncated:
+        if not game and (terminated or truncated):
             obs, _ = env.reset()
     return steps / (time.perf_counter() - start)
 
@@ -148,14 +151,8 @@ def _probe_game(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: i
     game.close()
     rows = AgentRows(env_id, 1, **env_kwargs)
     try:
-        rows.action_space.seed(seed)
-        rows.reset(seed=seed)
-        steps, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:  # uniformly random actions; games reset
-            rows.step(rows.action_space.sample())
-            steps += 1
-        sps = steps / (time.perf_counter() - start)
-        return "PettingZoo's parallel API test", passed, notes, rl_envs.spec_of(rows, env_id), sps
+        return ("PettingZoo's parallel API test", passed, notes, rl_envs.spec_of(rows, env_id),
+                steps_per_second(rows, seconds, seed))  # fmt: skip
     finally:
         rows.close()
 

@@ -100,8 +100,7 @@ def environment_needs(env_id: str) -> frozenset[str]:
 
 def check_environment(agent: str, env_id: str, runtime: str) -> None:
     """Refuse a multi-agent game on a runtime that does not step them, naming those that do."""
-    missing = environment_needs(env_id) - RUNTIMES[runtime].provides - {"gym_envs"}
-    if missing:
+    if "multi_agent" in environment_needs(env_id) - RUNTIMES[runtime].provides:
         able = runtimes_for(BUILDERS[agent].needs | environment_needs(env_id))
         where = f"{agent} trains it on: {', '.join(able)}" if able else "no runtime trains it"
         raise ConfigError(f"{env_id} is a multi-agent game, which the {runtime} runtime does not "

@@ -239,11 +239,11 @@ def make_one(env_id: str, **kwargs: Any) -> gym.Env | gym.vector.VectorEnv:
 
 def _agent_rows(env_id: str, rows: int, kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
     """``rows`` agents of a PettingZoo game: ``rows / agents`` games (stepped in this process)."""
-    from rlherd.envs.pettingzoo import AgentRows
+    from rlherd.envs.pettingzoo import AgentRows, make_game
 
-    probe = AgentRows(env_id, 1, **kwargs)
+    probe = make_game(env_id, **kwargs)
+    agents = len(probe.possible_agents)
     probe.close()
-    agents = probe.agents_per_game
     if rows % agents:
         raise ConfigError(
             f"{env_id} has {agents} agents a game, and every game's agents act together: "

@@ -64,6 +64,7 @@ class AgentRows(gym.vector.VectorEnv):
         first = self.games[0]
         self.possible_agents = list(first.possible_agents)
         self.agents_per_game = len(self.possible_agents)
+        self._index = {a: i for i, a in enumerate(self.possible_agents)}  # an agent's row in a game
         obs_spaces = {a: first.observation_space(a) for a in self.possible_agents}
         act_spaces = {a: first.action_space(a) for a in self.possible_agents}
         agent = self.possible_agents[0]
@@ -106,10 +107,11 @@ class AgentRows(gym.vector.VectorEnv):
                 self._resetting[g] = False
                 continue
             live = list(game.agents)
-            step = {a: actions[g * n + self.possible_agents.index(a)] for a in live}
-            obs, rewards, terms, truncs, _ = game.step(step)
+            obs, rewards, terms, truncs, _ = game.step(
+                {a: actions[g * n + self._index[a]] for a in live}
+            )
             for a in live:
-                row = g * n + self.possible_agents.index(a)
+                row = g * n + self._index[a]
                 reward[row], terminated[row], truncated[row] = rewards[a], terms[a], truncs[a]
             ended = [a for a in live if terms[a] or truncs[a]]
             if ended and len(ended) < len(live):

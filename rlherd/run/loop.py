@@ -101,6 +101,8 @@ class EnvironmentLoop:
         self.beginning = np.ones(n, dtype=bool)  # these begin an episode at the next step
         self.resetting = np.zeros(n, dtype=bool)  # this env's next step is an autoreset
         self.episodes = EpisodeTracker(np.zeros(n), np.zeros(n, dtype=np.int64))
+        # Rows that make one environment step: a multi-agent game's agents (its AgentRows).
+        self.rows_per_step = getattr(envs, "agents_per_game", 1)
 
     def bind(self) -> None:
         """Hand an actor that asks (``bind_environments``: a search's simulator) the environments
@@ -129,9 +131,7 @@ class EnvironmentLoop:
             if self.recorder is not None:
                 self.recorder.episodes(self.episodes.returns[ended], self.episodes.lengths[ended])
         self.beginning, self.resetting, self.obs = skip, ended, obs
-        # Every environment step counts, autoresets included (as TorchBeast); a multi-agent
-        # game's agents are rows of one step (rlherd.envs.pettingzoo).
-        n = len(skip) // getattr(self.envs, "agents_per_game", 1)
+        n = len(skip) // self.rows_per_step  # every step counts, autoresets too (TorchBeast)
         if self.recorder is not None:
             self.recorder.add_actor_steps(n)
         return n
