@@ -142,7 +142,9 @@ class EnvSpec:
 
     ``agents`` is how many rows one step of the environment has: 1, or a multi-agent game's
     agents (:mod:`rlherd.envs.pettingzoo`), whose runs count environment steps while learners
-    count the rows they learn from.
+    count the rows they learn from. ``policies`` names the policy of each of a game's agents,
+    in order (the run's mapping, :func:`rlherd.envs.pettingzoo.assign_policies`); empty for one
+    agent.
     """
 
     env_id: str
@@ -156,6 +158,7 @@ class EnvSpec:
     action_nvec: tuple[int, ...] = ()
     dropped: tuple[str, ...] = ()
     agents: int = 1
+    policies: tuple[str, ...] = ()
 
     @property
     def structured(self) -> bool:

@@ -3,7 +3,7 @@
 Agent ``i`` observes ``[i, t]`` (its index and the step) and is rewarded ``i + 1`` for action
 ``1`` and ``0`` otherwise, so each row's data shows whose it is; the game lasts ``length`` steps.
 With ``leave=True`` agent 0 leaves after its first step; with ``mixed=True`` the agents' spaces
-differ."""
+differ (agent 0 observes a longer vector); with ``mixed_actions=True`` their action spaces do."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ class ScriptedGame(ParallelEnv):
     metadata = {"name": "scripted_game"}
 
     def __init__(self, agents: int = 3, length: int = 5, leave: bool = False,
-                 mixed: bool = False):  # fmt: skip
+                 mixed: bool = False, mixed_actions: bool = False):  # fmt: skip
         self.possible_agents = [f"agent_{i}" for i in range(agents)]
         self.length, self.leave, self.mixed = length, leave, mixed
+        self.mixed_actions = mixed_actions
 
     @functools.cache  # noqa: B019 (PettingZoo's test wants the same object each call)
     def observation_space(self, agent: str) -> gym.Space:
@@ -29,11 +30,12 @@ class ScriptedGame(ParallelEnv):
 
     @functools.cache  # noqa: B019
     def action_space(self, agent: str) -> gym.Space:
-        return gym.spaces.Discrete(2)
+        return gym.spaces.Discrete(3 if self.mixed_actions and agent == "agent_0" else 2)
 
     def _obs(self, agent: str) -> np.ndarray:
         index = self.possible_agents.index(agent)
-        return np.array([index, self.t], np.float32)
+        size = self.observation_space(agent).shape[0]
+        return np.array([index, self.t, 7][:size], np.float32)
 
     def reset(self, seed=None, options=None):
         self.agents, self.t = list(self.possible_agents), 0

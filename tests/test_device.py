@@ -22,6 +22,7 @@ from rlherd.envs.device import (
     sample_multi_categorical,
 )
 from rlherd.envs.reference.tag import TagGridWorldReference
+from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
 
 pytest.importorskip("pettingzoo")
@@ -263,3 +264,25 @@ def test_device_runtime_on_cuda(tmp_path):
         progress=False, device="cuda", num_envs=1000, unroll_length=20,
     )  # fmt: skip
     assert run.summary["actor_steps"] >= 400_000
+
+
+def test_the_policies_setting_regroups_a_device_games_agents():
+    """The device's agent groups are the run's policies: the same setting that maps a
+    PettingZoo game's agents maps these (the game's own groups are its default)."""
+    from rlherd.agents.ppo.builder import PPOBuilder
+    from rlherd.agents.ppo.config import PPOConfig
+    from rlherd.runtime.device import make_groups
+    from rlherd.runtime.settings import Device
+
+    env = make_device("tag-gridworld", 2, "cpu", 0, num_taggers=2)
+    builder = PPOBuilder(PPOConfig())
+
+    def groups(**settings):
+        return {g.name: g.ids.tolist() for g in make_groups(builder, "tag-gridworld",
+                                                             Device(**settings), env)}
+
+    assert groups() == {"tagger": [0, 1], "runner": [2]}
+    assert groups(policies="shared") == {"shared": [0, 1, 2]}
+    assert groups(policies="first=tagger_0,rest=*") == {"first": [0], "rest": [1, 2]}
+    with pytest.raises(ConfigError, match="policy_overrides names"):
+        groups(policies="shared", policy_overrides={"tagger": {"learning_rate": 1.0}})

@@ -5,16 +5,22 @@ each agent of each game is a row (rlherd.envs.pettingzoo), with its own data in 
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
 
 import rlherd
 from rlherd import envs as rl_envs
+from rlherd.agents.dqn.learning import DQNLearner
+from rlherd.agents.groups import GroupActor, Rows
+from rlherd.agents.impala.learning import ImpalaLearner
+from rlherd.agents.ppo.learning import PPOLearner
 from rlherd.commands.evaluate import evaluate
 from rlherd.commands.train import resolve_config
-from rlherd.envs.pettingzoo import AgentRows
+from rlherd.envs.pettingzoo import AgentRows, assign_policies
 from rlherd.errors import ConfigError
+from rlherd.run.loop import EnvironmentLoop
 
 GAME = "pettingzoo/scripted_game"
 
@@ -49,9 +55,9 @@ def test_the_spec_is_one_agents_and_rows_come_in_whole_games():
         rl_envs.make_vector(GAME, 6, workers=2, agents=3)
 
 
-def test_games_one_policy_cannot_play_are_clear_errors():
-    with pytest.raises(ConfigError, match="observe or act in different spaces"):
-        AgentRows(GAME, 1, mixed=True)
+def test_games_the_host_runtimes_cannot_play_are_clear_errors():
+    with pytest.raises(ConfigError, match="act in different spaces"):
+        AgentRows(GAME, 1, mixed_actions=True)
     rows = AgentRows(GAME, 1, leave=True)
     rows.reset(seed=0)
     with pytest.raises(ConfigError, match="agent_0 left the game before its other agents"):
@@ -92,11 +98,19 @@ def test_a_runtime_that_does_not_step_games_refuses_them(tmp_path):
 
 
 @pytest.mark.ray
-def test_a_shared_policy_learns_on_ray(tmp_path):
+@pytest.mark.parametrize("policies", ["", "low=agent_0,high=agent_[12]"])
+def test_shared_and_grouped_policies_learn_on_ray(policies, tmp_path):
+    """On Ray too: a shared policy learns all three agents' best action, and two policies
+    each learn their agents' (at best 5 for agent 0; 10 and 15 for agents 1 and 2)."""
     run = rlherd.train("ppo", GAME, runtime="distributed", total_steps=6_000, seed=0,
                        env_kwargs=dict(agents=3, length=5), run_dir=tmp_path / "run",
-                       progress=False)  # fmt: skip
-    assert run.summary["learner_steps"] >= 10 and run.summary["final_return_mean"] >= 8.0
+                       progress=False, policies=policies)  # fmt: skip
+    assert run.summary["learner_steps"] >= 10
+    if policies:
+        assert run.summary["final_return_mean_low"] >= 4.0
+        assert run.summary["final_return_mean_high"] >= 10.0
+    else:
+        assert run.summary["final_return_mean"] >= 8.0
 
 
 def test_check_env_runs_pettingzoos_test_and_names_the_runtimes_that_step_games():
@@ -155,3 +169,125 @@ def test_impala_and_dqn_learn_a_game_with_their_pettingzoo_presets(agent, tmp_pa
                        run_dir=tmp_path / "run", progress=False)  # fmt: skip
     assert run.config.preset == "pettingzoo"
     assert evaluate(run.path, episodes=2)["eval_return_mean"] == 10.0
+
+
+def test_observations_of_different_lengths_are_padded_to_the_longest():
+    rows = AgentRows(GAME, 1, mixed=True)
+    obs, _ = rows.reset(seed=0)
+    assert rows.single_observation_space.shape == (3,) and not rows.same_spaces
+    np.testing.assert_array_equal(obs, [[0, 0, 7], [1, 0, 0], [2, 0, 0]])
+    rows.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "same", "expected"),
+    [
+        ("", True, ("shared",) * 3),
+        ("", False, ("adversary", "adversary", "agent")),
+        ("independent", True, ("adversary_0", "adversary_1", "agent_0")),
+        ("shared", False, ("shared",) * 3),
+        ("chase=adversary_*,flee=agent_*", True, ("chase", "chase", "flee")),
+    ],
+)
+def test_the_policies_setting_maps_agents_to_policies(setting, same, expected):
+    agents = ["adversary_0", "adversary_1", "agent_0"]
+    assert assign_policies(agents, setting, same) == expected
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("chase=adversary_*", "agent agent_0 matches no pattern"),
+        ("chase=adversary_*,flee=agent_*,idle=zombie_*", "idle matches none"),
+        ("chase.x=adversary_*,flee=*", "names that are identifiers"),
+        ("selfish", "expected shared, independent or NAME=PATTERN"),
+    ],
+)
+def test_a_bad_policies_setting_is_one_line_naming_the_fix(setting, message):
+    with pytest.raises(ConfigError, match=message):
+        assign_policies(["adversary_0", "adversary_1", "agent_0"], setting)
+
+
+def test_a_policy_mapping_on_a_single_agent_environment_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="has one agent"):
+        rlherd.train("ppo", "CartPole-v1", total_steps=100, run_dir=tmp_path / "run",
+                     progress=False, policies="independent")  # fmt: skip
+
+
+@pytest.mark.parametrize(("agent", "runtime"), [("ppo", "single"), ("impala", "mono"),
+                                                ("dqn", "single"), ("dqn", "mono")])
+def test_each_policy_learns_from_its_own_agents_rows_only(agent, runtime, tmp_path, monkeypatch):
+    """Agents observe their index: every batch each policy's learner gets holds its agents'
+    rows and no one else's (on-policy: columns of the runtime's batches; replay: its tables)."""
+    seen: dict[int, set[int]] = {}
+    learner_class = {"ppo": PPOLearner, "impala": ImpalaLearner, "dqn": DQNLearner}[agent]
+    original = learner_class.learn
+
+    def spy(self, batch):
+        obs = batch.data["obs"] if agent == "dqn" else batch["obs"]
+        seen.setdefault(id(self), set()).update(obs[..., 0].long().unique().tolist())
+        return original(self, batch)
+
+    monkeypatch.setattr(learner_class, "learn", spy)
+    run = rlherd.train(agent, GAME, runtime=runtime, total_steps=1_500, seed=0,
+                       env_kwargs=dict(agents=3, length=5), run_dir=tmp_path / "run",
+                       progress=False, policies="low=agent_0,high=agent_[12]")  # fmt: skip
+    assert sorted(map(sorted, seen.values())) == [[0], [1, 2]]  # two learners, apart
+    assert {"final_return_mean_low", "final_return_mean_high"} <= set(run.summary)
+    assert run.summary["final_return_mean"] is None  # two policies: never their average
+
+
+class FixedActor:
+    """Acts ``action`` in every row it is given and remembers how many rows that was."""
+
+    def __init__(self, action: int):
+        self.action, self.rows = action, None
+
+    def select_action(self, obs):
+        self.rows = len(obs)
+        return np.full(len(obs), self.action)
+
+    def observe_first(self, obs, envs): ...
+    def observe(self, *args, **kwargs): ...
+    def update(self, wait=False): ...
+
+
+def test_each_policys_returns_are_its_own_agents(tmp_path):
+    """Agent i earns i + 1 a step for action 1: over 5 steps the policy of agent 0 returns 5
+    and the policy of agents 1 and 2 returns 10 and 15 (mean 12.5), in the run's metrics and
+    its summary, each in its own column; the policy acting 0 for agent 2 would show 0."""
+    from rlherd.run.recorder import Recorder
+    from rlherd.run.rundir import RunDir
+
+    rows = Rows([0, 1, 1], 2)
+    actors = {"low": FixedActor(1), "high": FixedActor(1)}
+    meta = dict(agent="x", env=GAME, runtime="single")
+    recorder = Recorder(RunDir(tmp_path, create=True), meta, 100, progress=False)
+    loop = EnvironmentLoop(AgentRows(GAME, 2, agents=3, length=5),
+                           GroupActor(actors, rows, None), recorder, seed=0)  # fmt: skip
+    loop.run(12)  # two games' two episodes (5 steps and an autoreset each)
+    assert actors["low"].rows == 2 and actors["high"].rows == 4
+    summary = recorder.close()
+    assert summary["final_return_mean_low"] == 5.0
+    assert summary["final_return_mean_high"] == 12.5
+    with open(tmp_path / "metrics" / "train.csv") as f:
+        table = list(csv.DictReader(f))
+    low = sorted(float(r["episode_return_low"]) for r in table if r["episode_return_low"])
+    high = sorted(float(r["episode_return_high"]) for r in table if r["episode_return_high"])
+    assert low == [5.0] * 4 and high == [10.0] * 4 + [15.0] * 4
+
+
+def test_a_game_of_several_policies_evaluates_and_resumes_with_each(tmp_path):
+    """A checkpoint holds every policy's learner: the run resumes, and rlherd eval plays each
+    policy's agents with their own network, reporting each policy's return."""
+    kwargs = dict(env_kwargs=dict(agents=3, length=5), progress=False, seed=0)
+    run = rlherd.train("ppo", GAME, total_steps=1_200, run_dir=tmp_path / "run",
+                       policies="independent",
+                       policy_overrides={"agent_2": {"learning_rate": 1e-3}}, **kwargs)
+    resumed = rlherd.train(resume=run.path, total_steps=2_400, progress=False)
+    assert resumed.summary["actor_steps"] == 2_400
+    result = evaluate(run.path, episodes=3)
+    assert set(result) >= {"eval_return_agent_0", "eval_return_agent_1", "eval_return_agent_2"}
+    assert "eval_return_mean" not in result
+    config = json.loads((run.path / "config.json").read_text())
+    assert config["settings"]["policy_overrides"] == {"agent_2": {"learning_rate": 1e-3}}

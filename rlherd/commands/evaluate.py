@@ -9,10 +9,11 @@ import numpy as np
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
+from rlherd.agents.groups import for_policies
 from rlherd.config import apply_overrides
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError
-from rlherd.run.evaluation import episode_stats, eval_actor, run_episodes
+from rlherd.run.evaluation import episode_policies, episode_stats, eval_actor, run_episodes
 from rlherd.run.rundir import RunDir, RunRecord
 from rlherd.run.video import check_writable, write_video
 from rlherd.runtime import RUNTIMES
@@ -105,7 +106,9 @@ def evaluate(
         result = own(record, builder, checkpoint, episodes, video, greedy, seed)
         _add_to_summary(run_dir, result)
         return result
-    spec = rl_envs.spec_for(record.env, **record.env_kwargs)
+    spec = rl_envs.with_policies(rl_envs.spec_for(record.env, **record.env_kwargs),
+                         record.settings.get("policies", ""), **record.env_kwargs)  # fmt: skip
+    builder = for_policies(builder, spec, record.settings.get("policy_overrides", {}))
     net = builder.make_networks(spec, device="cpu")
     net.load_state_dict(policy_state(checkpoint["learner"]))
     net.eval()
@@ -128,7 +131,9 @@ def evaluate(
     env.close()
     if video:
         write_video(Path(video), frames)
-    result = dict(**episode_stats(returns, lengths), eval_episodes=episodes, eval_greedy=greedy)
+    policies = episode_policies(env, actor, episodes)
+    result = dict(**episode_stats(returns, lengths, policies), eval_episodes=episodes,
+                  eval_greedy=greedy)  # fmt: skip
     _add_to_summary(run_dir, result)
     return result
 

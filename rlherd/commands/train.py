@@ -16,6 +16,7 @@ from typing import Any
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
+from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of
 from rlherd.config import apply_overrides, to_json
 from rlherd.errors import ConfigError
@@ -276,7 +277,8 @@ def train(
     notice = rl_envs.dropped_notice(spec) if spec is not None and resume is None else None
     if notice:
         warnings.warn(notice, ObservationNotice, stacklevel=2)
-    builder = BUILDERS[agent](config)
+    builder = for_policies(BUILDERS[agent](config), spec, settings.policy_overrides,
+                           getattr(settings, "demonstrations", ""))  # fmt: skip
     RUNTIMES[runtime].check(builder, settings)
     if resume is None:
         rundir = _new_run_dir(run_dir, agent, env, overwrite)
@@ -369,7 +371,9 @@ def _spec(record: RunRecord):
     spec here."""
     runtime = RUNTIMES[record.runtime]
     if "gym_envs" in runtime.provides:
-        return rl_envs.spec_for(record.env, **record.env_kwargs)
+        spec = rl_envs.spec_for(record.env, **record.env_kwargs)
+        return rl_envs.with_policies(spec, record.settings.get("policies", ""),
+                                     **record.env_kwargs)  # fmt: skip
     spec = runtime.hook("spec")
     if spec is None:
         raise ConfigError(f"the {record.runtime} runtime makes no Gymnasium environments, and "

@@ -272,6 +272,19 @@ def spec_of(env: gym.Env | gym.vector.VectorEnv, env_id: str | None = None) -> E
     return dataclasses.replace(out, dropped=dropped, agents=agents)
 
 
+def with_policies(spec: EnvSpec, setting: str, **kwargs: Any) -> EnvSpec:
+    """``spec`` with the run's mapping of a multi-agent game's agents to policies (``setting``:
+    :func:`rlherd.envs.pettingzoo.assign_policies`); an environment of one agent has none."""
+    if spec.agents > 1:
+        from rlherd.envs.pettingzoo import policies_of
+
+        return dataclasses.replace(spec, policies=policies_of(spec.env_id, setting, **kwargs))
+    if setting:
+        raise ConfigError(f"policies={setting!r} maps a multi-agent game's agents to policies, "
+                          f"and {spec.env_id} has one agent")  # fmt: skip
+    return spec
+
+
 def dropped_notice(spec: EnvSpec) -> str | None:
     """One line on the observation's leaves that were left out (not arrays), and how to keep
     one, or None."""

@@ -10,14 +10,18 @@ in ``possible_agents`` order, so ``num_envs`` rows hold ``num_envs / agents`` ga
 
 A game ends when all its agents are done (PettingZoo's ``agents`` list empties); the next step
 only resets it (Gymnasium's next-step autoreset, as every vector environment of rlherd's). Its
-agents share one observation and one action space. What ``--total-steps`` counts is
+agents share one action space; observations that are vectors of different lengths (MPE's
+adversaries and agents) are padded with zeros to the longest, so every row has one shape (each
+policy still has its own network: :func:`assign_policies`). What ``--total-steps`` counts is
 environment steps (a step of every game), not agent steps: :attr:`AgentRows.agents_per_game`
 rows make one environment step.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -54,6 +58,58 @@ def make_game(env_id: str, **kwargs: Any) -> Any:
         raise
 
 
+def assign_policies(agents: list[str], setting: str, same_spaces: bool = True) -> tuple[str, ...]:
+    """The policy of each agent (a run's ``policies`` setting; the guide "Many agents"):
+
+    - ``""`` (the default): ``shared`` where all agents observe and act in the same spaces,
+      else one policy per id prefix (``adversary_0`` -> ``adversary``);
+    - ``shared``: one policy, named ``shared``, for every agent;
+    - ``independent``: one per agent, named by its id;
+    - ``NAME=PATTERN,NAME=PATTERN,...``: groups by shell patterns on ids
+      (``adversary=adversary_*,agent=agent_*``); an agent joins the first group it matches.
+
+    >>> assign_policies(["adversary_0", "adversary_1", "agent_0"], "", same_spaces=False)
+    ('adversary', 'adversary', 'agent')
+    """
+    if not setting:
+        setting = "shared" if same_spaces else "prefix"
+    if setting == "shared":
+        return ("shared",) * len(agents)
+    if setting in ("independent", "prefix"):
+        strip = setting == "prefix"
+        return tuple(re.sub(r"\W", "_", re.sub(r"_\d+$", "", a) if strip else a) for a in agents)
+    groups = []
+    for part in setting.split(","):
+        name, _, patterns = part.partition("=")
+        name = name.strip()
+        if not patterns or not name.isidentifier():
+            raise ConfigError(
+                f"policies={setting!r}: expected shared, independent or NAME=PATTERN,... with "
+                "names that are identifiers (e.g. adversary=adversary_*,agent=agent_*)"
+            )
+        groups.append((name, patterns.strip()))
+    out = []
+    for agent in agents:
+        match = next((name for name, pattern in groups if fnmatch.fnmatchcase(agent, pattern)),
+                     None)  # fmt: skip
+        if match is None:
+            raise ConfigError(f"policies={setting!r}: agent {agent} matches no pattern; the "
+                              f"game's agents are {', '.join(agents)}")  # fmt: skip
+        out.append(match)
+    empty = [name for name, _ in groups if name not in out]
+    if empty:
+        raise ConfigError(f"policies={setting!r}: {', '.join(empty)} matches none of the "
+                          f"game's agents ({', '.join(agents)})")  # fmt: skip
+    return tuple(out)
+
+
+def policies_of(env_id: str, setting: str, **kwargs: Any) -> tuple[str, ...]:
+    """The policy of each agent of ``env_id``'s game (see :func:`assign_policies`)."""
+    rows = AgentRows(env_id, 1, **kwargs)
+    rows.close()
+    return assign_policies(rows.possible_agents, setting, rows.same_spaces)
+
+
 class AgentRows(gym.vector.VectorEnv):
     """``games`` parallel games, one row per (game, agent); see the module docstring."""
 
@@ -68,14 +124,16 @@ class AgentRows(gym.vector.VectorEnv):
         obs_spaces = {a: first.observation_space(a) for a in self.possible_agents}
         act_spaces = {a: first.action_space(a) for a in self.possible_agents}
         agent = self.possible_agents[0]
-        if any(s != obs_spaces[agent] for s in obs_spaces.values()) or any(
-            s != act_spaces[agent] for s in act_spaces.values()
-        ):
-            raise ConfigError(
-                f"{env_id}'s agents observe or act in different spaces, so one shared policy "
-                "cannot act for all of them"
-            )
+        if any(s != act_spaces[agent] for s in act_spaces.values()):
+            spaces = ", ".join(sorted(set(map(str, act_spaces.values()))))
+            raise ConfigError(f"{env_id}'s agents act in different spaces ({spaces}); rlherd's "
+                              "host runtimes need one action space for every agent of a game")
+        self.same_spaces = all(s == obs_spaces[agent] for s in obs_spaces.values())
         self.raw_space = obs_spaces[agent]
+        self._pad = 0  # observations padded to this length (vectors of different lengths)
+        if not self.same_spaces:
+            self.raw_space = self.raw_space_of(env_id, list(obs_spaces.values()))
+            self._pad = self.raw_space.shape[0]
         if isinstance(self.raw_space, gym.spaces.Box):
             self.single_observation_space, self.dropped = self.raw_space, []
         else:
@@ -132,7 +190,27 @@ class AgentRows(gym.vector.VectorEnv):
                 self.single_observation_space, self.num_envs)
         )
 
+    @staticmethod
+    def raw_space_of(env_id: str, spaces: list[gym.Space]) -> gym.spaces.Box:
+        """One space for observations that are vectors of different lengths: the longest,
+        padded with zeros (others cannot be joined into one batch)."""
+        if not all(isinstance(s, gym.spaces.Box) and len(s.shape) == 1 for s in spaces):
+            raise ConfigError(
+                f"{env_id}'s agents observe in different spaces that are not all vectors "
+                f"({', '.join(sorted(set(map(str, spaces))))}); rlherd's host runtimes can join "
+                "only vectors of different lengths (padded) into one batch"
+            )
+        size = max(s.shape[0] for s in spaces)
+        low = np.zeros(size, np.float32)
+        high = np.zeros(size, np.float32)
+        for s in spaces:
+            low[: s.shape[0]] = np.minimum(low[: s.shape[0]], s.low)
+            high[: s.shape[0]] = np.maximum(high[: s.shape[0]], s.high)
+        return gym.spaces.Box(low, high, (size,), np.float32)
+
     def _view(self, obs: Any) -> Any:
+        if self._pad:
+            return np.pad(np.asarray(obs, np.float32), (0, self._pad - len(obs)))
         return obs if isinstance(self.raw_space, gym.spaces.Box) else flatten_value(
             self.raw_space, obs)
 

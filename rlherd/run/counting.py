@@ -112,26 +112,32 @@ class EpisodeTracker:
 class StepReport(abc.ABC):
     """The environment loop's recorder in an actor that lives away from the run's recorder
     (a ``mono`` process, a ``distributed`` node): steps and finished episodes are gathered and
-    sent (``send(steps, returns, lengths)``, a subclass's) at most every ``period_s``."""
+    sent (``send(steps, episodes)``, a subclass's) at most every ``period_s``. ``episodes`` is
+    ``(returns, lengths, policies)``: lists, ``policies`` None unless the actor acts for
+    several (see :meth:`rlherd.run.recorder.Recorder.episodes`)."""
 
     def __init__(self, period_s: float = 0.2):
         self.period_s = period_s
-        self.steps, self.returns, self.lengths = 0, [], []
+        self.steps, self.returns, self.lengths, self.policies = 0, [], [], []
         self.last = time.monotonic()
 
     def add_actor_steps(self, n: int) -> None:
         self.steps += n
 
-    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+    def episodes(
+        self, returns: np.ndarray, lengths: np.ndarray, policies: list[str] | None = None
+    ) -> None:
         self.returns += returns.tolist()
         self.lengths += lengths.tolist()
+        self.policies += policies or [None] * len(returns)
 
     def report(self, force: bool = False) -> None:
         if self.steps and (force or time.monotonic() - self.last >= self.period_s):
-            self.send(self.steps, self.returns, self.lengths)
-            self.steps, self.returns, self.lengths = 0, [], []
+            several = any(p is not None for p in self.policies)
+            self.send(self.steps, (self.returns, self.lengths, self.policies if several else None))
+            self.steps, self.returns, self.lengths, self.policies = 0, [], [], []
             self.last = time.monotonic()
 
     @abc.abstractmethod
-    def send(self, steps: int, returns: list[float], lengths: list[int]) -> None:
+    def send(self, steps: int, episodes: tuple[list, list, list | None]) -> None:
         """Deliver the counts gathered since the last report (a pipe, a counter node)."""

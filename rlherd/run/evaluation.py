@@ -70,14 +70,33 @@ def _render(env) -> np.ndarray:
         return env.render()
 
 
-def episode_stats(returns: list[float], lengths: list[int]) -> dict[str, float]:
-    """What an evaluation reports of its episodes, with how many were cut at the step limit."""
-    return dict(
+def episode_stats(
+    returns: list[float], lengths: list[int], policies: list[str] | None = None
+) -> dict[str, float]:
+    """What an evaluation reports of its episodes, with how many were cut at the step limit.
+    A game of several policies (``policies``: each episode's) reports each one's mean return
+    (``eval_return_adversary``, ...), never their average."""
+    out = dict(
         eval_return_mean=float(np.mean(returns)),
         eval_return_std=float(np.std(returns)),
         eval_episode_length_mean=float(np.mean(lengths)),
         eval_episodes_cut=int(np.sum(np.asarray(lengths) >= MAX_EPISODE_STEPS)),
     )
+    names = list(dict.fromkeys(policies or []))
+    if len(names) > 1:
+        del out["eval_return_mean"], out["eval_return_std"]
+        values = np.asarray(returns)
+        for name in names:
+            out[f"eval_return_{name}"] = float(values[np.asarray(policies) == name].mean())
+    return out
+
+
+def episode_policies(env, actor, episodes: int) -> list[str] | None:
+    """The policy of each episode :func:`run_episodes` returns, where ``actor`` acts for
+    several (:class:`rlherd.agents.groups.GroupActor`); else None."""
+    if not isinstance(env, gym.vector.VectorEnv) or not hasattr(actor, "row_policies"):
+        return None
+    return actor.row_policies(env.num_envs) * episodes
 
 
 def eval_actor(builder, spec, net, greedy: bool, seed: int):
@@ -101,7 +120,8 @@ class EvalEpisodes:
         VariableClient(source, self.net).update(wait=True)
         actor = eval_actor(self.builder, self.spec, self.net, True, self.seed)
         returns, lengths, _ = run_episodes(self.env, actor, self.episodes, self.seed)
-        return episode_stats(returns, lengths)
+        return episode_stats(returns, lengths,
+                             episode_policies(self.env, actor, self.episodes))  # fmt: skip
 
     def close(self) -> None:
         self.env.close()
@@ -130,7 +150,8 @@ class Evaluator:
 
     def log(self, steps: int, row: dict[str, float]) -> None:
         self.recorder.rundir.log("evaluator", {self.recorder.counts: steps, **row}, step=steps)
-        self.recorder.extra["eval_return_mean"] = row["eval_return_mean"]
+        self.recorder.extra.update({k: v for k, v in row.items() if k.startswith("eval_return_")
+                                    and k != "eval_return_std"})  # fmt: skip
 
     def maybe_run(self, source) -> None:
         """Evaluate if due, with the parameters of ``source`` (a VariableSource: the learner)."""

@@ -103,6 +103,10 @@ class EnvironmentLoop:
         self.episodes = EpisodeTracker(np.zeros(n), np.zeros(n, dtype=np.int64))
         # Rows that make one environment step: a multi-agent game's agents (its AgentRows).
         self.rows_per_step = getattr(envs, "agents_per_game", 1)
+        # Each row's policy, where the actor acts for several (a game's returns are per policy).
+        actor = getattr(self.algorithm, "actor", self.algorithm)
+        row_policies = getattr(actor, "row_policies", None)
+        self.policies = None if row_policies is None else np.asarray(row_policies(n), object)
 
     def bind(self) -> None:
         """Hand an actor that asks (``bind_environments``: a search's simulator) the environments
@@ -129,7 +133,9 @@ class EnvironmentLoop:
         if ended.any():
             self.algorithm.end_episodes(np.flatnonzero(ended))
             if self.recorder is not None:
-                self.recorder.episodes(self.episodes.returns[ended], self.episodes.lengths[ended])
+                policies = None if self.policies is None else self.policies[ended].tolist()
+                self.recorder.episodes(self.episodes.returns[ended], self.episodes.lengths[ended],
+                                       policies)  # fmt: skip
         self.beginning, self.resetting, self.obs = skip, ended, obs
         n = len(skip) // self.rows_per_step  # every step counts, autoresets too (TorchBeast)
         if self.recorder is not None:

@@ -133,21 +133,34 @@ class Recorder:
         summary shows it added to what earlier sessions of a resumed run counted."""
         self.extra[name] = self._counts_before.get(name, 0) + value
 
-    def episodes(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+    def episodes(
+        self, returns: np.ndarray, lengths: np.ndarray, policies: list[str] | None = None
+    ) -> None:
+        """Finished episodes, one train.csv row each; in a game of several policies
+        (``policies``: each episode's), the return goes to its policy's column and window
+        (``episode_return_adversary``, ``final_return_mean_adversary``)."""
         with self._lock:
             steps = int(self.counters["actor_steps"])
-            for ret, length in zip(returns.tolist(), lengths.tolist(), strict=True):
+            policies = policies or [None] * len(returns)
+            for ret, length, policy in zip(returns.tolist(), lengths.tolist(), policies,
+                                           strict=True):  # fmt: skip
                 self.counter.increment(episodes=1)
-                self.returns.append(ret)
+                if policy is None:
+                    self.returns.append(ret)
+                    column = "episode_return"
+                else:
+                    window = self.policy_returns.setdefault(policy, deque(maxlen=RETURN_WINDOW))
+                    window.append(ret)
+                    column = f"episode_return_{policy}"
                 self.rundir.log(
                     "train",
-                    dict(
-                        actor_steps=steps,
-                        episode_return=ret,
-                        episode_length=int(length),
-                        sps=round(self.sps(), 1),
-                        wall_time_s=round(self._wall_time(), 3),
-                    ),
+                    {
+                        "actor_steps": steps,
+                        column: ret,
+                        "episode_length": int(length),
+                        "sps": round(self.sps(), 1),
+                        "wall_time_s": round(self._wall_time(), 3),
+                    },
                     step=steps,
                 )
 

@@ -2,11 +2,12 @@
 
 The environment (:mod:`rlherd.envs.device`), the policies, the rollouts and the learners all
 live on ``settings.device``. A game's agents fall into policies (agent groups, e.g. ``tagger``
-and ``runner``); each gets its own networks, policy, rollouts and learner from the agent's
-builder, with the agent's config changed by that group's ``policy_overrides`` (WarpDrive's
-per-policy learning rates). Every step, each policy acts for its agents of every game at once
-(agents folded into the batch: ``[E * n]``) and its rows go through a
-:class:`~rlherd.replay.rollouts.RolloutQueue` on the device; whenever a ``[T + 1, E * n]``
+and ``runner``; the run's ``policies`` setting regroups them, as on every runtime); each gets
+its own networks, policy, rollouts and learner from the agent's builder, with the agent's
+config changed by that group's ``policy_overrides`` (WarpDrive's per-policy learning rates).
+Every step, each policy acts for its agents of every game at once (agents folded into the
+batch: ``[E * n]``) and its rows go through a :class:`~rlherd.replay.rollouts.RolloutQueue` on
+the device; whenever a ``[T + 1, E * n]``
 rollout is complete, that policy's learner steps on it. This is the ``single`` runtime's loop
 with the builder's batched policy in place of its actor, which the device does not run: an agent
 whose actor changes its data (PPO's reward scaling) is refused with the reason.
@@ -33,6 +34,7 @@ from rlherd import types as F
 from rlherd.config import apply_overrides
 from rlherd.core import EnvSpec, Leaf, policy_state
 from rlherd.envs.device import DeviceEnv, make_device
+from rlherd.envs.pettingzoo import assign_policies
 from rlherd.errors import ConfigError
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
 from rlherd.run.counting import EpisodeTracker
@@ -80,6 +82,10 @@ def make_groups(
 ) -> list[Group]:
     """One :class:`Group` per policy of ``env`` (its learner is made by the caller)."""
     groups = env.policy_groups()
+    if settings.policies:  # the run's mapping, by the reference's agent names
+        mapped = assign_policies(env.agent_names, settings.policies)
+        groups = {name: [i for i, p in enumerate(mapped) if p == name]
+                  for name in dict.fromkeys(mapped)}  # fmt: skip
     unknown = set(settings.policy_overrides) - set(groups)
     if unknown:
         raise ConfigError(

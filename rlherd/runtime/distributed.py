@@ -303,10 +303,10 @@ class Program:
         return checkpoint_state(learner, self.ctx.recorder, tables=tables)
 
     def _take_counts(self) -> None:
-        steps, returns, lengths, per_actor = self._get(self.counter.take.remote())
+        steps, (returns, lengths, policies), per_actor = self._get(self.counter.take.remote())
         self.ctx.recorder.add_actor_steps(steps)
         if returns:
-            self.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths))
+            self.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths), policies)
         self.per_actor = per_actor
 
     def _look_after_actors(self) -> None:

@@ -110,8 +110,8 @@ class Channel(StepReport):
         self.conn.send(message)
         return self.conn.recv()
 
-    def send(self, steps: int, returns: list[float], lengths: list[int]) -> None:
-        self.conn.send(("stats", steps, returns, lengths))
+    def send(self, steps: int, episodes: tuple[list, list, list | None]) -> None:
+        self.conn.send(("stats", steps, episodes))
 
 
 @dataclass
@@ -199,10 +199,11 @@ class ActorLink:
                 message = self.conn.recv()
                 kind = message[0]
                 if kind == "stats":
-                    _, steps, returns, lengths = message
+                    _, steps, (returns, lengths, policies) = message
                     pool.ctx.recorder.add_actor_steps(steps)
                     if returns:
-                        pool.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths))
+                        pool.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths),
+                                                   policies)  # fmt: skip
                 elif kind == "insert":
                     _, table, items = message
                     for item, priority in items:

@@ -27,6 +27,8 @@ class Common:
     torch_threads: int = 1  # intra-op threads; more than the free cores made training 10x slower
     checkpoint_interval_s: float = 60.0  # between checkpoints (more if one takes >5% of it)
     log_interval_s: float = 5.0  # seconds between summary.json / progress bar updates
+    policies: str = ""  # multi-agent: agents -> policies: shared, independent, NAME=PATTERN,...
+    policy_overrides: dict = field(default_factory=dict)  # agent config fields per policy
 
     def check(self) -> None:
         """Raise :class:`ConfigError` for values this runtime cannot run with (subclasses add
@@ -117,7 +119,6 @@ class Poly(Demonstrations):
 @dataclass
 class Device(Common):
     num_envs: int | None = None  # games stepped together on the device (default: batch_size)
-    policy_overrides: dict = field(default_factory=dict)  # agent fields per policy (agent group)
     compile: bool = False  # torch.compile the policies' forward passes
 
     def check(self) -> None:
