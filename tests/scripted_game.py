@@ -1,9 +1,11 @@
 """A scripted PettingZoo parallel game for the multi-agent tests (``pettingzoo/scripted_game``).
 
 Agent ``i`` observes ``[i, t]`` (its index and the step) and is rewarded ``i + 1`` for action
-``1`` and ``0`` otherwise, so each row's data shows whose it is; the game lasts ``length`` steps.
-With ``leave=True`` agent 0 leaves after its first step; with ``mixed=True`` the agents' spaces
-differ (agent 0 observes a longer vector); with ``mixed_actions=True`` their action spaces do."""
+``1`` and ``0`` otherwise, so each row's data shows whose it is; the game lasts ``length``
+steps. With ``leave=True`` agent 0 leaves after its first step (terminated); with ``join=N`` it
+joins at step ``N`` (absent before); with ``stranger=True`` an agent not among
+``possible_agents`` joins at step 1; with ``mixed=True`` the agents' spaces differ (agent 0
+observes a longer vector); with ``mixed_actions=True`` their action spaces do."""
 
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ from pettingzoo import ParallelEnv
 class ScriptedGame(ParallelEnv):
     metadata = {"name": "scripted_game"}
 
-    def __init__(self, agents: int = 3, length: int = 5, leave: bool = False,
-                 mixed: bool = False, mixed_actions: bool = False):  # fmt: skip
+    def __init__(self, agents: int = 3, length: int = 5, leave: bool = False, join: int = 0,
+                 stranger: bool = False, mixed: bool = False,
+                 mixed_actions: bool = False):  # fmt: skip
         self.possible_agents = [f"agent_{i}" for i in range(agents)]
-        self.length, self.leave, self.mixed = length, leave, mixed
-        self.mixed_actions = mixed_actions
+        self.length, self.leave, self.join, self.stranger = length, leave, join, stranger
+        self.mixed, self.mixed_actions = mixed, mixed_actions
 
     @functools.cache  # noqa: B019 (PettingZoo's test wants the same object each call)
     def observation_space(self, agent: str) -> gym.Space:
@@ -39,6 +42,8 @@ class ScriptedGame(ParallelEnv):
 
     def reset(self, seed=None, options=None):
         self.agents, self.t = list(self.possible_agents), 0
+        if self.join:
+            self.agents.remove("agent_0")
         return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
 
     def step(self, actions):
@@ -49,6 +54,11 @@ class ScriptedGame(ParallelEnv):
         truncs = {a: False for a in actions}
         obs = {a: self._obs(a) for a in actions}
         self.agents = [a for a in self.agents if not terms[a]]
+        if self.join and self.t == self.join and not over:
+            self.agents.insert(0, "agent_0")
+            obs["agent_0"] = self._obs("agent_0")
+        if self.stranger and self.t == 1:
+            self.agents.append("stranger")
         return obs, rewards, terms, truncs, {a: {} for a in actions}
 
 

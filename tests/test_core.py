@@ -99,10 +99,10 @@ def test_environment_loop_skips_autoreset_steps():
     class Rec:
         steps = 0
 
-        def add_actor_steps(self, n):
+        def add_actor_steps(self, n, agent_steps=0):
             Rec.steps += n
 
-        def episodes(self, returns, lengths):
+        def episodes(self, returns, lengths, policies=None):
             episodes.extend(zip(returns.tolist(), lengths.tolist(), strict=True))
 
     loop = EnvironmentLoop(vec, actor, Rec(), seed=0)

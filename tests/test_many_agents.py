@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 import rlherd
 from rlherd import envs as rl_envs
@@ -20,6 +21,7 @@ from rlherd.commands.evaluate import evaluate
 from rlherd.commands.train import resolve_config
 from rlherd.envs.pettingzoo import AgentRows, assign_policies
 from rlherd.errors import ConfigError
+from rlherd.run.evaluation import run_episodes
 from rlherd.run.loop import EnvironmentLoop
 
 GAME = "pettingzoo/scripted_game"
@@ -58,9 +60,9 @@ def test_the_spec_is_one_agents_and_rows_come_in_whole_games():
 def test_games_the_host_runtimes_cannot_play_are_clear_errors():
     with pytest.raises(ConfigError, match="act in different spaces"):
         AgentRows(GAME, 1, mixed_actions=True)
-    rows = AgentRows(GAME, 1, leave=True)
+    rows = AgentRows(GAME, 1, stranger=True)
     rows.reset(seed=0)
-    with pytest.raises(ConfigError, match="agent_0 left the game before its other agents"):
+    with pytest.raises(ConfigError, match="stranger joined the game but is not one of its"):
         rows.step(np.zeros(3, dtype=np.int64))
     with pytest.raises(ConfigError, match="no parallel_env"):
         AgentRows("pettingzoo/numpy", 1)
@@ -153,11 +155,11 @@ def test_commands_that_take_one_single_agent_environment_refuse_a_game_clearly(t
         rl_envs.make(GAME)
 
 
-def test_a_game_whose_agents_leave_stops_a_mono_run_with_one_line(tmp_path):
+def test_a_game_an_unknown_agent_joins_stops_a_mono_run_with_one_line(tmp_path):
     """Met in an actor process, the refusal stops the run (restarting would meet it again)."""
-    with pytest.raises(ConfigError, match="agent_0 left the game before its other agents"):
+    with pytest.raises(ConfigError, match="stranger joined the game but is not one of its"):
         rlherd.train("ppo", GAME, runtime="mono", total_steps=2_000,
-                     env_kwargs=dict(agents=3, leave=True), run_dir=tmp_path / "run",
+                     env_kwargs=dict(agents=3, stranger=True), run_dir=tmp_path / "run",
                      progress=False)  # fmt: skip
 
 
@@ -291,3 +293,81 @@ def test_a_game_of_several_policies_evaluates_and_resumes_with_each(tmp_path):
     assert "eval_return_mean" not in result
     config = json.loads((run.path / "config.json").read_text())
     assert config["settings"]["policy_overrides"] == {"agent_2": {"learning_rate": 1e-3}}
+
+
+def test_rows_of_agents_that_left_or_have_not_joined_are_absent():
+    rows = AgentRows(GAME, 1, agents=3, length=3, leave=True)
+    rows.reset(seed=0)
+    assert not rows.absent.any()
+    _, reward, terminated, _, _ = rows.step(np.ones(3, dtype=np.int64))
+    np.testing.assert_array_equal(terminated, [True, False, False])  # agent 0 is done
+    np.testing.assert_array_equal(rows.absent, [True, False, False])
+    obs, reward, terminated, _, _ = rows.step(np.ones(3, dtype=np.int64))
+    np.testing.assert_array_equal(reward, [0, 2, 3])  # the one away earns nothing
+    _, _, terminated, _, _ = rows.step(np.ones(3, dtype=np.int64))
+    np.testing.assert_array_equal(terminated, [False, True, True])
+    assert rows.absent.all()  # the game is over: the next step only resets it
+    rows.step(np.ones(3, dtype=np.int64))
+    assert not rows.absent.any()
+    late = AgentRows(GAME, 1, agents=2, length=4, join=2)
+    obs, _ = late.reset(seed=0)
+    np.testing.assert_array_equal(late.absent, [True, False])
+    np.testing.assert_array_equal(obs[0], [0, 0])  # zeros until it joins
+    late.step(np.ones(2, dtype=np.int64))
+    obs, *_ = late.step(np.ones(2, dtype=np.int64))
+    np.testing.assert_array_equal(late.absent, [False, False])
+    np.testing.assert_array_equal(obs[0], [0, 2])  # its first observation, at step 2
+
+
+@pytest.mark.parametrize(("kwargs", "agent_0"), [(dict(leave=True), (1.0, 1)),
+                                                 (dict(join=2), (3.0, 3))])
+def test_an_agents_episode_is_its_time_in_the_game(kwargs, agent_0, tmp_path):
+    """Every row acts 1 (agent i earns i + 1 a step) for two games of 5 steps: agent 0, which
+    leaves after its first step or joins at the second, counts only its own steps and rewards;
+    the others' are the game's 5 steps. Evaluation counts the same."""
+    from rlherd.run.recorder import Recorder
+    from rlherd.run.rundir import RunDir
+
+    meta = dict(agent="x", env=GAME, runtime="single")
+    recorder = Recorder(RunDir(tmp_path, create=True), meta, 100, progress=False)
+    game = AgentRows(GAME, 1, agents=3, length=5, **kwargs)
+    EnvironmentLoop(game, FixedActor(1), recorder, seed=0).run(12)
+    recorder.close()
+    with open(tmp_path / "metrics" / "train.csv") as f:
+        episodes = [(float(r["episode_return"]), int(r["episode_length"]))
+                    for r in csv.DictReader(f)]  # fmt: skip
+    assert sorted(episodes) == sorted([agent_0, (10.0, 5), (15.0, 5)] * 2)
+    # 12 game steps, of which 2 reset the game; agents step only while in it.
+    assert recorder.counters["actor_steps"] == 12
+    assert recorder.counters["agent_steps"] == 2 * (agent_0[1] + 5 + 5)
+    returns, lengths, _ = run_episodes(game, FixedActor(1), 1, seed=0)
+    assert sorted(zip(returns, lengths, strict=True)) == sorted([agent_0, (10.0, 5), (15.0, 5)])
+
+
+@pytest.mark.parametrize(("agent", "runtime"), [("ppo", "single"), ("impala", "mono"),
+                                                ("dqn", "single")])
+def test_no_step_of_an_agent_that_left_is_learned_from(agent, runtime, tmp_path, monkeypatch):
+    """Agent 0 observes [0, 0] and leaves with its first step; its row then holds its last
+    observation, [0, 1], until the game ends. Every transition learned from agent 0 starts at
+    [0, 0] (on-policy: rows not masked by reset; replay: the stored transitions), and the
+    others' learning is untouched: a shared policy still learns their best action."""
+    learner_class = {"ppo": PPOLearner, "impala": ImpalaLearner, "dqn": DQNLearner}[agent]
+    original = learner_class.learn
+    starts: set[float] = set()
+
+    def spy(self, batch):
+        if agent == "dqn":
+            obs, valid = batch.data["obs"], torch.ones(len(batch.data["obs"]), dtype=torch.bool)
+        else:
+            obs, valid = batch["obs"][:-1], ~batch["reset"][:-1]
+        mine = valid & (obs[..., 0] == 0)
+        starts.update(obs[..., 1][mine].tolist())
+        return original(self, batch)
+
+    monkeypatch.setattr(learner_class, "learn", spy)
+    run = rlherd.train(agent, GAME, runtime=runtime, total_steps=3_000, seed=0,
+                       env_kwargs=dict(agents=3, length=5, leave=True),
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert starts == {0.0}
+    if runtime == "single":  # deterministic; mono's pace depends on the machine's load
+        assert run.summary["final_return_mean"] > 6.0  # (1 + 10 + 15) / 3 at best, 4.3 random

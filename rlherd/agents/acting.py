@@ -157,6 +157,7 @@ class RolloutActor:
                 torch.as_tensor(np.asarray(reward, dtype=np.float32)),
                 torch.as_tensor(np.asarray(terminated, dtype=bool)),
                 torch.as_tensor(np.asarray(truncated, dtype=bool)),
+                torch.as_tensor(np.asarray(skip, dtype=bool)),
             )
 
     def update(self, wait: bool = False) -> None:

@@ -157,8 +157,8 @@ class _Part:
         self.gather.add_row(self.k, core_state, values)
         return False
 
-    def add_outcome(self, reward, terminated, truncated) -> None:
-        self.gather.add_outcome(self.k, (reward, terminated, truncated))
+    def add_outcome(self, reward, terminated, truncated, skip=None) -> None:
+        self.gather.add_outcome(self.k, (reward, terminated, truncated, skip))
 
     def state_dict(self) -> None:
         return None

@@ -8,13 +8,16 @@ Ids name the module that holds the game, as an import path after ``pettingzoo/``
 ``parallel_env(**env_kwargs)`` makes the game. Rows are ordered game by game, each game's agents
 in ``possible_agents`` order, so ``num_envs`` rows hold ``num_envs / agents`` games.
 
-A game ends when all its agents are done (PettingZoo's ``agents`` list empties); the next step
-only resets it (Gymnasium's next-step autoreset, as every vector environment of rlherd's). Its
-agents share one action space; observations that are vectors of different lengths (MPE's
-adversaries and agents) are padded with zeros to the longest, so every row has one shape (each
-policy still has its own network: :func:`assign_policies`). What ``--total-steps`` counts is
-environment steps (a step of every game), not agent steps: :attr:`AgentRows.agents_per_game`
-rows make one environment step.
+Agents come and go: one that is done (killed in ``knights_archers_zombies``) leaves its game,
+and one may join later. While its agent is away, a row is :attr:`AgentRows.absent`: the
+environment loop skips its steps (no transition is learned from, no step or return counted), as
+it skips an autoreset. A game ends when all its agents are done (PettingZoo's ``agents`` list
+empties); the next step only resets it (Gymnasium's next-step autoreset, as every vector
+environment of rlherd's). Its agents share one action space; observations that are vectors of
+different lengths (MPE's adversaries and agents) are padded with zeros to the longest, so every
+row has one shape (each policy still has its own network: :func:`assign_policies`). What
+``--total-steps`` counts is environment steps (a step of every game), not agent steps:
+:attr:`AgentRows.agents_per_game` rows make one environment step.
 """
 
 from __future__ import annotations
@@ -144,14 +147,19 @@ class AgentRows(gym.vector.VectorEnv):
             self.single_observation_space, self.num_envs
         )
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
-        self._resetting = np.zeros(games, dtype=bool)
         self._obs: list[dict[str, Any]] = [{} for _ in self.games]
+        self._over = np.zeros(games, dtype=bool)  # ended: the next step resets the game
+        # What an agent that has not joined its game yet observes: zeros.
+        space = self.single_observation_space
+        self._zeros = ({k: np.zeros(s.shape, s.dtype) for k, s in space.spaces.items()}
+                       if isinstance(space, gym.spaces.Dict)
+                       else np.zeros(space.shape, space.dtype))  # fmt: skip
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         for g, game in enumerate(self.games):
             obs, _ = game.reset(seed=None if seed is None else seed + g, options=options)
             self._obs[g] = obs
-        self._resetting[:] = False
+        self._over[:] = False
         return self._rows(), {}
 
     def step(self, actions: Any):
@@ -160,9 +168,9 @@ class AgentRows(gym.vector.VectorEnv):
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
         for g, game in enumerate(self.games):
-            if self._resetting[g]:
+            if self._over[g]:  # the game ended with the last step: this one only resets it
                 self._obs[g], _ = game.reset()
-                self._resetting[g] = False
+                self._over[g] = False
                 continue
             live = list(game.agents)
             obs, rewards, terms, truncs, _ = game.step(
@@ -171,20 +179,32 @@ class AgentRows(gym.vector.VectorEnv):
             for a in live:
                 row = g * n + self._index[a]
                 reward[row], terminated[row], truncated[row] = rewards[a], terms[a], truncs[a]
-            ended = [a for a in live if terms[a] or truncs[a]]
-            if ended and len(ended) < len(live):
-                raise ConfigError(
-                    f"{self.env_id}: {', '.join(ended)} left the game before its other agents; "
-                    "agents that leave mid-game are not supported by rlherd's host runtimes yet"
-                )
+            strangers = set(game.agents) - set(self._index)
+            if strangers:
+                raise ConfigError(f"{self.env_id}: {', '.join(sorted(strangers))} joined the "
+                                  "game but is not one of its possible_agents")  # fmt: skip
             self._obs[g] = {**self._obs[g], **obs}
-            self._resetting[g] = bool(ended)
+            self._over[g] = not game.agents or all(terms[a] or truncs[a] for a in live)
         return self._rows(), reward, terminated, truncated, {}
 
+    @property
+    def absent(self) -> np.ndarray:
+        """The rows whose agent is not in its game now (it left, or has not joined yet; all of a
+        game that just ended): their next step is not theirs, so the environment loop passes
+        it to the actor as a skipped step, as it does an autoreset, and nothing is learned from
+        it or counted."""
+        out = np.zeros(self.num_envs, dtype=bool)
+        n = self.agents_per_game
+        for g, game in enumerate(self.games):
+            present = () if self._over[g] else set(game.agents)
+            out[g * n:(g + 1) * n] = [a not in present for a in self.possible_agents]
+        return out
+
     def _rows(self) -> Any:
-        """Each game's agents' observations, game by game, as one batch."""
-        rows = [self._view(self._obs[g][a]) for g in range(len(self.games))
-                for a in self.possible_agents]  # fmt: skip
+        """Each game's agents' observations, game by game, as one batch (an agent that has not
+        joined yet observes zeros; one that left, its last observation)."""
+        rows = [self._view(self._obs[g][a]) if a in self._obs[g] else self._zeros
+                for g in range(len(self.games)) for a in self.possible_agents]  # fmt: skip
         return gym.vector.utils.concatenate(
             self.single_observation_space, rows, gym.vector.utils.create_empty_array(
                 self.single_observation_space, self.num_envs)

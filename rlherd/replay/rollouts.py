@@ -160,13 +160,22 @@ class RolloutWriter:
         return True
 
     def add_outcome(
-        self, reward: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor
+        self,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        skip: torch.Tensor | None = None,
     ) -> None:
+        """Complete row ``t``. ``skip`` marks rows whose step was not a transition beyond the
+        autoresets the flags already mark: a multi-agent game's rows whose agent is away. They
+        are marked ``reset[t]`` too, so no loss reads them."""
         if self.t == self.T:
             raise RuntimeError("add_row must write the bootstrap row before the next outcome")
         self.buffer[F.REWARD][self.t] = reward
         self.buffer[F.TERMINATED][self.t] = terminated
         self.buffer[F.TRUNCATED][self.t] = truncated
+        if skip is not None:
+            self.buffer[F.RESET][self.t] |= skip
         self.buffer[F.RESET][self.t + 1] = terminated | truncated
         self.t += 1
 

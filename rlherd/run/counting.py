@@ -112,17 +112,19 @@ class EpisodeTracker:
 class StepReport(abc.ABC):
     """The environment loop's recorder in an actor that lives away from the run's recorder
     (a ``mono`` process, a ``distributed`` node): steps and finished episodes are gathered and
-    sent (``send(steps, episodes)``, a subclass's) at most every ``period_s``. ``episodes`` is
+    sent (``send(steps, agent_steps, episodes)``, a subclass's) at most every ``period_s``.
+    ``agent_steps`` are a multi-agent game's (see ``Recorder.add_actor_steps``); ``episodes`` is
     ``(returns, lengths, policies)``: lists, ``policies`` None unless the actor acts for
-    several (see :meth:`rlherd.run.recorder.Recorder.episodes`)."""
+    several (see ``Recorder.episodes``)."""
 
     def __init__(self, period_s: float = 0.2):
         self.period_s = period_s
-        self.steps, self.returns, self.lengths, self.policies = 0, [], [], []
+        self.steps, self.agent_steps, self.returns, self.lengths, self.policies = 0, 0, [], [], []
         self.last = time.monotonic()
 
-    def add_actor_steps(self, n: int) -> None:
+    def add_actor_steps(self, n: int, agent_steps: int = 0) -> None:
         self.steps += n
+        self.agent_steps += agent_steps
 
     def episodes(
         self, returns: np.ndarray, lengths: np.ndarray, policies: list[str] | None = None
@@ -134,10 +136,12 @@ class StepReport(abc.ABC):
     def report(self, force: bool = False) -> None:
         if self.steps and (force or time.monotonic() - self.last >= self.period_s):
             several = any(p is not None for p in self.policies)
-            self.send(self.steps, (self.returns, self.lengths, self.policies if several else None))
-            self.steps, self.returns, self.lengths, self.policies = 0, [], [], []
+            self.send(self.steps, self.agent_steps,
+                      (self.returns, self.lengths, self.policies if several else None))
+            self.steps, self.agent_steps, self.returns, self.lengths, self.policies = (
+                0, 0, [], [], [])  # fmt: skip
             self.last = time.monotonic()
 
     @abc.abstractmethod
-    def send(self, steps: int, episodes: tuple[list, list, list | None]) -> None:
+    def send(self, steps: int, agent_steps: int, episodes: tuple[list, list, list | None]) -> None:
         """Deliver the counts gathered since the last report (a pipe, a counter node)."""

@@ -45,19 +45,22 @@ def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
 
 def _game_episodes(game, actor, episodes: int, seed: int):
     """Each agent's return and length in ``episodes`` games of ``game`` (one game's agents as
-    rows: its agents end together), with no frames."""
+    rows), with no frames. An agent's episode is its time in the game: it ends when the agent
+    is done, and its steps away (``game.absent``) add nothing."""
     returns, lengths = [], []
     everyone = np.ones(game.num_envs, dtype=bool)
     for episode in range(episodes):
         obs, _ = game.reset(seed=seed + episode)
         actor.observe_first(obs, everyone)
-        done, ret, length = np.zeros_like(everyone), np.zeros(game.num_envs), 0
-        while not done.all() and length < MAX_EPISODE_STEPS:
+        done, ret = np.zeros_like(everyone), np.zeros(game.num_envs)
+        length, steps = np.zeros(game.num_envs, dtype=np.int64), 0
+        while not (done | game.absent).all() and steps < MAX_EPISODE_STEPS:
+            playing = ~(done | game.absent)
             obs, reward, terminated, truncated, _ = game.step(actor.select_action(obs))
-            ret, length = ret + reward, length + 1
-            done = terminated | truncated
+            ret, length, steps = ret + reward * playing, length + playing, steps + 1
+            done |= (terminated | truncated) & playing
         returns += ret.tolist()
-        lengths += [length] * game.num_envs
+        lengths += length.tolist()
     return returns, lengths, []
 
 

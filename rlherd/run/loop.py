@@ -2,12 +2,13 @@
 
 :class:`EnvironmentLoop` steps a vector environment with a
 :class:`~rlherd.core.BatchedAlgorithm` (``begin_episodes`` / ``perform`` / ``experience`` /
-``end_episodes``). It follows Gymnasium's next-step autoreset: the step after an episode ended only
-resets that environment, so it is passed to ``experience`` as ``skip`` (not a transition) and the
-environment begins its next episode. Episode returns and lengths (counted by the one
-:class:`~rlherd.run.counting.EpisodeTracker`) and step counts go to the run's recorder, or to
-anything with its ``add_actor_steps`` and ``episodes`` methods (a ``mono`` actor process sends
-them to the learner's).
+``end_episodes``). It follows Gymnasium's next-step autoreset: the step after an episode ended
+only resets that environment, so it is passed to ``experience`` as ``skip`` (not a transition)
+and the environment begins its next episode; so is a step of a multi-agent game's row whose
+agent is away (``envs.absent``: it left, or has not joined yet). Episode returns and lengths
+(counted by the one :class:`~rlherd.run.counting.EpisodeTracker`) and step counts go to the
+run's recorder, or to anything with its ``add_actor_steps`` and ``episodes`` methods (a ``mono``
+actor process sends them to the learner's).
 
 :class:`ActorAlgorithm` is that interface built from rlherd's seams: an
 :class:`~rlherd.core.Actor` acts and records, and a :class:`~rlherd.core.Learner` steps whenever
@@ -123,11 +124,12 @@ class EnvironmentLoop:
         if self.beginning.any():
             self.algorithm.begin_episodes(np.flatnonzero(self.beginning))
         action = self.algorithm.perform(self.obs)
+        # Skipped: autoresets, and the rows of a game's agents that are away (AgentRows.absent).
+        skip = self.resetting | getattr(self.envs, "absent", False)
         obs, reward, terminated, truncated, _ = self.envs.step(action)
         obs = F.map_obs(np.asarray, obs)
         reward = np.asarray(reward, dtype=np.float64)
         terminated, truncated = np.asarray(terminated), np.asarray(truncated)
-        skip = self.resetting
         self.algorithm.experience(self.obs, action, reward, obs, terminated, truncated, skip)
         ended = self.episodes.step(reward, terminated, truncated, skip)
         if ended.any():
@@ -138,8 +140,9 @@ class EnvironmentLoop:
                                        policies)  # fmt: skip
         self.beginning, self.resetting, self.obs = skip, ended, obs
         n = len(skip) // self.rows_per_step  # every step counts, autoresets too (TorchBeast)
-        if self.recorder is not None:
-            self.recorder.add_actor_steps(n)
+        if self.recorder is not None:  # and a game's agents' steps, those away not counted
+            agent_steps = int((~skip).sum()) if self.rows_per_step > 1 else 0
+            self.recorder.add_actor_steps(n, agent_steps)
         return n
 
     def run(self, steps: int) -> None:

@@ -125,8 +125,12 @@ class Recorder:
         self._last_ckpt = now
 
     # from the runtimes ---------------------------------------------------------------------
-    def add_actor_steps(self, n: int) -> None:
+    def add_actor_steps(self, n: int, agent_steps: int = 0) -> None:
+        """Count ``n`` environment steps, and in a multi-agent game the ``agent_steps`` its
+        agents took (those away are not counted)."""
         self.actor_counter.increment(steps=n)
+        if agent_steps:
+            self.counter.increment(agent_steps=agent_steps)
 
     def set_run_count(self, name: str, value: int) -> None:
         """Report a count a runtime keeps from zero in each session (restarts, reconnects): the

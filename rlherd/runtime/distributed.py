@@ -303,8 +303,9 @@ class Program:
         return checkpoint_state(learner, self.ctx.recorder, tables=tables)
 
     def _take_counts(self) -> None:
-        steps, (returns, lengths, policies), per_actor = self._get(self.counter.take.remote())
-        self.ctx.recorder.add_actor_steps(steps)
+        steps, agent_steps, (returns, lengths, policies), per_actor = self._get(
+            self.counter.take.remote())  # fmt: skip
+        self.ctx.recorder.add_actor_steps(steps, agent_steps)
         if returns:
             self.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths), policies)
         self.per_actor = per_actor

@@ -110,8 +110,8 @@ class Channel(StepReport):
         self.conn.send(message)
         return self.conn.recv()
 
-    def send(self, steps: int, episodes: tuple[list, list, list | None]) -> None:
-        self.conn.send(("stats", steps, episodes))
+    def send(self, steps: int, agent_steps: int, episodes: tuple[list, list, list | None]) -> None:
+        self.conn.send(("stats", steps, agent_steps, episodes))
 
 
 @dataclass
@@ -199,8 +199,8 @@ class ActorLink:
                 message = self.conn.recv()
                 kind = message[0]
                 if kind == "stats":
-                    _, steps, (returns, lengths, policies) = message
-                    pool.ctx.recorder.add_actor_steps(steps)
+                    _, steps, agent_steps, (returns, lengths, policies) = message
+                    pool.ctx.recorder.add_actor_steps(steps, agent_steps)
                     if returns:
                         pool.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths),
                                                    policies)  # fmt: skip

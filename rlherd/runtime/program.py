@@ -410,8 +410,8 @@ class Reporter(StepReport):
         super().__init__(STATS_PERIOD_S)
         self.counter, self.index = counter, index
 
-    def send(self, steps: int, episodes: tuple[list, list, list | None]) -> None:
-        self.counter.report.remote(self.index, steps, episodes)
+    def send(self, steps: int, agent_steps: int, episodes: tuple[list, list, list | None]) -> None:
+        self.counter.report.remote(self.index, steps, agent_steps, episodes)
 
 
 class ActorNode(Node):
@@ -492,20 +492,22 @@ class CounterNode(Node):
     arrived since it last asked (its recorder keeps the run's totals)."""
 
     def __init__(self) -> None:
-        self.steps, self.returns, self.lengths, self.policies = 0, [], [], []
+        self.steps, self.agent_steps, self.returns, self.lengths, self.policies = 0, 0, [], [], []
         self.per_actor: dict[int, int] = {}  # steps of each actor node since the run began
 
-    def report(self, actor: int, steps: int, episodes: tuple[list, list, list | None]) -> None:
+    def report(self, actor: int, steps: int, agent_steps: int,
+               episodes: tuple[list, list, list | None]) -> None:  # fmt: skip
         returns, lengths, policies = episodes
         self.steps += steps
+        self.agent_steps += agent_steps
         self.returns += returns
         self.lengths += lengths
         self.policies += policies or [None] * len(returns)
         self.per_actor[actor] = self.per_actor.get(actor, 0) + steps
 
-    def take(self) -> tuple[int, tuple[list, list, list | None], dict[int, int]]:
+    def take(self) -> tuple[int, int, tuple[list, list, list | None], dict[int, int]]:
         several = any(p is not None for p in self.policies)
         episodes = (self.returns, self.lengths, self.policies if several else None)
-        out = (self.steps, episodes, dict(self.per_actor))
-        self.steps, self.returns, self.lengths, self.policies = 0, [], [], []
+        out = (self.steps, self.agent_steps, episodes, dict(self.per_actor))
+        self.steps, self.agent_steps, self.returns, self.lengths, self.policies = 0, 0, [], [], []
         return out
