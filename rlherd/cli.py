@@ -58,8 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--video", help="record the first episode to FILE (.gif or .mp4)")
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
-    ev.add_argument("--opponent", help="two-player games: random, mcts:N or perfect (the "
-                    "other side of --episodes games; win/draw/loss rates)")  # fmt: skip
+    ev.add_argument("--opponent", help="two-player games, the other side of --episodes games "
+                    "(win/draw/loss rates by seat): random or mcts:N; OpenSpiel games: perfect; "
+                    "turn-based PettingZoo games: latest, snapshot:K or snapshots (each of the "
+                    "run's snapshots; Elo ratings in ratings.csv)")  # fmt: skip
     ev.add_argument("--record-episodes", type=int, metavar="N",
                     help="record N greedy episodes as demonstrations (a Minari dataset, --out) "
                     "instead of evaluating; train with --demonstrations ID")  # fmt: skip

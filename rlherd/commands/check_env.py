@@ -95,7 +95,7 @@ def trainers(spec: EnvSpec) -> dict[str, str | list[str]]:
             out[name] = str(e).split("\n")[0]
             continue
         able = runtimes_for(builder_class.needs | environment_needs(spec.env_id))
-        out[name] = able or "no: no runtime both runs it and steps this environment"
+        out[name] = able or "no runtime both runs it and steps this environment"
     return out
 
 
@@ -133,25 +133,32 @@ def _probe_env(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: in
 
 
 def _probe_game(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: int):
-    """PettingZoo's parallel API test on a game, the spec one agent of it acts with, and the
-    game's raw speed (environment steps: a step of all its agents)."""
-    from pettingzoo.test import parallel_api_test
+    """PettingZoo's API test on a game (the parallel one, or the AEC one for a turn-based
+    game), the spec one agent of it acts with, and the game's raw speed (environment steps: a
+    step of all its agents; a turn-based game's, a move with the reply)."""
+    from pettingzoo.test import api_test, parallel_api_test
 
-    from rlherd.envs.pettingzoo import AgentRows, make_game
+    from rlherd.envs.pettingzoo import game_module, make_game, one_game
+    from rlherd.envs.turns import make_turn_game
 
-    game = make_game(env_id, **env_kwargs)
+    turns = rl_envs.turn_based(env_id)
+    if turns:
+        checker, game = "PettingZoo's AEC API test", make_turn_game(game_module(env_id), env_id,
+                                                                    **env_kwargs)  # fmt: skip
+    else:
+        checker, game = "PettingZoo's parallel API test", make_game(env_id, **env_kwargs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             with contextlib.redirect_stdout(io.StringIO()):  # it prints its verdict
-                parallel_api_test(game, num_cycles=100)
+                (api_test if turns else parallel_api_test)(game, num_cycles=100)
             passed, notes = True, _messages(caught)
         except Exception as e:  # the test's verdict: reported, not raised
             passed, notes = False, [*_messages(caught), f"{type(e).__name__}: {e}"]
     game.close()
-    rows = AgentRows(env_id, 1, **env_kwargs)
+    rows = one_game(env_id, **env_kwargs)
     try:
-        return ("PettingZoo's parallel API test", passed, notes, rl_envs.spec_of(rows, env_id),
+        return (checker, passed, notes, rl_envs.spec_of(rows, env_id),
                 steps_per_second(rows, seconds, seed))  # fmt: skip
     finally:
         rows.close()

@@ -14,6 +14,7 @@ from rlherd.config import apply_overrides
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import episode_policies, episode_stats, eval_actor, run_episodes
+from rlherd.run.ratings import record_games
 from rlherd.run.rundir import RunDir, RunRecord
 from rlherd.run.video import check_writable, write_video
 from rlherd.runtime import RUNTIMES
@@ -62,12 +63,68 @@ def play_against(env, actor, opponent, games: int) -> dict[str, float]:
                 action = opponent(game_env)
             obs, _, terminated, _, _ = env.step(action)
         outcomes[me].append(float(game_env.state.returns()[me]))
+    return rates(outcomes[0], outcomes[1])
+
+
+def rates(first: list[float], second: list[float]) -> dict[str, float]:
+    """Win, draw and loss rates of returns +1, 0 and -1: overall, and moving first and second."""
     result: dict[str, float] = {}
-    for name, scores in (("", outcomes[0] + outcomes[1]), ("first_", outcomes[0]),
-                         ("second_", outcomes[1])):  # fmt: skip
-        scores_ = np.asarray(scores)
+    for name, scores in (("", first + second), ("first_", first), ("second_", second)):
+        scores_ = np.sign(np.asarray(scores))
         for outcome, value in (("win", 1.0), ("draw", 0.0), ("loss", -1.0)):
-            result[f"{name}{outcome}_rate"] = float(np.mean(scores_ == value))
+            result[f"{name}{outcome}_rate"] = float(np.mean(scores_ == value)) if scores else 0.0
+    return result
+
+
+def turn_opponent(name: str, run_dir: Path, env_id: str, builder, spec, seed: int):
+    """The opponent ``rlherd eval --opponent`` names for a turn-based PettingZoo game, and its
+    name in the rating table: ``random``; ``latest`` (the run's latest policy, sampling);
+    ``snapshot:K`` (its policy at step ``K``: ``snapshots/``); ``mcts:N`` (OpenSpiel's bot)."""
+    from rlherd.envs.turns import PolicyMoves, RandomMoves, SpielMoves
+
+    rundir = RunDir(run_dir)
+    if name == "random":
+        return RandomMoves(seed), "random"
+    if name == "latest" or name.startswith("snapshot:") and name[9:].isdigit():
+        net = builder.make_networks(spec, device="cpu")
+        if name == "latest":
+            net.load_state_dict(policy_state(rundir.load_checkpoint()["learner"]))
+            step = int(rundir.read_summary().get("actor_steps", 0))
+        else:
+            step = int(name[9:])
+            net.load_state_dict(rundir.load_snapshot(step))
+        return PolicyMoves(builder.make_policy(net), seed), f"step:{step}"
+    if name.startswith("mcts:") and name[5:].isdigit() and int(name[5:]) > 0:
+        return SpielMoves(env_id, int(name[5:]), seed), name
+    raise ConfigError(f"unknown opponent {name!r}; use random, latest, snapshot:K (a step in "
+                      f"{rundir.snapshots() or 'its snapshots/'}) or mcts:N")  # fmt: skip
+
+
+def play_turns(record: RunRecord, run_dir: Path, actor, player: str, opponent: str,
+               builder, spec, games: int, seed: int) -> dict[str, Any]:  # fmt: skip
+    """``games`` games of a turn-based PettingZoo game between ``actor`` (the run's policy,
+    named ``player``) and ``opponent``, the actor taking the first seat in every other game:
+    its win, draw and loss rates, overall and by seat; the games go to the run's rating table
+    (:mod:`rlherd.run.ratings`)."""
+    from rlherd.envs.pettingzoo import game_module
+    from rlherd.envs.turns import TurnGames
+
+    rival, rival_name = turn_opponent(opponent, run_dir, record.env, builder, spec, seed)
+    env = TurnGames(record.env, game_module(record.env), games, rival, repeat=False,
+                    **record.env_kwargs)  # fmt: skip
+    obs, _ = env.reset(seed=seed)
+    actor.observe_first(obs, np.ones(games, dtype=bool))
+    while not env.over.all():
+        obs, *_ = env.step(actor.select_action(obs))
+    env.close()
+    seats, outcomes = env.seat.copy(), env.outcome.copy()
+    result = dict(opponent=opponent, games=games,
+                  **rates(outcomes[seats == 0].tolist(), outcomes[seats == 1].tolist()))
+    if rival_name != player:  # a policy against itself says nothing of its rating
+        ratings = record_games(Path(run_dir), [
+            (player, rival_name, int(s), float(np.sign(o) + 1) / 2)
+            for s, o in zip(seats, outcomes, strict=True)])  # fmt: skip
+        result["elo_difference"] = round(ratings[player] - ratings[rival_name], 1)
     return result
 
 
@@ -81,19 +138,24 @@ def evaluate(
 ) -> dict[str, Any]:
     """Mean return of the run's latest policy over ``episodes`` episodes; the first episode is
     recorded to ``video`` (.gif or .mp4) if given. The result is added to summary.json as
-    ``eval_return_mean``. In a two-player game, ``opponent`` (``random``, ``mcts:N`` or
-    ``perfect``) plays the other side of ``episodes`` games, and the result holds the win, draw
-    and loss rates (:func:`play_against`)."""
+    ``eval_return_mean``. In a two-player game, ``opponent`` plays the other side of
+    ``episodes`` games, and the result holds the win, draw and loss rates: an OpenSpiel game's
+    ``random``, ``mcts:N`` or ``perfect`` (:func:`play_against`), a turn-based PettingZoo
+    game's ``random``, ``latest``, ``snapshot:K`` or ``mcts:N`` (:func:`play_turns`, which
+    also rates the players)."""
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if video:  # before the episodes are played, not after
         check_writable(Path(video))
     record, builder, checkpoint = load_run(run_dir)
-    if (opponent is not None) != (rl_envs.family(record.env) == "openspiel"):
+    turns = rl_envs.turn_based(record.env)
+    if (opponent is not None) != (rl_envs.family(record.env) == "openspiel" or turns):
+        examples = "random, latest, snapshot:K or mcts:200" if turns else (
+            "random, mcts:200 or perfect")  # fmt: skip
         raise ConfigError(
             f"--opponent plays the other side of a two-player game; {record.env} "
-            + ("is not one" if opponent is not None else "is one: name an opponent, e.g. "
-               "--opponent random, mcts:200 or perfect")  # fmt: skip
+            + ("is not one" if opponent is not None else f"is one: name an opponent, e.g. "
+               f"--opponent {examples}")  # fmt: skip
         )
     runtime = RUNTIMES.get(record.runtime)
     if runtime is not None and "gym_envs" not in runtime.provides:
@@ -118,6 +180,20 @@ def evaluate(
     render = dict(render_mode="rgb_array") if video else {}
     env = rl_envs.make_one(record.env, **render, **record.env_kwargs)
     actor = eval_actor(builder, spec, net, greedy, seed)
+    if opponent is not None and turns:
+        env.close()
+        player = f"step:{int(RunDir(run_dir).read_summary().get('actor_steps', 0))}"
+        rivals = [opponent]
+        if opponent == "snapshots":  # every past self in turn: the rating table across them
+            rivals = [f"snapshot:{k}" for k in RunDir(run_dir).snapshots()]
+            if not rivals:
+                raise ConfigError(f"{run_dir} has no snapshots/ (a self-play run keeps one "
+                                  "every opponent_every steps)")  # fmt: skip
+        results = {f"vs_{rival}": play_turns(record, Path(run_dir), actor, player, rival,
+                                             builder, spec, episodes, seed)
+                   for rival in rivals}  # fmt: skip
+        _add_to_summary(run_dir, results)
+        return results if opponent == "snapshots" else results[f"vs_{opponent}"]
     if opponent is not None:
         from rlherd.envs.openspiel import make_opponent
 

@@ -20,7 +20,7 @@ from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of
 from rlherd.config import apply_overrides, to_json
 from rlherd.errors import ConfigError
-from rlherd.run.evaluation import Evaluator
+from rlherd.run.evaluation import Evaluator, Snapshots
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, RunRecord
 from rlherd.runtime import (
@@ -298,19 +298,21 @@ def train(
 
 def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: int = 0,
              progress: bool = True, runtime: str = "single", eval_every: int | None = None,
-             eval_episodes: int | None = None) -> Run:  # fmt: skip
-    """The run of ``agent`` on ``env`` with its default preset, ``total_steps`` long, on
-    ``runtime``, in ``run_dir``: a finished one there (as long or longer) is left as it is, one
-    stopped on its way there (Ctrl-C, SIGTERM) continues from its latest checkpoint, and
-    anything else (no checkpoint, another length, runtime, seed or config, say an older
-    preset's) is trained again from the start. A run of hours can so go in pieces: stop it and
-    call again. The benchmarks train this way."""
-    path, env = Path(run_dir), rl_envs.resolve(env)
+             eval_episodes: int | None = None,
+             settings: dict[str, Any] | None = None) -> Run:  # fmt: skip
+    """The run of ``agent`` on ``env`` with its default preset (and the runtime ``settings``
+    given), ``total_steps`` long, on ``runtime``, in ``run_dir``: a finished one there (as long
+    or longer) is left as it is, one stopped on its way there (Ctrl-C, SIGTERM) continues from
+    its latest checkpoint, and anything else (no checkpoint, another length, runtime, seed,
+    config or setting, say an older preset's) is trained again from the start. A run of hours
+    can so go in pieces: stop it and call again. The benchmarks train this way."""
+    path, env, settings = Path(run_dir), rl_envs.resolve(env), settings or {}
     config, _ = resolve_config(agent, env, None, {})
     if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
         record = RunDir(path).read_config()
         same = (record.agent, record.env, record.runtime, record.seed) == (
-            agent, env, runtime, seed) and _same_config(record, config)
+            agent, env, runtime, seed) and _same_config(record, config) and all(
+            record.settings.get(k) == v for k, v in settings.items())  # fmt: skip
         summary = RunDir(path).read_summary()
         done = summary.get(RUNTIMES[record.runtime].counts, 0)
         if same and done >= total_steps:
@@ -319,7 +321,7 @@ def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: 
             return train(resume=path, progress=progress)
     return train(agent, env, runtime=runtime, total_steps=total_steps, seed=seed, run_dir=path,
                  overwrite=True, progress=progress, eval_every=eval_every,
-                 eval_episodes=eval_episodes)  # fmt: skip
+                 eval_episodes=eval_episodes, **settings)  # fmt: skip
 
 
 def _same_config(record: RunRecord, config: Any) -> bool:
@@ -404,11 +406,14 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
     if record.eval_every > 0:
         evaluator = Evaluator(builder, spec, record.env, record.env_kwargs, recorder,
                               record.eval_every, record.eval_episodes, record.seed)  # fmt: skip
+    snapshots = None
+    if rl_envs.turn_based(record.env):
+        snapshots = Snapshots(recorder, settings.opponent_every)
     torch_threads(settings.torch_threads)
     graceful = GracefulStop()
     with graceful as stop:
         ctx = RunContext(builder, record.env, record.env_kwargs, spec, settings, recorder,
-                         record.seed, checkpoint, save, stop, evaluator)  # fmt: skip
+                         record.seed, checkpoint, save, stop, evaluator, snapshots)  # fmt: skip
         try:
             RUNTIMES[record.runtime].run(ctx)
         finally:

@@ -193,14 +193,22 @@ def _install_hint(env_id: str) -> str:
 
 
 def make_vector(
-    env_id: str, num_envs: int, *, native: bool = True, workers: int = 0, **kwargs: Any
+    env_id: str,
+    num_envs: int,
+    *,
+    native: bool = True,
+    workers: int = 0,
+    selfplay: dict[str, Any] | None = None,
+    **kwargs: Any,
 ) -> gym.vector.VectorEnv:
     """``num_envs`` environments stepped together, with next-step autoreset.
 
     ``native=True`` uses ale-py's C++ vector environment for Atari. Otherwise the environments
     are built with :func:`make` and stepped in ``workers`` processes by a
     :class:`~rlherd.envs.vector.BatchEnv`, or in this process (Gymnasium's ``SyncVectorEnv``)
-    when ``workers=0``. Seed with ``reset(seed=s)``: environment ``i`` gets seed ``s + i``.
+    when ``workers=0``. Seed with ``reset(seed=s)``: environment ``i`` gets seed ``s + i``. A
+    turn-based PettingZoo game plays against the learner's past selves as ``selfplay`` says
+    (:func:`rlherd.envs.pettingzoo.game_rows`).
     """
     if num_envs < 1:
         raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
@@ -210,7 +218,9 @@ def make_vector(
                 f"{env_id}'s games are stepped in the actor's own process: drop --env-workers "
                 "(mono and distributed step games in parallel)"
             )
-        return _agent_rows(env_id, num_envs, kwargs)
+        from rlherd.envs.pettingzoo import game_rows
+
+        return game_rows(env_id, num_envs, selfplay, **kwargs)
     name = split_id(env_id)[1]
     if ":" not in env_id:
         check_id(env_id)
@@ -231,26 +241,10 @@ def make_one(env_id: str, **kwargs: Any) -> gym.Env | gym.vector.VectorEnv:
     """One environment to play whole episodes in (an evaluation, ``rlherd eval``): :func:`make`'s,
     or for a multi-agent game, one game with its agents as rows."""
     if family(env_id) == "pettingzoo":
-        from rlherd.envs.pettingzoo import AgentRows
+        from rlherd.envs.pettingzoo import one_game
 
-        return AgentRows(env_id, 1, **kwargs)
+        return one_game(env_id, **kwargs)
     return make(env_id, **kwargs)
-
-
-def _agent_rows(env_id: str, rows: int, kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
-    """``rows`` agents of a PettingZoo game: ``rows / agents`` games (stepped in this process)."""
-    from rlherd.envs.pettingzoo import AgentRows, make_game
-
-    probe = make_game(env_id, **kwargs)
-    agents = len(probe.possible_agents)
-    probe.close()
-    if rows % agents:
-        raise ConfigError(
-            f"{env_id} has {agents} agents a game, and every game's agents act together: "
-            f"{rows} environments (agents) is not a multiple of {agents}; set --num-envs (or "
-            f"--envs-per-actor) to one, e.g. {agents * max(1, rows // agents)}"
-        )
-    return AgentRows(env_id, rows // agents, **kwargs)
 
 
 def spec_of(env: gym.Env | gym.vector.VectorEnv, env_id: str | None = None) -> EnvSpec:
@@ -270,6 +264,16 @@ def spec_of(env: gym.Env | gym.vector.VectorEnv, env_id: str | None = None) -> E
         dropped = tuple(getattr(env, "dropped", ()))
     agents = getattr(env, "agents_per_game", 1)
     return dataclasses.replace(out, dropped=dropped, agents=agents)
+
+
+def turn_based(env_id: str) -> bool:
+    """Whether ``env_id`` is a turn-based PettingZoo game, played by self-play
+    (:mod:`rlherd.envs.turns`)."""
+    if family(env_id) != "pettingzoo":
+        return False
+    from rlherd.envs.pettingzoo import turn_based as is_turn_based
+
+    return is_turn_based(env_id)
 
 
 def with_policies(spec: EnvSpec, setting: str, **kwargs: Any) -> EnvSpec:
@@ -302,9 +306,9 @@ def spec_for(env_id: str, **kwargs: Any) -> EnvSpec:
     (which also fails fast, with a clear message, on a bad id or space); a PettingZoo game's
     is one agent's, which a shared policy acts with."""
     if family(env_id) == "pettingzoo":
-        from rlherd.envs.pettingzoo import AgentRows
+        from rlherd.envs.pettingzoo import one_game
 
-        rows = AgentRows(env_id, 1, **kwargs)
+        rows = one_game(env_id, **kwargs)
         rows.close()
         return spec_of(rows, env_id)
     if env_id in MULTI_AGENT:

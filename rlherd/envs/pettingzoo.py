@@ -38,8 +38,9 @@ from rlherd.errors import ConfigError, MissingExtra
 INSTALL = {name: "pip install 'rlherd[multiagent]'" for name in ("mpe2", "pettingzoo")}
 
 
-def make_game(env_id: str, **kwargs: Any) -> Any:
-    """The parallel game ``env_id`` names, made by its module's ``parallel_env``."""
+def game_module(env_id: str) -> Any:
+    """The module ``env_id`` names: a parallel game's (``parallel_env``) or a turn-based one's
+    (``env``, the AEC API)."""
     module_name = env_id[len(PREFIX):]
     try:
         module = importlib.import_module(module_name)
@@ -50,15 +51,62 @@ def make_game(env_id: str, **kwargs: Any) -> Any:
             f"{env_id}: no module {e.name!r} ({hint}); a PettingZoo id is pettingzoo/<module>, "
             "e.g. pettingzoo/mpe2.simple_spread_v3"
         ) from e
+    if not hasattr(module, "parallel_env") and not hasattr(module, "env"):
+        raise ConfigError(f"{env_id}: {module_name} has no parallel_env() or env(); name the "
+                          "module of one game, e.g. pettingzoo/mpe2.simple_spread_v3")  # fmt: skip
+    return module
+
+
+def turn_based(env_id: str) -> bool:
+    """Whether ``env_id`` is a turn-based (AEC-only) game, played by self-play
+    (:mod:`rlherd.envs.turns`)."""
+    return not hasattr(game_module(env_id), "parallel_env")
+
+
+def make_game(env_id: str, **kwargs: Any) -> Any:
+    """The parallel game ``env_id`` names, made by its module's ``parallel_env``."""
+    module = game_module(env_id)
     if not hasattr(module, "parallel_env"):
-        raise ConfigError(f"{env_id}: {module_name} has no parallel_env(); name the module of "
-                          "one game, e.g. pettingzoo/mpe2.simple_spread_v3")  # fmt: skip
+        raise ConfigError(f"{env_id} is turn-based (it has no parallel_env): rlherd plays it "
+                          "by self-play, one row per game")  # fmt: skip
     try:
         return module.parallel_env(**kwargs)
     except TypeError as e:
         if kwargs:
             raise ConfigError(f"{env_id} does not take the options {kwargs}: {e}") from e
         raise
+
+
+def game_rows(env_id: str, rows: int, selfplay: dict[str, Any] | None = None,
+              **kwargs: Any) -> gym.vector.VectorEnv:  # fmt: skip
+    """``rows`` rows of ``env_id``'s games: a parallel game's agents (:class:`AgentRows`, rows a
+    multiple of its agents), or turn-based games, one row each (:class:`TurnGames`), against
+    the learner's past selves as ``selfplay`` says (``every``, ``latest``, ``size``, ``seed``)
+    or, without it, a random opponent."""
+    from rlherd.envs.turns import OpponentPool, RandomMoves, TurnGames
+
+    module = game_module(env_id)
+    if not hasattr(module, "parallel_env"):
+        opponents = OpponentPool(**selfplay) if selfplay else RandomMoves()
+        return TurnGames(env_id, module, rows, opponents, **kwargs)
+    probe = make_game(env_id, **kwargs)
+    agents = len(probe.possible_agents)
+    probe.close()
+    if rows % agents:
+        raise ConfigError(
+            f"{env_id} has {agents} agents a game, and every game's agents act together: "
+            f"{rows} environments (agents) is not a multiple of {agents}; set --num-envs (or "
+            f"--envs-per-actor) to one, e.g. {agents * max(1, rows // agents)}"
+        )
+    return AgentRows(env_id, rows // agents, **kwargs)
+
+
+def one_game(env_id: str, **kwargs: Any) -> gym.vector.VectorEnv:
+    """One game of ``env_id`` as rows (its agents; a turn-based game's learner seat, against
+    random moves): what a spec is read from and an evaluation plays."""
+    if turn_based(env_id):
+        return game_rows(env_id, 1, **kwargs)
+    return AgentRows(env_id, 1, **kwargs)
 
 
 def assign_policies(agents: list[str], setting: str, same_spaces: bool = True) -> tuple[str, ...]:
@@ -107,7 +155,7 @@ def assign_policies(agents: list[str], setting: str, same_spaces: bool = True) -
 
 
 def policies_of(env_id: str, setting: str, **kwargs: Any) -> tuple[str, ...]:
-    """The policy of each agent of ``env_id``'s game (see :func:`assign_policies`)."""
+    """The policy of each agent of ``env_id``'s parallel game (see :func:`assign_policies`)."""
     rows = AgentRows(env_id, 1, **kwargs)
     rows.close()
     return assign_policies(rows.possible_agents, setting, rows.same_spaces)

@@ -54,11 +54,13 @@ def _game_episodes(game, actor, episodes: int, seed: int):
         actor.observe_first(obs, everyone)
         done, ret = np.zeros_like(everyone), np.zeros(game.num_envs)
         length, steps = np.zeros(game.num_envs, dtype=np.int64), 0
-        while not (done | game.absent).all() and steps < MAX_EPISODE_STEPS:
-            playing = ~(done | game.absent)
+        absent = getattr(game, "absent", np.zeros_like(everyone))  # agents away (AgentRows)
+        while not (done | absent).all() and steps < MAX_EPISODE_STEPS:
+            playing = ~(done | absent)
             obs, reward, terminated, truncated, _ = game.step(actor.select_action(obs))
             ret, length, steps = ret + reward * playing, length + playing, steps + 1
             done |= (terminated | truncated) & playing
+            absent = getattr(game, "absent", absent)
         returns += ret.tolist()
         lengths += length.tolist()
     return returns, lengths, []
@@ -164,3 +166,22 @@ class Evaluator:
 
     def close(self) -> None:
         self.play.close()
+
+
+class Snapshots:
+    """A self-play run's past selves on disk: every ``every`` steps (the ``opponent_every``
+    setting, as the actors' opponent pools snapshot theirs), the policy's parameters from its
+    variable source go to ``snapshots/`` in the run directory, for ``rlherd eval --opponent
+    snapshot:K`` and the rating table."""
+
+    def __init__(self, recorder, every: int):
+        self.recorder, self.every = recorder, every
+        steps = int(recorder.counters[recorder.counts])
+        self.next_at = 0 if steps == 0 else (steps // every + 1) * every
+
+    def maybe_save(self, source) -> None:
+        steps = int(self.recorder.counters[self.recorder.counts])
+        if steps >= self.next_at:
+            (policy,) = source.get_variables(["policy"])
+            self.recorder.rundir.save_snapshot(policy, steps)
+            self.next_at = (steps // self.every + 1) * self.every

@@ -112,12 +112,17 @@ class EnvironmentLoop:
     def bind(self) -> None:
         """Hand an actor that asks (``bind_environments``: a search's simulator) the environments
         it plays, one per row: Gymnasium's in-process ones, or None where they live elsewhere
-        (BatchEnv processes, ale-py's native vector env, environment servers)."""
+        (BatchEnv processes, ale-py's native vector env, environment servers); and hand a
+        self-play game (``bind_policy``: :mod:`rlherd.envs.turns`) the actor's policy, whose
+        past selves it plays against."""
         actor = getattr(self.algorithm, "actor", self.algorithm)
         bind = getattr(actor, "bind_environments", None)
         if bind is not None:
             envs = self.envs.envs if isinstance(self.envs, gym.vector.SyncVectorEnv) else None
             bind(envs)
+        bind_policy = getattr(self.envs, "bind_policy", None)  # self-play: past selves play
+        if bind_policy is not None and hasattr(actor, "policy"):
+            bind_policy(actor.policy)
 
     def step(self) -> int:
         """One step of every environment; returns the number of environment steps taken."""
@@ -141,7 +146,8 @@ class EnvironmentLoop:
         self.beginning, self.resetting, self.obs = skip, ended, obs
         n = len(skip) // self.rows_per_step  # every step counts, autoresets too (TorchBeast)
         if self.recorder is not None:  # and a game's agents' steps, those away not counted
-            agent_steps = int((~skip).sum()) if self.rows_per_step > 1 else 0
+            moves = getattr(self.envs, "moves", None)  # a turn-based game's, both players'
+            agent_steps = int((~skip).sum()) if self.rows_per_step > 1 else moves or 0
             self.recorder.add_actor_steps(n, agent_steps)
         return n
 

@@ -30,6 +30,7 @@ from rlherd.run.plain import from_plain, to_plain
 
 KEEP_CHECKPOINTS = 2
 CHECKPOINT_NAME = re.compile(r"ckpt-\d{12}\.pt")
+SNAPSHOT_NAME = re.compile(r"snapshot-(\d{12})\.pt")
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,40 @@ class RunDir:
         for old in sorted(self.checkpoint_dir.glob("ckpt-*.pt"))[:-KEEP_CHECKPOINTS]:
             old.unlink()
         return path
+
+    # snapshots of the policy (self-play) -------------------------------------------------------
+    def save_snapshot(self, policy: dict[str, Any], step: int) -> Path:
+        """Write the policy's parameters at ``step`` as ``snapshots/snapshot-<step>.pt``
+        (atomically, as plain data): the past selves ``rlherd eval --opponent snapshot:K``
+        plays against."""
+        folder = self.path / "snapshots"
+        folder.mkdir(exist_ok=True)
+        path = folder / f"snapshot-{step:012d}.pt"
+        tmp = path.with_name(f".{path.name}.tmp")
+        with _disk_full_is_one_line(path):
+            try:
+                torch.save(to_plain(policy), tmp)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+        return path
+
+    def snapshots(self) -> list[int]:
+        """The steps of the run's policy snapshots, oldest first."""
+        folder = self.path / "snapshots"
+        names = (SNAPSHOT_NAME.fullmatch(p.name) for p in folder.glob("snapshot-*.pt"))
+        return sorted(int(m.group(1)) for m in names if m)
+
+    def load_snapshot(self, step: int) -> dict[str, Any]:
+        """The policy's parameters at ``step`` (plain data only: nothing in it can run code)."""
+        if step not in self.snapshots():
+            have = ", ".join(map(str, self.snapshots())) or "none"
+            raise ConfigError(f"{self.path} has no snapshot at step {step} (it has: {have})")
+        path = self.path / "snapshots" / f"snapshot-{step:012d}.pt"
+        if path.resolve().parent != (self.path / "snapshots").resolve():
+            raise ConfigError(f"{path} links outside the run directory; replace the link with "
+                              "the file itself")  # fmt: skip
+        return from_plain(torch.load(path, weights_only=True, map_location="cpu"))
 
     def latest_checkpoint(self) -> Path | None:
         """The checkpoint ``latest`` names. It may only name a ``ckpt-<step>.pt`` file of this

@@ -167,12 +167,16 @@ class RunContext:
     save: Callable[[dict[str, Any]], None]  # writes a checkpoint (runtimes call write_checkpoint())
     stop: threading.Event  # set by SIGINT / SIGTERM: stop at the next safe point
     evaluator: Any = None  # rlherd.run.evaluation.Evaluator, or None
+    snapshots: Any = None  # rlherd.run.evaluation.Snapshots (self-play), or None
 
     def tick(self, state: Callable[[], dict[str, Any]], source: Any = None) -> None:
         """What every runtime does between learner steps: evaluate with ``source``'s parameters
-        when an evaluation is due, log, and checkpoint ``state()`` when a checkpoint is due."""
+        when an evaluation is due (and keep a self-play run's snapshot when one is), log, and
+        checkpoint ``state()`` when a checkpoint is due."""
         if source is not None and self.evaluator is not None:
             self.evaluator.maybe_run(source)
+        if source is not None and self.snapshots is not None:
+            self.snapshots.maybe_save(source)
         if self.recorder.tick():
             self.write_checkpoint(state)
 
@@ -205,7 +209,10 @@ def make_envs(
     from rlherd import envs as rl_envs
 
     native = getattr(settings, "native_vector_env", True)
-    return rl_envs.make_vector(env_id, num_envs, native=native, workers=workers, **env_kwargs)
+    selfplay = dict(every=settings.opponent_every, latest=settings.opponent_latest,
+                    size=settings.opponent_pool)  # fmt: skip
+    return rl_envs.make_vector(env_id, num_envs, native=native, workers=workers,
+                               selfplay=selfplay, **env_kwargs)  # fmt: skip
 
 
 class GracefulStop:

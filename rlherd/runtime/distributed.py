@@ -61,6 +61,7 @@ from rlherd.runtime.program import (
     LearnerNode,
     NodeSetup,
     ReplayNode,
+    as_tensors,
     rollout_signature,
 )
 
@@ -287,11 +288,17 @@ class Program:
             self._look_after_actors()
             self._evaluate()
             self._log_nodes()
+            if ctx.snapshots is not None:  # a self-play run's past selves, to disk
+                ctx.snapshots.maybe_save(self)
             ctx.tick(self.state)
         self._log_nodes(force=True)
         ctx.write_checkpoint(self.state)
         if not ctx.stop.is_set():  # stopped by a signal: leave now
             self._evaluate(final=True)
+
+    def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
+        """The learner node's parameters now (a variable source for the run's snapshots)."""
+        return as_tensors(self._get(self.learner.get_variables.remote(names))[1])
 
     def state(self) -> dict[str, Any]:
         """The learner's and (if ``checkpoint_replay``) the replay node's state, taken between

@@ -29,11 +29,16 @@ class Common:
     log_interval_s: float = 5.0  # seconds between summary.json / progress bar updates
     policies: str = ""  # multi-agent: agents -> policies: shared, independent, NAME=PATTERN,...
     policy_overrides: dict = field(default_factory=dict)  # agent config fields per policy
+    opponent_every: int = 20_000  # turn-based games: steps between snapshots of the policy
+    opponent_latest: float = 0.5  # ... the newest snapshot plays with this probability
+    opponent_pool: int = 20  # ... snapshots kept (the oldest go)
 
     def check(self) -> None:
         """Raise :class:`ConfigError` for values this runtime cannot run with (subclasses add
         their fields' checks to their bases')."""
-        at_least_one(self, "torch_threads")
+        at_least_one(self, "torch_threads", "opponent_every", "opponent_pool")
+        if not 0.0 <= self.opponent_latest <= 1.0:
+            raise ConfigError(f"opponent_latest is a probability, got {self.opponent_latest}")
         if self.device.startswith("cuda") and not self.learner_may_be_elsewhere():
             import torch
 

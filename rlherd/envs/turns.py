@@ -1,0 +1,305 @@
+"""Two-player turn-based PettingZoo games (the AEC API: ``connect_four_v3``, ``tictactoe_v3``),
+played by self-play: the learner takes one seat of every game, an opponent the other.
+
+A :class:`TurnGames` vector environment has one row per game. A step is the learner's move and,
+unless that ended the game, the opponent's reply, so a row's transition runs from one of the
+learner's turns to its next: its reward is everything the learner earned in between (a loss
+arrives with the opponent's winning move), and PettingZoo's per-agent action mask
+(``obs["action_mask"]``) is the learner's at its turn. The learner plays each seat in turn
+(game ``g``'s ``e``-th episode: seat ``(g + e) % 2``), so both seats are learned.
+
+In training the opponent is drawn, for each game, from an :class:`OpponentPool` of the policy's
+past selves: a snapshot of the acting policy every ``every`` steps (the ``opponent_every``
+setting), at most ``size`` kept (``opponent_pool``); the newest plays with probability
+``latest`` (``opponent_latest``), else one drawn uniformly. Until the first snapshot, and with no
+policy bound (the environment loop binds the actor's), the opponent moves uniformly at random
+among legal moves. Evaluation (``rlherd eval --opponent``) passes a fixed opponent instead.
+
+``--total-steps`` counts steps of this environment (a move of the learner with the reply);
+:attr:`TurnGames.moves` counts both players' moves (the run's ``agent_steps``).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rlherd.core import flatten_space, flatten_value
+from rlherd.errors import ConfigError
+
+
+def make_turn_game(module: Any, env_id: str, **kwargs: Any) -> Any:
+    """The AEC game of ``module`` (its ``env(**kwargs)``)."""
+    with warnings.catch_warnings():  # PettingZoo 1.27 prefers a registry it does not have yet
+        warnings.filterwarnings("ignore", message="The old environment creation API")
+        try:
+            game = module.env(**kwargs)
+        except TypeError as e:
+            if kwargs:
+                raise ConfigError(f"{env_id} does not take the options {kwargs}: {e}") from e
+            raise
+    if len(game.possible_agents) != 2:
+        raise ConfigError(f"{env_id} is a turn-based game of {len(game.possible_agents)} "
+                          "agents; rlherd plays turn-based games of two (self-play)")  # fmt: skip
+    return game
+
+
+class RandomMoves:
+    """An opponent that moves uniformly at random among legal moves."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def draw(self) -> int:
+        return 0
+
+    def act(self, which: int, obs: dict[str, np.ndarray], histories: list) -> np.ndarray:
+        legal = obs["action_mask"].astype(bool)
+        return np.array([self.rng.choice(np.flatnonzero(row)) for row in legal])
+
+
+class PolicyMoves:
+    """An opponent that moves with a policy (a :class:`~rlherd.core.Policy`: a run's snapshot,
+    or its latest parameters), sampling from its own generator."""
+
+    def __init__(self, policy: Any, seed: int = 0):
+        self.policy = policy
+        self.generator = torch.Generator(getattr(policy, "device", "cpu")).manual_seed(seed)
+
+    def draw(self) -> int:
+        return 0
+
+    def act(self, which: int, obs: dict[str, np.ndarray], histories: list) -> np.ndarray:
+        return _policy_moves(self.policy, obs, self.generator)
+
+
+def _policy_moves(policy: Any, obs: dict[str, np.ndarray], generator) -> np.ndarray:
+    rows = len(obs["action_mask"])
+    tensors = {k: torch.as_tensor(v) for k, v in obs.items()}
+    with torch.no_grad():
+        outputs, _ = policy(tensors, torch.ones(rows, dtype=torch.bool),
+                            policy.initial_state(rows), generator)  # fmt: skip
+    return outputs["action"].cpu().numpy()
+
+
+class OpponentPool:
+    """The learner's past selves (see the module docstring). ``bind(policy)`` hands it the
+    policy that acts for the learner (its parameters are snapshot); ``step(n)`` counts steps."""
+
+    def __init__(self, every: int, latest: float, size: int, seed: int = 0):
+        self.every, self.latest, self.size = every, latest, size
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.policy: Any = None
+        self.snapshots: list[Any] = []  # policies with a past self's parameters, oldest first
+        self.taken: list[int] = []  # the step each was taken at
+        self.steps = 0
+        self.random = RandomMoves(seed)
+
+    def seed(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.generator.manual_seed(seed)
+        self.random = RandomMoves(seed)
+
+    def bind(self, policy: Any) -> None:
+        self.policy = policy
+        if not self.snapshots:
+            self._snapshot()
+
+    def step(self, n: int) -> None:
+        self.steps += n
+        if self.policy is not None and self.steps >= self.taken[-1] + self.every:
+            self._snapshot()
+
+    def _snapshot(self) -> None:
+        self.snapshots.append(copy.deepcopy(self.policy))
+        self.taken.append(self.steps)
+        if len(self.snapshots) > self.size:
+            self.snapshots.pop(0)
+            self.taken.pop(0)
+
+    def draw(self) -> int:
+        """Which snapshot plays a new game: the newest with probability ``latest``, else one
+        uniformly; -1 (random moves) while there is none."""
+        if not self.snapshots:
+            return -1
+        if self.rng.random() < self.latest:
+            return len(self.snapshots) - 1
+        return int(self.rng.integers(len(self.snapshots)))
+
+    def act(self, which: int, obs: dict[str, np.ndarray], histories: list) -> np.ndarray:
+        if which < 0 or which >= len(self.snapshots):  # none yet, or dropped since it was drawn
+            return self.random.act(which, obs, histories)
+        return _policy_moves(self.snapshots[which], obs, self.generator)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The bound policy is the actor's: the environment loop binds it again after a resume.
+        return {**self.__dict__, "policy": None}
+
+
+class SpielMoves:
+    """OpenSpiel's MCTS bot (``mcts:N``: :class:`rlherd.envs.openspiel.MCTSOpponent`) on the
+    OpenSpiel twin of the game, following the game's moves (PettingZoo's ``connect_four_v3``
+    and OpenSpiel's ``connect_four`` number their moves alike: a column)."""
+
+    TWINS = {"connect_four_v3": "connect_four"}
+
+    def __init__(self, env_id: str, simulations: int, seed: int = 0):
+        from rlherd.envs.openspiel import MCTSOpponent, _pyspiel
+
+        name = env_id.rsplit(".", 1)[-1]
+        if name not in self.TWINS:
+            raise ConfigError(f"mcts:N plays {', '.join(self.TWINS)} (games with an OpenSpiel "
+                              f"twin whose moves are numbered alike), not {env_id}")  # fmt: skip
+        self.game = _pyspiel().load_game(self.TWINS[name])
+        self.bot = MCTSOpponent(self.game, simulations, seed).bot
+
+    def draw(self) -> int:
+        return 0
+
+    def act(self, which: int, obs: dict[str, np.ndarray], histories: list) -> np.ndarray:
+        moves = []
+        for history in histories:
+            state = self.game.new_initial_state()
+            for move in history:
+                state.apply_action(move)
+            moves.append(self.bot.step(state))
+        return np.array(moves)
+
+
+class TurnGames(gym.vector.VectorEnv):
+    """``games`` two-player AEC games of ``env_id``, one row each: the learner's seat against
+    ``opponents`` (an :class:`OpponentPool`, :class:`RandomMoves`, :class:`PolicyMoves` or
+    :class:`SpielMoves`). With ``repeat=False`` (an evaluation) a game is played once: its row
+    stays over."""
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(self, env_id: str, module: Any, games: int, opponents: Any,
+                 repeat: bool = True, **kwargs: Any):  # fmt: skip
+        self.env_id, self.opponents, self.repeat = env_id, opponents, repeat
+        self.games = [make_turn_game(module, env_id, **kwargs) for _ in range(games)]
+        self.possible_agents = list(self.games[0].possible_agents)
+        raw = self.games[0].observation_space(self.possible_agents[0])
+        if not isinstance(raw, gym.spaces.Dict) or "action_mask" not in raw.spaces:
+            raise ConfigError(f"{env_id}'s observations hold no action_mask; rlherd "
+                              "plays turn-based games whose observations say the legal moves")
+        self.raw_space = raw
+        self.single_observation_space, self.dropped = flatten_space(raw)
+        self.single_action_space = self.games[0].action_space(self.possible_agents[0])
+        self.num_envs = games
+        self.agents_per_game = 1
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space,
+                                                              games)  # fmt: skip
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, games)
+        self.episodes = np.zeros(games, dtype=np.int64)  # each game's episodes begun
+        self.seat = np.zeros(games, dtype=np.int64)  # the learner's seat in each game
+        self.opponent = np.zeros(games, dtype=np.int64)  # who plays the other seat
+        self.over = np.zeros(games, dtype=bool)
+        self.outcome = np.zeros(games)  # the learner's return in each game's last episode
+        self.history: list[list[int]] = [[] for _ in range(games)]  # each game's moves so far
+        self.moves = 0  # both players' moves in the last step
+        self._seed: int | None = None
+
+    # ------------------------------------------------------------------ the learner's view
+    def learner(self, g: int) -> str:
+        return self.possible_agents[self.seat[g]]
+
+    def _observe(self, g: int) -> Any:
+        return flatten_value(self.raw_space, self.games[g].observe(self.learner(g)))
+
+    def _rows(self) -> Any:
+        rows = [self._observe(g) for g in range(self.num_envs)]
+        return gym.vector.utils.concatenate(
+            self.single_observation_space, rows,
+            gym.vector.utils.create_empty_array(self.single_observation_space, self.num_envs))
+
+    # ------------------------------------------------------------------ playing
+    def _begin(self, g: int) -> None:
+        """A new episode of game ``g``: the next seat, a new opponent, the opponent's opening
+        move if it has the first seat."""
+        seed = None if self._seed is None else self._seed + g + self.num_envs * int(
+            self.episodes[g])  # fmt: skip
+        self.games[g].reset(seed=seed)
+        self.seat[g] = (g + self.episodes[g]) % 2
+        self.episodes[g] += 1
+        self.opponent[g] = self.opponents.draw()
+        self.over[g] = False
+        self.outcome[g] = 0.0
+        self.history[g] = []
+
+    def _replies(self, gains: np.ndarray) -> None:
+        """The opponents' moves in every game where it is their turn, batched by opponent."""
+        waiting = [g for g in range(self.num_envs) if not self.over[g]
+                   and self.games[g].agent_selection != self.learner(g)]  # fmt: skip
+        for which in np.unique(self.opponent[waiting]) if waiting else []:
+            mine = [g for g in waiting if self.opponent[g] == which]
+            obs = [flatten_value(self.raw_space, self.games[g].observe(
+                self.games[g].agent_selection)) for g in mine]  # fmt: skip
+            batch = {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+            moves = self.opponents.act(int(which), batch, [self.history[g] for g in mine])
+            for g, move in zip(mine, moves, strict=True):
+                self._move(g, int(move), gains)
+
+    def _move(self, g: int, move: int, gains: np.ndarray) -> None:
+        game = self.games[g]
+        game.step(move)
+        self.history[g].append(move)
+        self.moves += 1
+        gains[g] += game.rewards[self.learner(g)]
+        me = self.learner(g)
+        if game.terminations[me] or game.truncations[me]:
+            self.over[g] = True
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self._seed = seed
+        if seed is not None and hasattr(self.opponents, "seed"):
+            self.opponents.seed(seed)
+        self.episodes[:] = 0
+        gains = np.zeros(self.num_envs)
+        for g in range(self.num_envs):
+            self._begin(g)
+        self._replies(gains)
+        return self._rows(), {}
+
+    def step(self, actions: Any):
+        self.moves = 0
+        gains = np.zeros(self.num_envs)
+        ended = self.over.copy()  # these only reset (next-step autoreset)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        for g in range(self.num_envs):
+            if ended[g] and self.repeat:
+                self._begin(g)
+            elif not ended[g]:
+                self._move(g, int(actions[g]), gains)
+        self._replies(gains)
+        for g in range(self.num_envs):
+            if ended[g]:
+                gains[g] = 0.0
+                continue
+            if self.over[g]:
+                me = self.learner(g)
+                terminated[g] = bool(self.games[g].terminations[me])
+                truncated[g] = not terminated[g]
+                self.outcome[g] += gains[g]
+            else:
+                self.outcome[g] += gains[g]
+        if hasattr(self.opponents, "step"):
+            self.opponents.step(self.num_envs)
+        return self._rows(), gains.astype(np.float32), terminated, truncated, {}
+
+    def bind_policy(self, policy: Any) -> None:
+        """The policy acting for the learner, whose past selves become opponents (the
+        environment loop hands it over)."""
+        if hasattr(self.opponents, "bind"):
+            self.opponents.bind(policy)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for game in getattr(self, "games", []):
+            game.close()
