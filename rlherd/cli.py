@@ -164,13 +164,13 @@ def _env_kwargs(text: str | None) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
-    if args.command == "serve-env":  # its own parser, in the module that needs gRPC
-        from rlherd.envs.server import main as serve_env
-
-        return serve_env(rest)
-    if rest:
+    if rest and args.command != "serve-env":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if args.command == "serve-env":  # its own parser, in the module that needs gRPC
+            from rlherd.envs.server import main as serve_env
+
+            return serve_env(rest)
         if args.command == "train":
             from rlherd.commands.train import train
 

@@ -70,7 +70,7 @@ def test_games_the_host_runtimes_cannot_play_are_clear_errors():
         AgentRows("pettingzoo/mpe2.no_such_game_v0", 1)
 
 
-@pytest.mark.parametrize("runtime", ["single", "mono"])
+@pytest.mark.parametrize("runtime", ["single", "mono", "poly"])
 def test_a_shared_policy_learns_each_agents_best_action_counting_environment_steps(
     runtime, tmp_path
 ):
@@ -92,9 +92,9 @@ def test_a_shared_policy_learns_each_agents_best_action_counting_environment_ste
 
 
 def test_a_runtime_that_does_not_step_games_refuses_them(tmp_path):
-    with pytest.raises(ConfigError, match="the poly runtime does not step; ppo trains it on: "
-                       "single, mono, distributed"):
-        rlherd.train("ppo", GAME, runtime="poly", total_steps=100, env_kwargs=dict(agents=3),
+    with pytest.raises(ConfigError, match="the offline runtime does not step; dqn trains it on: "
+                       "single, mono, poly, distributed"):
+        rlherd.train("dqn", GAME, runtime="offline", total_steps=100, env_kwargs=dict(agents=3),
                      run_dir=tmp_path / "run", progress=False)  # fmt: skip
     assert not (tmp_path / "run").exists()
 
@@ -120,7 +120,7 @@ def test_check_env_runs_pettingzoos_test_and_names_the_runtimes_that_step_games(
 
     report = check(GAME, dict(agents=3), seconds=0.1)
     assert report["checker"] == "PettingZoo's parallel API test" and report["gymnasium_check"]
-    assert report["agents"]["ppo"] == ["single", "mono", "distributed"]
+    assert report["agents"]["ppo"] == ["single", "mono", "poly", "distributed"]
     assert report["agents"]["bc"] == "no runtime both runs it and steps this environment"
     assert report["steps_per_second"] > 0
 
@@ -345,7 +345,7 @@ def test_an_agents_episode_is_its_time_in_the_game(kwargs, agent_0, tmp_path):
 
 
 @pytest.mark.parametrize(("agent", "runtime"), [("ppo", "single"), ("impala", "mono"),
-                                                ("dqn", "single")])
+                                                ("dqn", "single"), ("ppo", "poly")])
 def test_no_step_of_an_agent_that_left_is_learned_from(agent, runtime, tmp_path, monkeypatch):
     """Agent 0 observes [0, 0] and leaves with its first step; its row then holds its last
     observation, [0, 1], until the game ends. Every transition learned from agent 0 starts at
@@ -371,3 +371,37 @@ def test_no_step_of_an_agent_that_left_is_learned_from(agent, runtime, tmp_path,
     assert starts == {0.0}
     if runtime == "single":  # deterministic; mono's pace depends on the machine's load
         assert run.summary["final_return_mean"] > 6.0  # (1 + 10 + 15) / 3 at best, 4.3 random
+
+
+def test_poly_serves_games_to_one_policy_and_refuses_what_it_cannot_step(tmp_path):
+    """Environment servers name each row's agent and say which are away (the protocol's
+    ``agents`` and ``absent``); poly's batcher mixes actors' rows, so it acts for one policy."""
+    from rlherd.envs.server import EnvServicer
+
+    servicer = EnvServicer(GAME, envs_per_stream=6, agents=3)
+    assert servicer.agents == ["agent_0", "agent_1", "agent_2"]
+    with pytest.raises(ValueError, match="must be a multiple of it"):
+        EnvServicer(GAME, envs_per_stream=4, agents=3)
+    kwargs = dict(runtime="poly", total_steps=100, env_kwargs=dict(agents=3), progress=False)
+    with pytest.raises(ConfigError, match="use --policies shared"):
+        rlherd.train("ppo", GAME, run_dir=tmp_path / "a", policies="independent",
+                     envs_per_actor=6, **kwargs)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"--envs-per-actor \(4\) must be a multiple"):
+        rlherd.train("ppo", GAME, run_dir=tmp_path / "b", envs_per_actor=4, **kwargs)
+    with pytest.raises(ConfigError, match="turn-based game played by self-play, which the poly"):
+        rlherd.train("ppo", "pettingzoo/pettingzoo.classic.connect_four_v3", runtime="poly",
+                     total_steps=100, run_dir=tmp_path / "c", progress=False)  # fmt: skip
+
+
+def test_policy_overrides_that_change_shared_rollouts_or_games_split_rows_are_one_line(tmp_path):
+    kwargs = dict(env_kwargs=dict(agents=3), total_steps=100, progress=False,
+                  policies="low=agent_0,high=agent_[12]")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"policy_overrides\['high'\].*changes the rollouts"):
+        rlherd.train("impala", GAME, run_dir=tmp_path / "a",
+                     policy_overrides={"high": {"use_lstm": True}}, **kwargs)  # fmt: skip
+    with pytest.raises(ConfigError, match="not whole games of 3 agents: set --num-envs"):
+        rlherd.train("dqn", GAME, run_dir=tmp_path / "b", num_envs=10, **kwargs)
+    # What leaves the rollouts alone is each policy's own.
+    run = rlherd.train("impala", GAME, run_dir=tmp_path / "c",
+                       policy_overrides={"high": {"learning_rate": 1e-4}}, **kwargs)  # fmt: skip
+    assert run.summary["actor_steps"] >= 100

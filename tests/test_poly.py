@@ -234,7 +234,8 @@ def test_stream_matches_the_environment_with_next_step_autoreset(server):
         np.testing.assert_array_equal(out["reward"], reward)
         np.testing.assert_array_equal(out["terminated"], term)
         np.testing.assert_array_equal(out["truncated"], trunc)
-        assert set(out) == {"observation", "reward", "terminated", "truncated"}
+        assert set(out) == {"observation", "reward", "terminated", "truncated", "absent"}
+        assert not out["absent"].any()  # one agent, never away
         ended |= bool(term.any())
     assert ended  # an autoreset happened on the way
     stream.close()
@@ -594,7 +595,7 @@ def test_a_server_of_other_observations_is_a_configuration_error():
     pytest.importorskip("minigrid")
     spec = rlherd.envs.spec_for("minigrid:MiniGrid-Empty-5x5-v0")
     served = dict(env_id="MiniGrid-Empty-5x5-v0", address="unix:/elsewhere",
-                  action_space=gym.spaces.Discrete(7))  # fmt: skip
+                  action_space=gym.spaces.Discrete(7), agents=[])  # fmt: skip
     env = rlherd.envs.make("minigrid:MiniGrid-Empty-5x5-v0")
     space = env.observation_space
     env.close()

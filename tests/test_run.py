@@ -92,6 +92,8 @@ def test_truncate_metrics(tmp_path):
          "the single runtime does not use: num_actors is a setting of the mono, poly"),
         (["train", "ppo", "--env", "CartPole-v1", "--runtime", "mono", "--num-actors", "two"],
          "num_actors='two': expected int"),
+        (["serve-env", "tag-gridworld"], "environment servers serve single-agent"),
+        (["serve-env", "CartPole-v1", "--envs-per-stream", "0"], "--envs-per-stream must be"),
     ],
 )
 def test_cli_errors_are_clear(argv, message, capsys, tmp_path):

@@ -68,6 +68,16 @@ def test_turns_alternate_and_a_loss_arrives_with_the_opponents_winning_move():
     assert obs["observation"][1].sum() == 0
 
 
+def test_seats_alternate_across_resets_too():
+    """An evaluation resets for each game: the learner still takes each seat in turn."""
+    env = games(1, RandomMoves(0))
+    seats = []
+    for episode in range(4):
+        env.reset(seed=episode)
+        seats.append(int(env.seat[0]))
+    assert seats == [0, 1, 0, 1]
+
+
 def test_the_learners_mask_says_which_moves_are_legal():
     """Both play column 0: after three moves each it is full, and the learner's mask says so."""
     env = games(1, Column(0))
@@ -94,9 +104,25 @@ def test_the_opponent_pool_snapshots_every_n_steps_keeps_the_newest_and_draws_as
         policy.name = step
         pool.step(10)
     assert pool.taken == [30, 40, 50] and [p.name for p in pool.snapshots] == [3, 4, 5]
-    draws = np.bincount([pool.draw() for _ in range(20_000)], minlength=3) / 20_000
+    draws = [pool.taken.index(pool.draw()) for _ in range(20_000)]
     # The newest with probability 0.75, else uniformly: 0.25 / 3 each, the newest's too.
-    np.testing.assert_allclose(draws, [0.25 / 3, 0.25 / 3, 0.75 + 0.25 / 3], atol=0.01)
+    np.testing.assert_allclose(np.bincount(draws, minlength=3) / 20_000,
+                               [0.25 / 3, 0.25 / 3, 0.75 + 0.25 / 3], atol=0.01)  # fmt: skip
+
+
+def test_a_game_keeps_its_opponent_when_the_pool_moves_on():
+    """A game drew the oldest snapshot; a newer one pushes it out of the pool: the game still
+    plays that one (not its successor), and once no game does, it is forgotten."""
+    pool, policy = OpponentPool(every=10, latest=0.0, size=2, seed=0), Fixed()
+    pool.bind(policy)
+    pool.step(10)
+    drawn = pool.taken[0]
+    pool.step(10)  # a third snapshot: the first retires
+    assert drawn not in pool.taken and pool.retired[drawn].name == 0
+    pool.keep({drawn})
+    assert drawn in pool.retired
+    pool.keep(set())
+    assert not pool.retired
 
 
 def test_elo_ratings_fit_the_games_and_are_anchored_at_random():

@@ -48,7 +48,9 @@ class Rows:
         if rows not in self._index:
             n = len(self.agent_policy)
             if rows % n:
-                raise ValueError(f"{rows} rows are not whole games of {n} agents")
+                raise ConfigError(f"{rows} environments (rows) are not whole games of {n} "
+                                  f"agents: set --num-envs (or --envs-per-actor) to a multiple "
+                                  f"of {n}, e.g. {n * max(1, rows // n)}")  # fmt: skip
             policy = np.tile(self.agent_policy, rows // n)
             self._index[rows] = [torch.as_tensor(np.flatnonzero(policy == k))
                                  for k in range(self.policies)]  # fmt: skip
@@ -208,13 +210,14 @@ class GroupActor:
 
     def state_dict(self) -> dict[str, Any]:
         writer = self.writer.state_dict() if self.writer is not None else None
-        return dict(writer=writer, **{name: a.state_dict() for name, a in self.actors.items()})
+        return dict(writer=writer, policies={name: a.state_dict()
+                                             for name, a in self.actors.items()})  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.writer is not None:
             self.writer.load_state_dict(state["writer"])
         for name, a in self.actors.items():
-            a.load_state_dict(state[name])
+            a.load_state_dict(state["policies"][name])
 
 
 class Feed:
@@ -278,7 +281,10 @@ class GroupLearner:
 
     @property
     def num_steps(self) -> int:
-        return sum(learner.num_steps for learner in self.learners.values())
+        """Steps of the whole: on-policy, every policy's learner steps on every batch (one
+        count); replay learners step apart, and any one's step changes the parameters."""
+        steps = [learner.num_steps for learner in self.learners.values()]
+        return steps[0] if self.dataset is not None else sum(steps)
 
     def variables_version(self) -> int:
         return self.num_steps
@@ -332,6 +338,28 @@ class PolicyGroups:
             b.config = apply_overrides(builder.config, overrides.get(name, {}))
             self.builders[name] = b
         self.rows = Rows([self.names.index(p) for p in spec.policies], len(self.names))
+        if builder.dataflow == "rollout":
+            self._check_shared_rollouts(spec, overrides)
+
+    def _check_shared_rollouts(self, spec: EnvSpec, overrides: dict[str, dict[str, Any]]) -> None:
+        """On-policy runs write every policy's rows into the runtime's one rollout, so an
+        override may not change its shape (lengths, fields, the recurrent state): one line
+        naming the policy, rather than a shape error deep in a join."""
+        def shape(b: Any) -> tuple:
+            state = b.make_policy(b.make_networks(spec)).initial_state(1)
+            return (b.unroll_length, b.batch_size, b.rollout_fields(spec),
+                    tuple(s.shape for s in state))  # fmt: skip
+
+        with torch.random.fork_rng():  # building networks must not shift the run's RNG
+            reference = shape(self.base)
+            for name in overrides:
+                if shape(self.builders[name]) != reference:
+                    raise ConfigError(
+                        f"policy_overrides[{name!r}] ({overrides[name]}) changes the rollouts "
+                        "every policy of this on-policy run shares (unroll_length, batch_size, "
+                        "the recurrent state); override what leaves them alone (learning "
+                        "rates, loss coefficients), or use a replay agent"
+                    )
 
     def __getattr__(self, name: str) -> Any:
         # Everything not made per policy is the agent's own (its name, dataflow, lengths).

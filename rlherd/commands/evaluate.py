@@ -88,8 +88,9 @@ def turn_opponent(name: str, run_dir: Path, env_id: str, builder, spec, seed: in
     if name == "latest" or name.startswith("snapshot:") and name[9:].isdigit():
         net = builder.make_networks(spec, device="cpu")
         if name == "latest":
-            net.load_state_dict(policy_state(rundir.load_checkpoint()["learner"]))
-            step = int(rundir.read_summary().get("actor_steps", 0))
+            checkpoint = rundir.load_checkpoint()
+            net.load_state_dict(policy_state(checkpoint["learner"]))
+            step = int(checkpoint["recorder"]["counters"]["actor_steps"])
         else:
             step = int(name[9:])
             net.load_state_dict(rundir.load_snapshot(step))
@@ -182,7 +183,8 @@ def evaluate(
     actor = eval_actor(builder, spec, net, greedy, seed)
     if opponent is not None and turns:
         env.close()
-        player = f"step:{int(RunDir(run_dir).read_summary().get('actor_steps', 0))}"
+        # The policy is the checkpoint's, so its step is the checkpoint's (a run may go on).
+        player = f"step:{int(checkpoint['recorder']['counters']['actor_steps'])}"
         rivals = [opponent]
         if opponent == "snapshots":  # every past self in turn: the rating table across them
             rivals = [f"snapshot:{k}" for k in RunDir(run_dir).snapshots()]

@@ -93,19 +93,25 @@ def check_runtime(agent: str, runtime: str) -> None:
 
 def environment_needs(env_id: str) -> frozenset[str]:
     """What a runtime must provide to train on ``env_id``, beyond what the agent needs: a
-    PettingZoo game needs one that steps multi-agent games."""
+    PettingZoo game needs one that steps multi-agent games, a turn-based one self-play too."""
+    if rl_envs.turn_based(env_id):
+        return frozenset({"gym_envs", "multi_agent", "self_play"})
     if rl_envs.family(env_id) == "pettingzoo":
         return frozenset({"gym_envs", "multi_agent"})
     return frozenset({"gym_envs"})
 
 
 def check_environment(agent: str, env_id: str, runtime: str) -> None:
-    """Refuse a multi-agent game on a runtime that does not step them, naming those that do."""
-    if "multi_agent" in environment_needs(env_id) - RUNTIMES[runtime].provides:
+    """Refuse a multi-agent game on a runtime that does not step them (a turn-based one where
+    actors cannot play their past selves), naming those that do."""
+    missing = environment_needs(env_id) - RUNTIMES[runtime].provides
+    if missing & {"multi_agent", "self_play"}:
         able = runtimes_for(BUILDERS[agent].needs | environment_needs(env_id))
         where = f"{agent} trains it on: {', '.join(able)}" if able else "no runtime trains it"
-        raise ConfigError(f"{env_id} is a multi-agent game, which the {runtime} runtime does not "
-                          f"step; {where}")  # fmt: skip
+        kind = "a turn-based game played by self-play" if "self_play" in missing else (
+            "a multi-agent game")  # fmt: skip
+        raise ConfigError(f"{env_id} is {kind}, which the {runtime} runtime does not step; "
+                          f"{where}")  # fmt: skip
 
 
 def default_runtime(agent: str, env: str, given: dict[str, Any]) -> str:

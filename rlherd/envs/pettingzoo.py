@@ -207,6 +207,7 @@ class AgentRows(gym.vector.VectorEnv):
         for g, game in enumerate(self.games):
             obs, _ = game.reset(seed=None if seed is None else seed + g, options=options)
             self._obs[g] = obs
+            self._check_agents(game)
         self._over[:] = False
         return self._rows(), {}
 
@@ -218,6 +219,7 @@ class AgentRows(gym.vector.VectorEnv):
         for g, game in enumerate(self.games):
             if self._over[g]:  # the game ended with the last step: this one only resets it
                 self._obs[g], _ = game.reset()
+                self._check_agents(game)
                 self._over[g] = False
                 continue
             live = list(game.agents)
@@ -227,13 +229,16 @@ class AgentRows(gym.vector.VectorEnv):
             for a in live:
                 row = g * n + self._index[a]
                 reward[row], terminated[row], truncated[row] = rewards[a], terms[a], truncs[a]
-            strangers = set(game.agents) - set(self._index)
-            if strangers:
-                raise ConfigError(f"{self.env_id}: {', '.join(sorted(strangers))} joined the "
-                                  "game but is not one of its possible_agents")  # fmt: skip
+            self._check_agents(game)
             self._obs[g] = {**self._obs[g], **obs}
             self._over[g] = not game.agents or all(terms[a] or truncs[a] for a in live)
         return self._rows(), reward, terminated, truncated, {}
+
+    def _check_agents(self, game: Any) -> None:
+        strangers = set(game.agents) - set(self._index)
+        if strangers:
+            raise ConfigError(f"{self.env_id}: {', '.join(sorted(strangers))} joined the game "
+                              "but is not one of its possible_agents")  # fmt: skip
 
     @property
     def absent(self) -> np.ndarray:

@@ -311,11 +311,25 @@ class EnvServicer:
         **env_kwargs: Any,
     ):
         if env_id in rl_envs.MULTI_AGENT:
-            raise ValueError(
+            raise ConfigError(
                 f"{env_id} is a multi-agent game; environment servers serve single-agent "
-                "environments (train it with --runtime device)"
+                "environments and PettingZoo's parallel games (train it with --runtime device)"
             )
-        probe = rl_envs.make(env_id, **env_kwargs)  # a bad id or space fails before serving
+        if rl_envs.turn_based(env_id):
+            raise ConfigError(
+                f"{env_id} is turn-based, played against the learner's past selves, which live "
+                "with the learner: train it on single, mono or distributed"
+            )
+        # A bad id or space fails before serving; a PettingZoo game is one game's agents.
+        probe = rl_envs.make_one(env_id, **env_kwargs)
+        self.agents: list[str] = list(getattr(probe, "possible_agents", []))
+        if self.agents and envs_per_stream % len(self.agents):
+            probe.close()
+            raise ConfigError(f"{env_id} has {len(self.agents)} agents a game: envs_per_stream "
+                              f"({envs_per_stream}) must be a multiple of it")  # fmt: skip
+        if isinstance(probe, gym.vector.VectorEnv):
+            probe.observation_space = probe.single_observation_space
+            probe.action_space = probe.single_action_space
         try:
             if isinstance(probe.action_space, gym.spaces.Dict):
                 raise ProtocolError(
@@ -373,16 +387,21 @@ class EnvServicer:
                     observation_space=self.observation_space,
                     action_space=self.action_space,
                     max_episode_steps=self.max_episode_steps,
+                    agents=self.agents * (n // len(self.agents)) if self.agents else [],
                 )
             )
             reward, terminated, truncated = np.zeros(n, np.float32), *[np.zeros(n, bool)] * 2
             while True:
+                absent = {}  # a game's rows whose agent is away
+                if self.agents:
+                    absent = dict(absent=to_array(np.asarray(envs.absent)))
                 yield pb.ServerMessage(
                     step=pb.Step(
                         **observation_fields(obs),
                         reward=to_array(reward),
                         terminated=to_array(terminated),
                         truncated=to_array(truncated),
+                        **absent,
                     )
                 )
                 msg = next(requests, None)
@@ -466,9 +485,10 @@ class EnvStream:
 
     ``first`` holds the reset step; ``step(action)`` returns the next one, a dict of
     ``observation`` (an array, or for a dict observation space a dict of arrays, each of its
-    space's dtype and shape ``[num_envs, ...]``), ``reward``, ``terminated`` and ``truncated``
-    (arrays ``[num_envs]``). A broken connection raises ``grpc.RpcError``; a message that does
-    not fit the spec, :class:`ProtocolError`.
+    space's dtype and shape ``[num_envs, ...]``), ``reward``, ``terminated``, ``truncated`` and
+    ``absent`` (arrays ``[num_envs]``; ``absent``: a multi-agent game's rows whose agent is
+    away, whose ids ``agents`` names). A broken connection raises ``grpc.RpcError``; a message
+    that does not fit the spec, :class:`ProtocolError`.
     """
 
     def __init__(
@@ -517,6 +537,10 @@ class EnvStream:
         self.action_space = space_from_proto(spec.spec.action_space)
         if isinstance(self.action_space, gym.spaces.Dict):
             raise ProtocolError("the server's action space is a dict; an Action is one array")
+        self.agents = list(spec.spec.agents)  # a multi-agent game's: each row's agent
+        if self.agents and len(self.agents) != self.num_envs:
+            raise ProtocolError(f"the Spec names {len(self.agents)} agents for "
+                                f"{self.num_envs} rows")  # fmt: skip
         self.first = self._read()
 
     def _next(self, first: bool = False) -> pb.ServerMessage:
@@ -544,6 +568,13 @@ class EnvStream:
                 expected = "floats" if kind == "f" else "bools"
                 raise ProtocolError(f"{name}: expected {n} {expected}, got {x.shape} of {x.dtype}")
             step[name] = x
+        step["absent"] = np.zeros(n, dtype=bool)
+        if msg.step.HasField("absent"):
+            absent = from_array(msg.step.absent, "absent")
+            if absent.shape != (n,) or absent.dtype.kind != "b":
+                raise ProtocolError(f"absent: expected {n} bools, got {absent.shape} of "
+                                    f"{absent.dtype}")  # fmt: skip
+            step["absent"] = absent
         return step
 
     def step(self, action: np.ndarray) -> dict[str, Any]:

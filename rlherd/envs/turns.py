@@ -93,18 +93,23 @@ class OpponentPool:
 
     def __init__(self, every: int, latest: float, size: int, seed: int = 0):
         self.every, self.latest, self.size = every, latest, size
-        self.rng = np.random.default_rng(seed)
-        self.generator = torch.Generator().manual_seed(seed)
         self.policy: Any = None
         self.snapshots: list[Any] = []  # policies with a past self's parameters, oldest first
-        self.taken: list[int] = []  # the step each was taken at
+        self.taken: list[int] = []  # the step each was taken at: its id
+        self.retired: dict[int, Any] = {}  # dropped from the pool, still playing a game
         self.steps = 0
-        self.random = RandomMoves(seed)
+        self.seed(seed)
 
     def seed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
-        self.generator.manual_seed(seed)
         self.random = RandomMoves(seed)
+        self._seed, self.generators = seed, {}  # one per device the snapshots act on
+
+    def _generator(self, device: Any) -> torch.Generator:
+        key = str(device)
+        if key not in self.generators:
+            self.generators[key] = torch.Generator(device).manual_seed(self._seed)
+        return self.generators[key]
 
     def bind(self, policy: Any) -> None:
         self.policy = policy
@@ -117,25 +122,34 @@ class OpponentPool:
             self._snapshot()
 
     def _snapshot(self) -> None:
+        """Keep the policy's parameters now; the oldest beyond ``size`` retires (it finishes
+        the games it plays, and is drawn for no more)."""
         self.snapshots.append(copy.deepcopy(self.policy))
         self.taken.append(self.steps)
         if len(self.snapshots) > self.size:
-            self.snapshots.pop(0)
-            self.taken.pop(0)
+            self.retired[self.taken.pop(0)] = self.snapshots.pop(0)
+
+    def keep(self, playing: set[int]) -> None:
+        """Forget the retired snapshots no game in ``playing`` (ids) still plays against."""
+        self.retired = {k: v for k, v in self.retired.items() if k in playing}
 
     def draw(self) -> int:
-        """Which snapshot plays a new game: the newest with probability ``latest``, else one
-        uniformly; -1 (random moves) while there is none."""
+        """Which snapshot plays a new game (its id: the step it was taken at): the newest with
+        probability ``latest``, else one uniformly; -1 (random moves) while there is none."""
         if not self.snapshots:
             return -1
         if self.rng.random() < self.latest:
-            return len(self.snapshots) - 1
-        return int(self.rng.integers(len(self.snapshots)))
+            return self.taken[-1]
+        return self.taken[int(self.rng.integers(len(self.snapshots)))]
 
     def act(self, which: int, obs: dict[str, np.ndarray], histories: list) -> np.ndarray:
-        if which < 0 or which >= len(self.snapshots):  # none yet, or dropped since it was drawn
+        if which in self.taken:
+            policy = self.snapshots[self.taken.index(which)]
+        elif which in self.retired:
+            policy = self.retired[which]
+        else:  # none yet
             return self.random.act(which, obs, histories)
-        return _policy_moves(self.snapshots[which], obs, self.generator)
+        return _policy_moves(policy, obs, self._generator(getattr(policy, "device", "cpu")))
 
     def __getstate__(self) -> dict[str, Any]:
         # The bound policy is the actor's: the environment loop binds it again after a resume.
@@ -260,7 +274,7 @@ class TurnGames(gym.vector.VectorEnv):
         self._seed = seed
         if seed is not None and hasattr(self.opponents, "seed"):
             self.opponents.seed(seed)
-        self.episodes[:] = 0
+        # Episode counts carry on: an evaluation that resets for each game alternates seats too.
         gains = np.zeros(self.num_envs)
         for g in range(self.num_envs):
             self._begin(g)
@@ -292,6 +306,7 @@ class TurnGames(gym.vector.VectorEnv):
                 self.outcome[g] += gains[g]
         if hasattr(self.opponents, "step"):
             self.opponents.step(self.num_envs)
+            self.opponents.keep(set(self.opponent[~self.over].tolist()))
         return self._rows(), gains.astype(np.float32), terminated, truncated, {}
 
     def bind_policy(self, policy: Any) -> None:

@@ -55,6 +55,8 @@ CAPABILITIES: dict[str, str] = {
     "dataset": "the learner learns from a fixed dataset (--dataset)",
     "gym_envs": "it makes Gymnasium environments from the run's environment id",
     "multi_agent": "it steps PettingZoo games, every agent a row (rlherd.envs.pettingzoo)",
+    "self_play": "its actors play turn-based games against their policy's past selves "
+                 "(rlherd.envs.turns)",
 }  # fmt: skip
 DATAFLOWS = ("replay", "rollout")  # the capabilities that are a builder's dataflow
 
@@ -98,13 +100,14 @@ class Runtime:
             check(builder, settings)
 
 
-HOST = frozenset({"rollout", "replay", "acting", "actor_network", "gym_envs", "multi_agent"})
+HOST = frozenset({"rollout", "replay", "acting", "actor_network", "gym_envs", "multi_agent",
+                  "self_play"})  # fmt: skip
 OWN: dict[str, Runtime] = {
     r.name: r
     for r in (
         Runtime("single", "rlherd.runtime.single", s.Single, HOST),
         Runtime("mono", "rlherd.runtime.mono", s.Mono, HOST),
-        Runtime("poly", "rlherd.runtime.poly", s.Poly, HOST - {"actor_network", "multi_agent"}),
+        Runtime("poly", "rlherd.runtime.poly", s.Poly, HOST - {"actor_network", "self_play"}),
         Runtime("distributed", "rlherd.runtime.distributed", s.Distributed, HOST),
         Runtime(
             "device",
@@ -209,8 +212,9 @@ def make_envs(
     from rlherd import envs as rl_envs
 
     native = getattr(settings, "native_vector_env", True)
-    selfplay = dict(every=settings.opponent_every, latest=settings.opponent_latest,
-                    size=settings.opponent_pool)  # fmt: skip
+    # Each actor's pool counts its own steps: every actor snapshots at the run's pace.
+    every = max(1, settings.opponent_every // getattr(settings, "num_actors", 1))
+    selfplay = dict(every=every, latest=settings.opponent_latest, size=settings.opponent_pool)
     return rl_envs.make_vector(env_id, num_envs, native=native, workers=workers,
                                selfplay=selfplay, **env_kwargs)  # fmt: skip
 

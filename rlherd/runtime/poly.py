@@ -22,6 +22,7 @@ resumed run continues the learner exactly; streams start new episodes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -160,16 +161,21 @@ class LocalServers:
 
 class StreamEnvs:
     """A server stream seen as a vector environment (next-step autoreset, as the server's);
-    observations are the stream's, an array or a dict of arrays."""
+    observations are the stream's, an array or a dict of arrays. A multi-agent game's stream
+    has its games' agents as rows, as :class:`~rlherd.envs.pettingzoo.AgentRows` has, and says
+    which are ``absent``."""
 
     def __init__(self, stream):
         self.stream, self.num_envs = stream, stream.num_envs
+        self.agents_per_game = len(set(stream.agents)) or 1
+        self.absent = stream.first["absent"]
 
     def reset(self, seed: int | None = None):
         return self.stream.first["observation"], {}
 
     def step(self, actions: np.ndarray):
         out = self.stream.step(actions)
+        self.absent = out["absent"]
         return out["observation"], out["reward"], out["terminated"], out["truncated"], {}
 
     def close(self) -> None:
@@ -334,7 +340,8 @@ def _check_served(stream, spec: EnvSpec) -> None:
     server of other observations (other keys, dtypes or shapes) or actions is a configuration
     error, said here rather than deep inside a network."""
     served = EnvSpec.from_spaces(stream.env_id, stream.observation_space, stream.action_space)
-    for what in ("obs", "action_kind", "num_actions", "action_shape", "action_nvec"):
+    served = dataclasses.replace(served, agents=len(set(stream.agents)) or 1)
+    for what in ("obs", "action_kind", "num_actions", "action_shape", "action_nvec", "agents"):
         if getattr(served, what) != getattr(spec, what):
             raise ConfigError(
                 f"{stream.address} serves {stream.env_id} ({what} {getattr(served, what)}), "
@@ -342,7 +349,26 @@ def _check_served(stream, spec: EnvSpec) -> None:
             )
 
 
+def check_game(ctx: RunContext) -> None:
+    """A multi-agent game's streams hold whole games, and their rows are acted on by one policy:
+    the dynamic batcher mixes every actor's rows, so several policies (each acting for its
+    agents' rows) are refused."""
+    spec, k = ctx.spec, ctx.settings.envs_per_actor
+    if spec is None or spec.agents == 1:
+        return
+    if k % spec.agents:
+        example = spec.agents * max(1, k // spec.agents)
+        raise ConfigError(f"{ctx.env_id} has {spec.agents} agents a game: --envs-per-actor "
+                          f"({k}) must be a multiple of it, e.g. {example}")  # fmt: skip
+    if len(set(spec.policies)) > 1:
+        raise ConfigError(f"poly acts for one policy per game (its batcher mixes the actors' "
+                          f"rows); this run maps {ctx.env_id}'s agents to "
+                          f"{', '.join(dict.fromkeys(spec.policies))}: use --policies shared, "
+                          "or train on single, mono or distributed")  # fmt: skip
+
+
 def run(ctx: RunContext) -> None:
+    check_game(ctx)
     settings = ctx.settings
     learner, dataset, tables, produce, queue = _learner(ctx)
     if ctx.checkpoint is not None:
