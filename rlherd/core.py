@@ -144,7 +144,7 @@ class EnvSpec:
     agents (:mod:`rlherd.envs.pettingzoo`), whose runs count environment steps while learners
     count the rows they learn from. ``policies`` names the policy of each of a game's agents,
     in order (the run's mapping, :func:`rlherd.envs.pettingzoo.assign_policies`); empty for one
-    agent.
+    agent. ``agent_index``: each agent observes its index too (the run's ``agent_index``).
     """
 
     env_id: str
@@ -159,6 +159,7 @@ class EnvSpec:
     dropped: tuple[str, ...] = ()
     agents: int = 1
     policies: tuple[str, ...] = ()
+    agent_index: bool = False
 
     @property
     def structured(self) -> bool:

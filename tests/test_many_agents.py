@@ -405,3 +405,19 @@ def test_policy_overrides_that_change_shared_rollouts_or_games_split_rows_are_on
     run = rlherd.train("impala", GAME, run_dir=tmp_path / "c",
                        policy_overrides={"high": {"learning_rate": 1e-4}}, **kwargs)  # fmt: skip
     assert run.summary["actor_steps"] >= 100
+
+
+def test_a_shared_policy_may_observe_each_agents_index(tmp_path):
+    """With ``agent_index`` every row's observation ends with its agent's one-hot index, in
+    training, in the spec its networks are built for, and in evaluation."""
+    rows = AgentRows(GAME, 2, agent_index=True, agents=3)
+    obs, _ = rows.reset(seed=0)
+    np.testing.assert_array_equal(obs[:, 2:], np.tile(np.eye(3), (2, 1)))
+    assert rows.single_observation_space.shape == (5,)
+    rows.close()
+    run = rlherd.train("ppo", GAME, total_steps=600, seed=0, run_dir=tmp_path / "run",
+                       env_kwargs=dict(agents=3), progress=False, agent_index=True)  # fmt: skip
+    assert evaluate(run.path, episodes=1)["eval_episodes"] == 1
+    with pytest.raises(ConfigError, match="agent_index is for the agents of a multi-agent game"):
+        rlherd.train("ppo", "CartPole-v1", total_steps=100, run_dir=tmp_path / "cp",
+                     progress=False, agent_index=True)  # fmt: skip

@@ -170,7 +170,9 @@ def evaluate(
         _add_to_summary(run_dir, result)
         return result
     spec = rl_envs.with_policies(rl_envs.spec_for(record.env, **record.env_kwargs),
-                         record.settings.get("policies", ""), **record.env_kwargs)  # fmt: skip
+                                 record.settings.get("policies", ""),
+                                 record.settings.get("agent_index", False),
+                                 **record.env_kwargs)  # fmt: skip
     builder = for_policies(builder, spec, record.settings.get("policy_overrides", {}))
     net = builder.make_networks(spec, device="cpu")
     net.load_state_dict(policy_state(checkpoint["learner"]))
@@ -179,7 +181,7 @@ def evaluate(
         raise ConfigError(f"--video records one agent's episode; {record.env} is a multi-agent "
                           "game, which rlherd does not record yet: drop --video")  # fmt: skip
     render = dict(render_mode="rgb_array") if video else {}
-    env = rl_envs.make_one(record.env, **render, **record.env_kwargs)
+    env = rl_envs.make_one(record.env, spec.agent_index, **render, **record.env_kwargs)
     actor = eval_actor(builder, spec, net, greedy, seed)
     if opponent is not None and turns:
         env.close()

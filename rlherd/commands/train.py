@@ -381,6 +381,7 @@ def _spec(record: RunRecord):
     if "gym_envs" in runtime.provides:
         spec = rl_envs.spec_for(record.env, **record.env_kwargs)
         return rl_envs.with_policies(spec, record.settings.get("policies", ""),
+                                     record.settings.get("agent_index", False),
                                      **record.env_kwargs)  # fmt: skip
     spec = runtime.hook("spec")
     if spec is None:

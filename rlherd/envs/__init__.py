@@ -199,6 +199,7 @@ def make_vector(
     native: bool = True,
     workers: int = 0,
     selfplay: dict[str, Any] | None = None,
+    agent_index: bool = False,
     **kwargs: Any,
 ) -> gym.vector.VectorEnv:
     """``num_envs`` environments stepped together, with next-step autoreset.
@@ -207,7 +208,8 @@ def make_vector(
     are built with :func:`make` and stepped in ``workers`` processes by a
     :class:`~rlherd.envs.vector.BatchEnv`, or in this process (Gymnasium's ``SyncVectorEnv``)
     when ``workers=0``. Seed with ``reset(seed=s)``: environment ``i`` gets seed ``s + i``. A
-    turn-based PettingZoo game plays against the learner's past selves as ``selfplay`` says
+    turn-based PettingZoo game plays against the learner's past selves as ``selfplay`` says,
+    and a parallel game's agents observe their index too if ``agent_index``
     (:func:`rlherd.envs.pettingzoo.game_rows`).
     """
     if num_envs < 1:
@@ -220,7 +222,7 @@ def make_vector(
             )
         from rlherd.envs.pettingzoo import game_rows
 
-        return game_rows(env_id, num_envs, selfplay, **kwargs)
+        return game_rows(env_id, num_envs, selfplay, agent_index, **kwargs)
     name = split_id(env_id)[1]
     if ":" not in env_id:
         check_id(env_id)
@@ -237,13 +239,16 @@ def make_vector(
     )
 
 
-def make_one(env_id: str, **kwargs: Any) -> gym.Env | gym.vector.VectorEnv:
+def make_one(
+    env_id: str, agent_index: bool = False, **kwargs: Any
+) -> gym.Env | gym.vector.VectorEnv:
     """One environment to play whole episodes in (an evaluation, ``rlherd eval``): :func:`make`'s,
-    or for a multi-agent game, one game with its agents as rows."""
+    or for a multi-agent game, one game with its agents as rows (each observing its index too
+    if ``agent_index``)."""
     if family(env_id) == "pettingzoo":
         from rlherd.envs.pettingzoo import one_game
 
-        return one_game(env_id, **kwargs)
+        return one_game(env_id, agent_index, **kwargs)
     return make(env_id, **kwargs)
 
 
@@ -276,16 +281,23 @@ def turn_based(env_id: str) -> bool:
     return is_turn_based(env_id)
 
 
-def with_policies(spec: EnvSpec, setting: str, **kwargs: Any) -> EnvSpec:
+def with_policies(spec: EnvSpec, setting: str, agent_index: bool = False,
+                  **kwargs: Any) -> EnvSpec:  # fmt: skip
     """``spec`` with the run's mapping of a multi-agent game's agents to policies (``setting``:
-    :func:`rlherd.envs.pettingzoo.assign_policies`); an environment of one agent has none."""
+    :func:`rlherd.envs.pettingzoo.assign_policies`), and with each agent's index among its
+    inputs if ``agent_index``; an environment of one agent has neither."""
     if spec.agents > 1:
-        from rlherd.envs.pettingzoo import policies_of
+        from rlherd.envs.pettingzoo import one_game, policies_of
 
+        if agent_index:
+            rows = one_game(spec.env_id, agent_index=True, **kwargs)
+            rows.close()
+            spec = dataclasses.replace(spec_of(rows, spec.env_id), agent_index=True)
         return dataclasses.replace(spec, policies=policies_of(spec.env_id, setting, **kwargs))
-    if setting:
-        raise ConfigError(f"policies={setting!r} maps a multi-agent game's agents to policies, "
-                          f"and {spec.env_id} has one agent")  # fmt: skip
+    if setting or agent_index:
+        what = f"policies={setting!r}" if setting else "agent_index"
+        raise ConfigError(f"{what} is for the agents of a multi-agent game, and {spec.env_id} "
+                          "has one agent")  # fmt: skip
     return spec
 
 

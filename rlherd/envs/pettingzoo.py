@@ -78,11 +78,12 @@ def make_game(env_id: str, **kwargs: Any) -> Any:
 
 
 def game_rows(env_id: str, rows: int, selfplay: dict[str, Any] | None = None,
-              **kwargs: Any) -> gym.vector.VectorEnv:  # fmt: skip
+              agent_index: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:  # fmt: skip
     """``rows`` rows of ``env_id``'s games: a parallel game's agents (:class:`AgentRows`, rows a
     multiple of its agents), or turn-based games, one row each (:class:`TurnGames`), against
     the learner's past selves as ``selfplay`` says (``every``, ``latest``, ``size``, ``seed``)
-    or, without it, a random opponent."""
+    or, without it, a random opponent. ``agent_index`` adds each agent's index to its
+    observation (a parallel game's)."""
     from rlherd.envs.turns import OpponentPool, RandomMoves, TurnGames
 
     module = game_module(env_id)
@@ -98,15 +99,15 @@ def game_rows(env_id: str, rows: int, selfplay: dict[str, Any] | None = None,
             f"{rows} environments (agents) is not a multiple of {agents}; set --num-envs (or "
             f"--envs-per-actor) to one, e.g. {agents * max(1, rows // agents)}"
         )
-    return AgentRows(env_id, rows // agents, **kwargs)
+    return AgentRows(env_id, rows // agents, agent_index, **kwargs)
 
 
-def one_game(env_id: str, **kwargs: Any) -> gym.vector.VectorEnv:
+def one_game(env_id: str, agent_index: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
     """One game of ``env_id`` as rows (its agents; a turn-based game's learner seat, against
     random moves): what a spec is read from and an evaluation plays."""
     if turn_based(env_id):
         return game_rows(env_id, 1, **kwargs)
-    return AgentRows(env_id, 1, **kwargs)
+    return AgentRows(env_id, 1, agent_index, **kwargs)
 
 
 def assign_policies(agents: list[str], setting: str, same_spaces: bool = True) -> tuple[str, ...]:
@@ -166,7 +167,7 @@ class AgentRows(gym.vector.VectorEnv):
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
 
-    def __init__(self, env_id: str, games: int, **kwargs: Any):
+    def __init__(self, env_id: str, games: int, agent_index: bool = False, **kwargs: Any):
         self.env_id, self.games = env_id, [make_game(env_id, **kwargs) for _ in range(games)]
         first = self.games[0]
         self.possible_agents = list(first.possible_agents)
@@ -189,6 +190,9 @@ class AgentRows(gym.vector.VectorEnv):
             self.single_observation_space, self.dropped = self.raw_space, []
         else:
             self.single_observation_space, self.dropped = flatten_space(self.raw_space)
+        self.agent_index = agent_index
+        if agent_index:
+            self.single_observation_space = self._indexed(self.single_observation_space)
         self.single_action_space = act_spaces[agent]
         self.num_envs = games * self.agents_per_game
         self.observation_space = gym.vector.utils.batch_space(
@@ -256,8 +260,9 @@ class AgentRows(gym.vector.VectorEnv):
     def _rows(self) -> Any:
         """Each game's agents' observations, game by game, as one batch (an agent that has not
         joined yet observes zeros; one that left, its last observation)."""
-        rows = [self._view(self._obs[g][a]) if a in self._obs[g] else self._zeros
-                for g in range(len(self.games)) for a in self.possible_agents]  # fmt: skip
+        rows = [self._view(self._obs[g][a], i) if a in self._obs[g] else self._zeros
+                for g in range(len(self.games))
+                for i, a in enumerate(self.possible_agents)]  # fmt: skip
         return gym.vector.utils.concatenate(
             self.single_observation_space, rows, gym.vector.utils.create_empty_array(
                 self.single_observation_space, self.num_envs)
@@ -281,11 +286,30 @@ class AgentRows(gym.vector.VectorEnv):
             high[: s.shape[0]] = np.maximum(high[: s.shape[0]], s.high)
         return gym.spaces.Box(low, high, (size,), np.float32)
 
-    def _view(self, obs: Any) -> Any:
+    def _indexed(self, space: gym.Space) -> gym.Space:
+        """``space`` with the agent's index (one-hot) as an input (the ``agent_index`` setting):
+        after a vector, or as a dict observation's ``agent_index``."""
+        n = self.agents_per_game
+        if isinstance(space, gym.spaces.Dict):
+            return gym.spaces.Dict({**space.spaces, "agent_index": gym.spaces.Box(0, 1, (n,))})
+        if len(space.shape) != 1:
+            raise ConfigError(f"agent_index adds the agent's index to vector or dict "
+                              f"observations; {self.env_id} observes {space}")  # fmt: skip
+        low = np.concatenate([space.low, np.zeros(n)]).astype(np.float32)
+        high = np.concatenate([space.high, np.ones(n)]).astype(np.float32)
+        return gym.spaces.Box(low, high, dtype=np.float32)
+
+    def _view(self, obs: Any, index: int) -> Any:
         if self._pad:
-            return np.pad(np.asarray(obs, np.float32), (0, self._pad - len(obs)))
-        return obs if isinstance(self.raw_space, gym.spaces.Box) else flatten_value(
-            self.raw_space, obs)
+            obs = np.pad(np.asarray(obs, np.float32), (0, self._pad - len(obs)))
+        elif not isinstance(self.raw_space, gym.spaces.Box):
+            obs = flatten_value(self.raw_space, obs)
+        if not self.agent_index:
+            return obs
+        one_hot = np.eye(self.agents_per_game, dtype=np.float32)[index]
+        if isinstance(obs, dict):
+            return {**obs, "agent_index": one_hot}
+        return np.concatenate([np.asarray(obs, np.float32), one_hot])
 
     def close_extras(self, **kwargs: Any) -> None:
         for game in getattr(self, "games", []):  # none where making them failed

@@ -118,7 +118,7 @@ class EvalEpisodes:
         with torch.random.fork_rng():  # building a network must not shift training's RNG
             self.net = builder.make_networks(spec, device="cpu")
         self.net.eval()
-        self.env = rl_envs.make_one(env_id, **env_kwargs)
+        self.env = rl_envs.make_one(env_id, getattr(spec, "agent_index", False), **env_kwargs)
 
     def __call__(self, source) -> dict[str, float]:
         """Play with the parameters of ``source`` (a VariableSource); the evaluator.csv columns."""

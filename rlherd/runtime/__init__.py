@@ -216,7 +216,8 @@ def make_envs(
     every = max(1, settings.opponent_every // getattr(settings, "num_actors", 1))
     selfplay = dict(every=every, latest=settings.opponent_latest, size=settings.opponent_pool)
     return rl_envs.make_vector(env_id, num_envs, native=native, workers=workers,
-                               selfplay=selfplay, **env_kwargs)  # fmt: skip
+                               selfplay=selfplay, agent_index=settings.agent_index,
+                               **env_kwargs)  # fmt: skip
 
 
 class GracefulStop:

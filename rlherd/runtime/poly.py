@@ -356,6 +356,10 @@ def check_game(ctx: RunContext) -> None:
     spec, k = ctx.spec, ctx.settings.envs_per_actor
     if spec is None or spec.agents == 1:
         return
+    if spec.agent_index:
+        raise ConfigError("poly's environment servers do not add the agents' index to their "
+                          "observations: drop --agent-index, or train on single, mono or "
+                          "distributed")  # fmt: skip
     if k % spec.agents:
         example = spec.agents * max(1, k // spec.agents)
         raise ConfigError(f"{ctx.env_id} has {spec.agents} agents a game: --envs-per-actor "

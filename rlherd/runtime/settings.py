@@ -29,6 +29,7 @@ class Common:
     log_interval_s: float = 5.0  # seconds between summary.json / progress bar updates
     policies: str = ""  # multi-agent: agents -> policies: shared, independent, NAME=PATTERN,...
     policy_overrides: dict = field(default_factory=dict)  # agent config fields per policy
+    agent_index: bool = False  # multi-agent: each agent observes its index (one-hot) too
     opponent_every: int = 20_000  # turn-based games: steps between snapshots of the policy
     opponent_latest: float = 0.5  # ... the newest snapshot plays with this probability
     opponent_pool: int = 20  # ... snapshots kept (the oldest go)
