@@ -217,7 +217,8 @@ def test_a_policy_mapping_on_a_single_agent_environment_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize(("agent", "runtime"), [("ppo", "single"), ("impala", "mono"),
-                                                ("dqn", "single"), ("dqn", "mono")])
+                                                ("dqn", "single"), ("dqn", "mono"),
+                                                ("ppo", "poly"), ("dqn", "poly")])
 def test_each_policy_learns_from_its_own_agents_rows_only(agent, runtime, tmp_path, monkeypatch):
     """Agents observe their index: every batch each policy's learner gets holds its agents'
     rows and no one else's (on-policy: columns of the runtime's batches; replay: its tables)."""
@@ -375,7 +376,7 @@ def test_no_step_of_an_agent_that_left_is_learned_from(agent, runtime, tmp_path,
 
 def test_poly_serves_games_to_one_policy_and_refuses_what_it_cannot_step(tmp_path):
     """Environment servers name each row's agent and say which are away (the protocol's
-    ``agents`` and ``absent``); poly's batcher mixes actors' rows, so it acts for one policy."""
+    ``agents`` and ``absent``); streams hold whole games; the servers add no agent index."""
     from rlherd.envs.server import EnvServicer
 
     servicer = EnvServicer(GAME, envs_per_stream=6, agents=3)
@@ -383,9 +384,9 @@ def test_poly_serves_games_to_one_policy_and_refuses_what_it_cannot_step(tmp_pat
     with pytest.raises(ValueError, match="must be a multiple of it"):
         EnvServicer(GAME, envs_per_stream=4, agents=3)
     kwargs = dict(runtime="poly", total_steps=100, env_kwargs=dict(agents=3), progress=False)
-    with pytest.raises(ConfigError, match="use --policies shared"):
-        rlherd.train("ppo", GAME, run_dir=tmp_path / "a", policies="independent",
-                     envs_per_actor=6, **kwargs)  # fmt: skip
+    with pytest.raises(ConfigError, match="drop --agent-index"):
+        rlherd.train("ppo", GAME, run_dir=tmp_path / "a", agent_index=True, envs_per_actor=6,
+                     **kwargs)  # fmt: skip
     with pytest.raises(ConfigError, match=r"--envs-per-actor \(4\) must be a multiple"):
         rlherd.train("ppo", GAME, run_dir=tmp_path / "b", envs_per_actor=4, **kwargs)
     with pytest.raises(ConfigError, match="turn-based game played by self-play, which the poly"):

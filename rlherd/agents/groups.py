@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlherd import types as F
 from rlherd.config import apply_overrides
 from rlherd.core import POLICY_KEY, EnvSpec, VariableClient
 from rlherd.errors import ConfigError
@@ -110,6 +111,8 @@ class GroupPolicy:
         return self.rows.join(parts, dim=1) if parts[0] else ()
 
     def __call__(self, obs, first, state, generator):
+        if isinstance(obs, dict) and POLICY_FIELD in obs:  # each row says whose it is
+            return self._by_label(obs, first, state, generator)
         obs_parts, first_parts = self.rows.split(obs), self.rows.split(first)
         state_parts = self.rows.split(state, dim=1) if state else [()] * len(self.policies)
         outputs, states = [], []
@@ -119,6 +122,52 @@ class GroupPolicy:
             outputs.append(out)
             states.append(new)
         return self.rows.join(outputs), self.rows.join(states, dim=1) if states[0] else ()
+
+    def _by_label(self, obs, first, state, generator):
+        """Rows from several actors at once (poly's batcher), each labelled with its policy by
+        :class:`Labelled`: each policy acts on its rows, wherever they are."""
+        obs = dict(obs)
+        labels = obs.pop(POLICY_FIELD).long()
+        if set(obs) == {INNER}:
+            obs = obs[INNER]
+        rows = len(labels)
+        outputs: dict[str, torch.Tensor] = {}
+        new_state = [torch.empty(0)] * len(state)
+        for k, policy in enumerate(self.policies.values()):
+            index = torch.nonzero(labels == k).flatten()
+            if len(index) == 0:
+                continue
+            sub_state = tuple(s.index_select(1, index.to(s.device)) for s in state)
+            out, new = policy(_take(obs, index, 0), first[index.to(first.device)], sub_state,
+                              generator)  # fmt: skip
+            for key, v in out.items():
+                if key not in outputs:
+                    outputs[key] = v.new_empty((rows, *v.shape[1:]))
+                outputs[key].index_copy_(0, index.to(v.device), v)
+            for j, s in enumerate(new):
+                if new_state[j].numel() == 0:
+                    new_state[j] = s.new_empty((s.shape[0], rows, *s.shape[2:]))
+                new_state[j].index_copy_(1, index.to(s.device), s)
+        return outputs, tuple(new_state)
+
+
+POLICY_FIELD, INNER = "policy_of_row", "inner"  # a labelled observation's fields
+
+
+class Labelled:
+    """Policy ``k``'s actor's policy where a runtime acts through a stand-in of its own (poly's
+    batched policy, which runs the whole :class:`GroupPolicy` on every actor's rows at once):
+    each row goes with its policy's index, so the whole knows whose it is."""
+
+    def __init__(self, policy: Any, k: int, initial_state: Any):
+        self.policy, self.k, self.initial_state = policy, k, initial_state
+        self.device = getattr(policy, "device", torch.device("cpu"))
+        self.greedy = getattr(policy, "greedy", False)
+
+    def __call__(self, obs, first, state, generator):
+        labels = torch.full((F.obs_len(obs),), self.k, dtype=torch.int64)
+        labelled = {**obs} if isinstance(obs, dict) else {INNER: obs}
+        return self.policy({**labelled, POLICY_FIELD: labels}, first, state, generator)
 
 
 class Gather:
@@ -403,10 +452,19 @@ class PolicyGroups:
                 for (name, t), n in zip(self._tables(tables).items(), counts, strict=True)}
 
     # ---------------------------------------------------------------- both
-    def make_actor(self, seed: int, policy: GroupPolicy, spec: EnvSpec, adder: Any,
+    def make_actor(self, seed: int, policy: Any, spec: EnvSpec, adder: Any,
                    variable_source: Any) -> GroupActor:  # fmt: skip
         """Each policy's actor, on its own random stream; an on-policy runtime's writer is
-        shared through a :class:`Gather`, a replay runtime's adders are already per policy."""
+        shared through a :class:`Gather`, a replay runtime's adders are already per policy.
+        ``policy`` is :meth:`make_policy`'s, or a runtime's stand-in for it (each policy's
+        actor then acts through it, its rows :class:`Labelled`)."""
+        policies = getattr(policy, "policies", None)
+        if not isinstance(policy, GroupPolicy):
+            policies = {}
+            for k, (name, b) in enumerate(self.builders.items()):
+                with torch.random.fork_rng():  # a network only for its recurrent state's shape
+                    own = b.make_policy(b.make_networks(spec))
+                policies[name] = Labelled(policy, k, own.initial_state)
         gather = None
         if adder is not None and self.base.dataflow == "rollout":
             gather = Gather(adder, self.rows)
@@ -415,9 +473,9 @@ class PolicyGroups:
             part = adder[name] if isinstance(adder, dict) else None
             if gather is not None:
                 part = gather.part(k)
-            actors[name] = b.make_actor(seed + 104729 * k, policy.policies[name], spec, part, None)
+            actors[name] = b.make_actor(seed + 104729 * k, policies[name], spec, part, None)
         client = None
-        if variable_source is not None:
+        if variable_source is not None and isinstance(policy, GroupPolicy):
             period = getattr(self.base.config, "variable_update_period", 1)
             client = VariableClient(variable_source, policy.net, "policy", period)
         return GroupActor(actors, self.rows, client, adder if gather is not None else None)

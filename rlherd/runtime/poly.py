@@ -350,9 +350,9 @@ def _check_served(stream, spec: EnvSpec) -> None:
 
 
 def check_game(ctx: RunContext) -> None:
-    """A multi-agent game's streams hold whole games, and their rows are acted on by one policy:
-    the dynamic batcher mixes every actor's rows, so several policies (each acting for its
-    agents' rows) are refused."""
+    """A multi-agent game's streams hold whole games (several policies' actors label their
+    rows, so the batcher's whole policy knows whose each row is); the servers add no agent
+    index."""
     spec, k = ctx.spec, ctx.settings.envs_per_actor
     if spec is None or spec.agents == 1:
         return
@@ -364,11 +364,6 @@ def check_game(ctx: RunContext) -> None:
         example = spec.agents * max(1, k // spec.agents)
         raise ConfigError(f"{ctx.env_id} has {spec.agents} agents a game: --envs-per-actor "
                           f"({k}) must be a multiple of it, e.g. {example}")  # fmt: skip
-    if len(set(spec.policies)) > 1:
-        raise ConfigError(f"poly acts for one policy per game (its batcher mixes the actors' "
-                          f"rows); this run maps {ctx.env_id}'s agents to "
-                          f"{', '.join(dict.fromkeys(spec.policies))}: use --policies shared, "
-                          "or train on single, mono or distributed")  # fmt: skip
 
 
 def run(ctx: RunContext) -> None:
