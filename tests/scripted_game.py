@@ -5,7 +5,8 @@ Agent ``i`` observes ``[i, t]`` (its index and the step) and is rewarded ``i + 1
 steps. With ``leave=True`` agent 0 leaves after its first step (terminated); with ``join=N`` it
 joins at step ``N`` (absent before); with ``stranger=True`` an agent not among
 ``possible_agents`` joins at step 1; with ``mixed=True`` the agents' spaces differ (agent 0
-observes a longer vector); with ``mixed_actions=True`` their action spaces do."""
+observes a longer vector); with ``mixed_actions=True`` agent 0 chooses among 3 actions, the
+others 2; with ``box_actions=True`` agent 0 acts in a Box."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ class ScriptedGame(ParallelEnv):
 
     def __init__(self, agents: int = 3, length: int = 5, leave: bool = False, join: int = 0,
                  stranger: bool = False, mixed: bool = False,
-                 mixed_actions: bool = False):  # fmt: skip
+                 mixed_actions: bool = False, box_actions: bool = False):  # fmt: skip
         self.possible_agents = [f"agent_{i}" for i in range(agents)]
         self.length, self.leave, self.join, self.stranger = length, leave, join, stranger
-        self.mixed, self.mixed_actions = mixed, mixed_actions
+        self.mixed, self.mixed_actions, self.box_actions = mixed, mixed_actions, box_actions
 
     @functools.cache  # noqa: B019 (PettingZoo's test wants the same object each call)
     def observation_space(self, agent: str) -> gym.Space:
@@ -33,6 +34,8 @@ class ScriptedGame(ParallelEnv):
 
     @functools.cache  # noqa: B019
     def action_space(self, agent: str) -> gym.Space:
+        if self.box_actions and agent == "agent_0":
+            return gym.spaces.Box(0, 1, (1,), np.float32)
         return gym.spaces.Discrete(3 if self.mixed_actions and agent == "agent_0" else 2)
 
     def _obs(self, agent: str) -> np.ndarray:

@@ -58,8 +58,8 @@ def test_the_spec_is_one_agents_and_rows_come_in_whole_games():
 
 
 def test_games_the_host_runtimes_cannot_play_are_clear_errors():
-    with pytest.raises(ConfigError, match="act in different spaces"):
-        AgentRows(GAME, 1, mixed_actions=True)
+    with pytest.raises(ConfigError, match="act in different spaces .* join only discrete"):
+        AgentRows(GAME, 1, box_actions=True)
     rows = AgentRows(GAME, 1, stranger=True)
     rows.reset(seed=0)
     with pytest.raises(ConfigError, match="stranger joined the game but is not one of its"):
@@ -422,3 +422,19 @@ def test_a_shared_policy_may_observe_each_agents_index(tmp_path):
     with pytest.raises(ConfigError, match="agent_index is for the agents of a multi-agent game"):
         rlherd.train("ppo", "CartPole-v1", total_steps=100, run_dir=tmp_path / "cp",
                      progress=False, agent_index=True)  # fmt: skip
+
+
+def test_agents_with_different_action_counts_share_the_largest_masked_to_their_own(tmp_path):
+    """Agent 0 chooses among 3 actions, the others among 2: every row offers 3, and each
+    agent's mask (``obs["action_mask"]``) keeps its own; a policy per group learns each."""
+    rows = AgentRows(GAME, 1, mixed_actions=True)
+    obs, _ = rows.reset(seed=0)
+    assert rows.single_action_space.n == 3 and not rows.same_spaces
+    np.testing.assert_array_equal(obs["action_mask"], [[1, 1, 1], [1, 1, 0], [1, 1, 0]])
+    np.testing.assert_array_equal(obs["observation"][:, 0], [0, 1, 2])
+    rows.close()
+    assert rl_envs.spec_for(GAME, mixed_actions=True).has_action_mask
+    run = rlherd.train("ppo", GAME, total_steps=1_500, seed=0, run_dir=tmp_path / "run",
+                       env_kwargs=dict(agents=3, mixed_actions=True), progress=False,
+                       policies="three=agent_0,two=agent_[12]")  # fmt: skip
+    assert {"final_return_mean_three", "final_return_mean_two"} <= set(run.summary)

@@ -176,11 +176,12 @@ class AgentRows(gym.vector.VectorEnv):
         obs_spaces = {a: first.observation_space(a) for a in self.possible_agents}
         act_spaces = {a: first.action_space(a) for a in self.possible_agents}
         agent = self.possible_agents[0]
+        self._legal: np.ndarray | None = None  # each agent's actions, where their counts differ
+        single_action_space = act_spaces[agent]
         if any(s != act_spaces[agent] for s in act_spaces.values()):
-            spaces = ", ".join(sorted(set(map(str, act_spaces.values()))))
-            raise ConfigError(f"{env_id}'s agents act in different spaces ({spaces}); rlherd's "
-                              "host runtimes need one action space for every agent of a game")
-        self.same_spaces = all(s == obs_spaces[agent] for s in obs_spaces.values())
+            single_action_space = self._masked_actions(env_id, act_spaces)
+        self.same_spaces = all(s == obs_spaces[agent] for s in obs_spaces.values()) and (
+            self._legal is None)  # fmt: skip
         self.raw_space = obs_spaces[agent]
         self._pad = 0  # observations padded to this length (vectors of different lengths)
         if not self.same_spaces:
@@ -190,10 +191,15 @@ class AgentRows(gym.vector.VectorEnv):
             self.single_observation_space, self.dropped = self.raw_space, []
         else:
             self.single_observation_space, self.dropped = flatten_space(self.raw_space)
+        if self._legal is not None:  # the legal actions, as PettingZoo's masks say them
+            space = self.single_observation_space
+            mask = gym.spaces.Box(0, 1, (single_action_space.n,), np.int8)
+            leaves = space.spaces if isinstance(space, gym.spaces.Dict) else {"observation": space}
+            self.single_observation_space = gym.spaces.Dict({**leaves, "action_mask": mask})
         self.agent_index = agent_index
         if agent_index:
             self.single_observation_space = self._indexed(self.single_observation_space)
-        self.single_action_space = act_spaces[agent]
+        self.single_action_space = single_action_space
         self.num_envs = games * self.agents_per_game
         self.observation_space = gym.vector.utils.batch_space(
             self.single_observation_space, self.num_envs
@@ -286,6 +292,18 @@ class AgentRows(gym.vector.VectorEnv):
             high[: s.shape[0]] = np.maximum(high[: s.shape[0]], s.high)
         return gym.spaces.Box(low, high, (size,), np.float32)
 
+    def _masked_actions(self, env_id: str, spaces: dict[str, gym.Space]) -> gym.spaces.Discrete:
+        """Agents that choose among different numbers of actions (MPE's speaker 3, listener 5)
+        share the largest count, each masked to its own (``obs["action_mask"]``, which every
+        agent honours); other differing action spaces cannot share a batch."""
+        if not all(isinstance(s, gym.spaces.Discrete) and s.start == 0 for s in spaces.values()):
+            names = ", ".join(sorted(set(map(str, spaces.values()))))
+            raise ConfigError(f"{env_id}'s agents act in different spaces ({names}); rlherd's "
+                              "host runtimes join only discrete ones (masked to each agent's "
+                              "actions) into one batch")  # fmt: skip
+        self._legal = np.array([int(spaces[a].n) for a in self.possible_agents])
+        return gym.spaces.Discrete(int(self._legal.max()))
+
     def _indexed(self, space: gym.Space) -> gym.Space:
         """``space`` with the agent's index (one-hot) as an input (the ``agent_index`` setting):
         after a vector, or as a dict observation's ``agent_index``."""
@@ -304,6 +322,9 @@ class AgentRows(gym.vector.VectorEnv):
             obs = np.pad(np.asarray(obs, np.float32), (0, self._pad - len(obs)))
         elif not isinstance(self.raw_space, gym.spaces.Box):
             obs = flatten_value(self.raw_space, obs)
+        if self._legal is not None:
+            mask = (np.arange(self._legal.max()) < self._legal[index]).astype(np.int8)
+            obs = {**(obs if isinstance(obs, dict) else {"observation": obs}), "action_mask": mask}
         if not self.agent_index:
             return obs
         one_hot = np.eye(self.agents_per_game, dtype=np.float32)[index]
