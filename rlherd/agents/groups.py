@@ -14,6 +14,9 @@ what the device runtime's agent groups get: the agent's builder with that policy
   environments, a multiple of the game's agents), so column ``c`` is agent ``c % n``.
 - replay agents: each policy has its own tables, adders and dataset, so each learns from its own
   agents' transitions only (independent learners), each paced by its own rate limiter.
+- a runtime that acts through a stand-in of its own (poly's dynamic batcher, which runs the
+  whole policy on every actor's rows at once): each policy's actor labels its rows
+  (:class:`Labelled`), and the whole acts on each row with the policy its label names.
 
 The whole is one network (a :class:`torch.nn.ModuleDict` by policy name), so checkpoints,
 parameter sharing with actors (shared memory, Ray) and evaluation handle it as any agent's.
@@ -132,7 +135,7 @@ class GroupPolicy:
             obs = obs[INNER]
         rows = len(labels)
         outputs: dict[str, torch.Tensor] = {}
-        new_state = [torch.empty(0)] * len(state)
+        new_state: list[Any] = [None] * len(state)
         for k, policy in enumerate(self.policies.values()):
             index = torch.nonzero(labels == k).flatten()
             if len(index) == 0:
@@ -145,7 +148,7 @@ class GroupPolicy:
                     outputs[key] = v.new_empty((rows, *v.shape[1:]))
                 outputs[key].index_copy_(0, index.to(v.device), v)
             for j, s in enumerate(new):
-                if new_state[j].numel() == 0:
+                if new_state[j] is None:
                     new_state[j] = s.new_empty((s.shape[0], rows, *s.shape[2:]))
                 new_state[j].index_copy_(1, index.to(s.device), s)
         return outputs, tuple(new_state)

@@ -265,8 +265,8 @@ class TurnGames(gym.vector.VectorEnv):
         game.step(move)
         self.history[g].append(move)
         self.moves += 1
-        gains[g] += game.rewards[self.learner(g)]
         me = self.learner(g)
+        gains[g] += game.rewards[me]
         if game.terminations[me] or game.truncations[me]:
             self.over[g] = True
 
@@ -293,17 +293,12 @@ class TurnGames(gym.vector.VectorEnv):
             elif not ended[g]:
                 self._move(g, int(actions[g]), gains)
         self._replies(gains)
-        for g in range(self.num_envs):
-            if ended[g]:
-                gains[g] = 0.0
-                continue
+        gains[ended] = 0.0  # a reset step earns nothing
+        for g in np.flatnonzero(~ended):
+            self.outcome[g] += gains[g]
             if self.over[g]:
-                me = self.learner(g)
-                terminated[g] = bool(self.games[g].terminations[me])
+                terminated[g] = bool(self.games[g].terminations[self.learner(g)])
                 truncated[g] = not terminated[g]
-                self.outcome[g] += gains[g]
-            else:
-                self.outcome[g] += gains[g]
         if hasattr(self.opponents, "step"):
             self.opponents.step(self.num_envs)
             self.opponents.keep(set(self.opponent[~self.over].tolist()))
