@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 
 from trees import ROOT, older_tree, run_in
 
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count())
+from rlherd.run.provenance import machine
+
+MACHINE = machine()
 
 FROZEN = dict(learning_rate=1e-30, num_actors=1)  # mono: parameters never move (see above)
 CASES: dict[str, tuple[str, str, str, int, dict]] = {

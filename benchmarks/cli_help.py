@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rlherd.run.provenance import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 RLHERD = "import sys; from rlherd.cli import main; sys.exit(main())"
@@ -29,8 +29,7 @@ COMMANDS = {
     "rlherd train --help": [sys.executable, "-c", RLHERD, "train", "--help"],
     "python -c 'import torch'": [sys.executable, "-c", "import torch"],
 }
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               python=platform.python_version())  # fmt: skip
+MACHINE = machine()
 
 
 def wall_time(cmd: list[str]) -> float:

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -45,6 +43,7 @@ import torch
 
 from rlherd.commands.evaluate import evaluate
 from rlherd.commands.train import train_to
+from rlherd.run.provenance import machine
 
 # env -> (TD3, SAC) as RL Zoo publishes them (1M steps; Pendulum at 20k).
 PUBLISHED = {
@@ -53,8 +52,7 @@ PUBLISHED = {
     "Pendulum-v1": (-152, -157),
 }
 QUICK_STEPS = 5_000
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 def score(agent: str, env: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:

@@ -24,7 +24,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -39,12 +38,11 @@ import torch
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.replay import MinSize, NStepTransitionAdder, Table, Uniform
+from rlherd.run.provenance import machine
 from rlherd.runtime.program import InsertClient, LearnerNode, NodeSetup, ReplayNode, TableClient
 from rlherd.runtime.settings import Distributed
 
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               python=platform.python_version(), torch=torch.__version__,
-               ray=ray.__version__)  # fmt: skip
+MACHINE = machine()
 CHUNK, BATCH, CAPACITY = 64, 64, 100_000
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 
 import numpy as np
@@ -28,11 +26,11 @@ from rlherd.agents import BUILDERS
 from rlherd.commands.train import resolve_config
 from rlherd.replay import MinSize
 from rlherd.run import divergence
+from rlherd.run.provenance import machine
 from rlherd.runtime import torch_threads
 
 SETUPS = {"classic": "CartPole-v1", "rlzoo": "CartPole-v1", "minatar_paper": "MinAtar/Breakout-v1"}
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 def make_learner(setup: str):

@@ -30,7 +30,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import tempfile
 import threading
 import time
@@ -51,6 +50,7 @@ from rlherd.replay.rollouts import (
     rollout_layout,
 )
 from rlherd.run.loop import ActorAlgorithm, EnvironmentLoop
+from rlherd.run.provenance import machine
 from rlherd.runtime import RunContext, make_envs
 from rlherd.runtime.mono import ActorPool, SharedVariables, rollout_slots
 from rlherd.runtime.settings import resolve as resolve_settings
@@ -63,12 +63,7 @@ SETUPS = {
     "ALE/Pong-v5": (dict(batch_size=8, unroll_length=80), dict(num_actors=2), [1, 8], 57_600),
 }
 
-MACHINE = dict(
-    cpu=platform.processor() or platform.machine(),
-    cores=os.cpu_count(),
-    torch=torch.__version__,
-    python=platform.python_version(),
-)
+MACHINE = machine()
 
 
 def emit(**row) -> None:

@@ -33,7 +33,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import tempfile
 import time
 
@@ -45,13 +44,13 @@ from rlherd.agents import BUILDERS
 from rlherd.commands.train import resolve_config
 from rlherd.losses.td import double_q_learning_td, huber, q_learning_td
 from rlherd.replay import MinSize, Prioritized
+from rlherd.run.provenance import machine
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir
 
 PATHS = ("before", "unflushed", "eager", "compiled")
 SETUPS = {"classic": "CartPole-v1", "rlzoo": "CartPole-v1", "minatar_paper": "MinAtar/Breakout-v1"}
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 class BeforeLearner:

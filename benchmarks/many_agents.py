@@ -26,24 +26,21 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import platform
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from rlherd.commands.evaluate import evaluate
 from rlherd.commands.plot import load_curves
 from rlherd.commands.train import train_to
+from rlherd.run.provenance import machine
 
 SPREAD = "pettingzoo/mpe2.simple_spread_v3"
 GOAL = -20.0
 KAZ = "pettingzoo/pettingzoo.butterfly.knights_archers_zombies_v11"
 KAZ_POLICIES = "archer=archer_*,knight=knight_*"
 CONNECT_FOUR = "pettingzoo/pettingzoo.classic.connect_four_v3"
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 def random_return(games: int = 200, seed: int = 0) -> float:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 
 import numpy as np
@@ -25,9 +23,9 @@ import torch
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.commands.train import resolve_config
+from rlherd.run.provenance import machine
 
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 def make_actor(env_id: str, model: str, simulations: int, envs):

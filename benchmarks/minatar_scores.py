@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from rlherd.commands.evaluate import evaluate
 from rlherd.commands.plot import load_curves, plot_runs
 from rlherd.commands.train import train_to
+from rlherd.run.provenance import machine
 
 # (agent, game) -> (published figure, its source): the nearest published algorithm's.
 PUBLISHED = {
@@ -48,8 +46,7 @@ PUBLISHED = {
 }
 
 
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 def last_returns_mean(run_dir: Path, episodes: int = 100) -> float | None:

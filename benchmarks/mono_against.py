@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 
 from trees import ROOT, older_tree, run_in
 
 from rlherd.config import parse_set
+from rlherd.run.provenance import machine
 
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count())
+MACHINE = machine()
 
 # One training run, in a process of its own: rlherd is whichever tree PYTHONPATH puts first.
 RUN = """

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
 
@@ -28,10 +27,10 @@ from rlherd.commands.collect import collect
 from rlherd.commands.train import resolve_config
 from rlherd.replay import offline
 from rlherd.replay.dataset import ReplaySample
+from rlherd.run.provenance import machine
 
 ENV = "CartPole-v1"
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 # One-step transitions and uniform sampling on both paths (DQN's classic preset otherwise
 # uses 3-step returns and prioritised replay, which reading from disk cannot give).
 SETTINGS = {"dqn": dict(n_step=1, prioritized=False), "bc": {}}

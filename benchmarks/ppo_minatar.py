@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
-
-import torch
 
 import rlherd
 from rlherd.commands.evaluate import evaluate
+from rlherd.run.provenance import machine
 
 RUNS = (("ppo", "minatar"), ("ppo", "classic"), ("impala", "minatar"))
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 def main() -> None:

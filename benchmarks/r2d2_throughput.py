@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
 from pathlib import Path
 
 import torch
 
 import rlherd
+from rlherd.run.provenance import machine
 
 ENV = "rlherd/MaskedCartPole-v1"
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 AGENTS = {"r2d2": {}, "dqn": dict(preset="classic")}
 
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 
 import numpy as np
 
 from rlherd.replay import MinSize, Prioritized, Table, Uniform
+from rlherd.run.provenance import machine
 
 CAPACITY = {"cartpole": 1_000_000, "atari": 250_000}
 BATCH = 256
@@ -33,8 +32,7 @@ ITEMS = {
     },
     "atari": {"obs": ((4, 84, 84), np.uint8), "action": ((), np.int64), "reward": ((), np.float32)},
 }
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               python=platform.python_version(), numpy=np.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 class RingBuffer:

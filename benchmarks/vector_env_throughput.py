@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
-import platform
 import time
 
 import gymnasium as gym
@@ -23,11 +21,11 @@ import numpy as np
 
 from rlherd import envs
 from rlherd.envs.vector import BatchEnv
+from rlherd.run.provenance import machine
 
 ENVS = ("CartPole-v1", "ALE/Pong-v5", "HalfCheetah-v5")  # EnvPool: Pong natively, HalfCheetah-v4
 SIZES = (2, 8, 32)
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               python=platform.python_version(), gymnasium=gym.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 def emit(**row):

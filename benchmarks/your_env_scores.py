@@ -25,16 +25,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
-import platform
 import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from rlherd.commands.plot import load_curves
 from rlherd.commands.train import train_to
+from rlherd.run.provenance import machine
 
 # name -> (agent, env, runtime, steps, goal, what the goal is of, eval_every)
 FIGURES: dict[str, tuple[str, str, str, int, float, str, int | None]] = {
@@ -44,8 +42,7 @@ FIGURES: dict[str, tuple[str, str, str, int, float, str, int | None]] = {
        for r in ("mono", "poly", "distributed")},
     "impala-nethack": ("impala", "NetHackScore-v0", "mono", 2_000_000, 60.0, "final", None),
 }
-MACHINE = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-               torch=torch.__version__)  # fmt: skip
+MACHINE = machine()
 
 
 def last_greedy(run_dir: Path) -> float | None:

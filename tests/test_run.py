@@ -267,3 +267,29 @@ def test_eval_plays_dict_observation_runs_and_records_minigrid(tmp_path, capsys)
         assert frames.shape[1:] == (320, 320, 3)  # 5 cells of 32 pixels, enlarged 2x to >= 256
         if video.endswith(".mp4"):  # a GIF merges repeated frames
             assert len(frames) == length
+
+
+def test_a_run_records_what_it_ran_on(tmp_path):
+    """config.json says where the run started and summary.json where its latest session ran:
+    rlherd's version and commit, the CPU's model (not just its architecture), its cores and
+    the run's torch threads, and the key packages' versions."""
+    import json
+    from pathlib import Path
+
+    import rlherd
+
+    run = rlherd.train("dqn", "rlherd/Corridor-v0", total_steps=50, run_dir=tmp_path / "run",
+                       progress=False, torch_threads=1)  # fmt: skip
+    started = json.loads((run.path / "config.json").read_text())["machine"]
+    latest = json.loads((run.path / "summary.json").read_text())["machine"]
+    for machine in (started, latest):
+        assert machine["rlherd"] == rlherd.__version__ and machine["cores"] >= 1
+        assert machine["packages"]["torch"] and machine["packages"]["gymnasium"]
+        assert machine["torch_threads"] == 1
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        models = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("model name")]  # fmt: skip
+        assert not models or started["cpu"] == models[0]
+    if (Path(rlherd.__file__).parents[1] / ".git").exists():
+        assert started["commit"] and len(started["commit"].removesuffix("-dirty")) == 40

@@ -21,6 +21,7 @@ from rlherd.commands.evaluate import builder_of
 from rlherd.config import apply_overrides, to_json
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import Evaluator, Snapshots
+from rlherd.run.provenance import machine
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, RunRecord
 from rlherd.runtime import (
@@ -271,7 +272,8 @@ def train(
         record = RunRecord(agent=agent, env=env, runtime=runtime, seed=seed,
                            total_steps=total_steps, preset=preset, env_kwargs=env_kwargs or {},
                            eval_every=eval_every, eval_episodes=eval_episodes,
-                           config=to_json(config), settings=to_json(settings))  # fmt: skip
+                           config=to_json(config), settings=to_json(settings),
+                           machine=machine())  # fmt: skip
         checkpoint = None
     if record.total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {record.total_steps}")
@@ -391,9 +393,11 @@ def _spec(record: RunRecord):
 
 
 def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progress) -> Run:
+    torch_threads(settings.torch_threads)  # before the summary's machine reads the count
     recorder = Recorder(
         rundir,
-        dict(agent=record.agent, env=record.env, runtime=record.runtime),
+        # machine: where this session runs (config.json has where the run started)
+        dict(agent=record.agent, env=record.env, runtime=record.runtime, machine=machine()),
         record.total_steps,
         progress=progress,
         log_interval_s=settings.log_interval_s,
@@ -416,7 +420,6 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
     snapshots = None
     if rl_envs.turn_based(record.env):
         snapshots = Snapshots(recorder, settings.opponent_every)
-    torch_threads(settings.torch_threads)
     graceful = GracefulStop()
     with graceful as stop:
         ctx = RunContext(builder, record.env, record.env_kwargs, spec, settings, recorder,

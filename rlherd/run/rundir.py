@@ -50,6 +50,8 @@ class RunRecord:
     config: dict[str, Any]  # the agent's config fields
     settings: dict[str, Any]  # the runtime's settings
     preset: str = ""  # the preset the config started from (runs of older versions: "")
+    # What it started on (rlherd.run.provenance.machine; runs of older versions: {}).
+    machine: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 # What config.json must hold, and of which type (checked before a run is evaluated or resumed):
@@ -57,7 +59,7 @@ class RunRecord:
 RUN_FIELDS = {f.name: typing.get_origin(kind) or kind
               for f, kind in zip(dataclasses.fields(RunRecord),
                                  typing.get_type_hints(RunRecord).values(), strict=True)
-              if f.default is dataclasses.MISSING}  # fmt: skip
+              if f.default is f.default_factory is dataclasses.MISSING}  # fmt: skip
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -172,7 +174,9 @@ class RunDir:
                 )
         rl_envs.check_recorded(config["env"], self.path)
         preset = config.get("preset") if isinstance(config.get("preset"), str) else ""
-        return RunRecord(**{key: config[key] for key in RUN_FIELDS}, preset=preset)
+        machine = config.get("machine") if isinstance(config.get("machine"), dict) else {}
+        return RunRecord(**{key: config[key] for key in RUN_FIELDS}, preset=preset,
+                         machine=machine)  # fmt: skip
 
     def read_summary(self) -> dict[str, Any]:
         """The run's summary.json (empty before the run's first summary)."""
