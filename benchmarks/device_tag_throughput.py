@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
 import time
 
@@ -30,6 +28,7 @@ import torch
 
 import rlherd
 from rlherd.envs.device import make_device, sample_categorical
+from rlherd.run.provenance import machine
 
 # agents -> environment options
 GRID = {5: dict(num_taggers=4), 105: dict(num_taggers=104), 1000: dict(num_taggers=999)}
@@ -37,17 +36,11 @@ CONTINUOUS = {5: dict(num_taggers=1, num_runners=4), 105: dict(num_taggers=5, nu
 GAMES = (1, 100, 1000, 2000)
 
 
-def machine(device: str) -> dict:
-    info = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count(),
-                torch=torch.__version__, threads=torch.get_num_threads())  # fmt: skip
-    if device.startswith("cuda"):
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return info
 
 
 def emit(device: str, **row) -> None:
     print(json.dumps(dict(bench="device_tag_throughput", device=device, **row,
-                          machine=machine(device))), flush=True)  # fmt: skip
+                          machine=machine())), flush=True)  # fmt: skip
 
 
 def sync(device: str) -> None:

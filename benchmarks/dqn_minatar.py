@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
 
 import rlherd
 from rlherd.commands.evaluate import evaluate
+from rlherd.run.provenance import machine
 
 
 def main() -> None:
@@ -36,7 +35,7 @@ def main() -> None:
         final_return_mean=run.summary["final_return_mean"],
         greedy_return_mean=greedy["eval_return_mean"], sps=run.summary["sps"],
         wall_time_s=run.summary["wall_time_s"],
-        machine=dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count()),
+        machine=machine(),
     )))  # fmt: skip
 
 

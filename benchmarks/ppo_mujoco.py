@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import tempfile
 
 import rlherd
 from rlherd.commands.evaluate import evaluate
+from rlherd.run.provenance import machine
 
 # Final returns at 1M steps as published (approximate; read off their reports).
 PUBLISHED = {
@@ -44,7 +43,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-episodes", type=int, default=10)
     args = parser.parse_args()
-    machine = dict(cpu=platform.processor() or platform.machine(), cores=os.cpu_count())
+    ran_on = machine()
     for env in args.envs.split(","):
         for preset in args.presets.split(","):
             with tempfile.TemporaryDirectory() as tmp:
@@ -65,7 +64,7 @@ def main() -> None:
                 final_return_mean=round(s["final_return_mean"], 1),
                 mean_action_return=round(greedy["eval_return_mean"], 1),
                 published_return_1m=PUBLISHED.get((env, preset)),
-                wall_time_s=s["wall_time_s"], sps=s["sps"], machine=machine,
+                wall_time_s=s["wall_time_s"], sps=s["sps"], machine=ran_on,
             )), flush=True)  # fmt: skip
 
 
