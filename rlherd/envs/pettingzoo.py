@@ -1,6 +1,8 @@
-"""PettingZoo's parallel games for the host runtimes: every agent of every game is one row of a
-vector environment, so one policy acts for all of them (a shared policy: PettingZoo's and
-SuperSuit's "agents as environments", PufferLib's emulation).
+"""PettingZoo's games for the host runtimes: every agent of every parallel game is one row of a
+vector environment, so one policy can act for all of them (a shared policy: PettingZoo's and
+SuperSuit's "agents as environments", PufferLib's emulation), or each policy of the run's
+mapping (:func:`assign_policies`; :mod:`rlherd.agents.groups`) for its agents' rows. Turn-based
+games are played by self-play instead, one row per game (:mod:`rlherd.envs.turns`).
 
 Ids name the module that holds the game, as an import path after ``pettingzoo/``:
 ``pettingzoo/mpe2.simple_spread_v3`` (the ``mpe2`` package) or
