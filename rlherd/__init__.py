@@ -1,14 +1,15 @@
 """rlherd: reinforcement learning in PyTorch that runs the same agent at every scale.
 
-``rlherd.make`` builds environments; ``rlherd.train`` trains an agent (the CLI's ``train``). Both
-are imported on first use: the environment stack (Gymnasium) and the training stack (torch,
-agents, runtimes) load only in processes that need them, so the ``rlherd`` command answers
-``--help`` at once and BatchEnv workers do not load torch.
+``rlherd.make`` builds environments; ``rlherd.train`` trains an agent (the CLI's ``train``);
+``rlherd.load_policy`` returns a run's trained policy to act with. They are imported on first
+use: the environment stack (Gymnasium) and the training stack (torch, agents, runtimes) load
+only in processes that need them, so the ``rlherd`` command answers ``--help`` at once and
+BatchEnv workers do not load torch.
 """
 
 from typing import Any
 
-__all__ = ["Run", "make", "train"]
+__all__ = ["Run", "load_policy", "make", "train"]
 __version__ = "0.1.0"
 
 
@@ -21,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from rlherd.commands import train as module
 
         return getattr(module, name)
+    if name == "load_policy":
+        from rlherd.commands.evaluate import load_policy
+
+        return load_policy
     raise AttributeError(f"module 'rlherd' has no attribute {name!r}")

@@ -293,3 +293,33 @@ def test_a_run_records_what_it_ran_on(tmp_path):
         assert not models or started["cpu"] == models[0]
     if (Path(rlherd.__file__).parents[1] / ".git").exists():
         assert started["commit"] and len(started["commit"].removesuffix("-dirty")) == 40
+
+
+def test_load_policy_acts_as_the_runs_evaluation_does(tmp_path):
+    """A run's policy from Python acts for one observation or a batch, as ``rlherd eval``'s
+    actor does; runs it cannot stand for are one line."""
+    import numpy as np
+
+    import rlherd
+    from rlherd.commands.evaluate import evaluate
+    from rlherd.errors import ConfigError
+
+    run = rlherd.train("ppo", "CartPole-v1", total_steps=3_000, seed=0,
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    policy = rlherd.load_policy(run.path)
+    env = rlherd.make("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    ret, done = 0.0, False
+    while not done:
+        action = policy(obs)
+        assert np.ndim(action) == 0 and env.action_space.contains(int(action))
+        obs, reward, terminated, truncated, _ = env.step(int(action))
+        ret, done = ret + reward, terminated or truncated
+    # rlherd eval plays the same greedy policy: the same return on the same seed.
+    assert evaluate(run.path, episodes=1, seed=0)["eval_return_mean"] == ret
+    batch = np.stack([env.observation_space.sample() for _ in range(5)])
+    assert policy(batch).shape == (5,)
+    device = rlherd.train("ppo", "CartPole-v1", runtime="device", total_steps=512,
+                          run_dir=tmp_path / "device", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="play it with rlherd eval"):
+        rlherd.load_policy(device.path)

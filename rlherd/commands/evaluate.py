@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlherd import envs as rl_envs
+from rlherd import types as F
 from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
 from rlherd.config import apply_overrides
@@ -216,6 +218,68 @@ def evaluate(
                   eval_greedy=greedy)  # fmt: skip
     _add_to_summary(run_dir, result)
     return result
+
+
+class TrainedPolicy:
+    """A run's latest policy, to act with from Python (analysis, a notebook, an environment of
+    one's own), made by :func:`load_policy`. ``policy(obs)`` acts for one observation, or a
+    batch of them (a leading dimension), as the run's agent acts: its greedy action unless made
+    with ``greedy=False``. A recurrent policy carries its state from call to call;
+    ``reset()`` begins new episodes (a new batch size does too).
+
+    Example::
+
+        policy = rlherd.load_policy("runs/ppo-cartpole")
+        env = rlherd.make("CartPole-v1")
+        obs, _ = env.reset(seed=0)
+        obs, reward, terminated, truncated, _ = env.step(policy(obs))
+    """
+
+    def __init__(self, make_actor: Callable[[], Any], spec: Any, record: RunRecord):
+        self.make_actor, self.spec, self.record = make_actor, spec, record
+        self.actor: Any = None
+        self.rows: int | None = None
+
+    def reset(self, rows: int = 1) -> None:
+        """Begin new episodes in ``rows`` environments (a fresh actor: its recurrent state,
+        its random stream)."""
+        self.actor = self.make_actor()
+        self.actor.observe_first(None, np.ones(rows, dtype=bool))
+        self.rows = rows
+
+    def __call__(self, obs: Any) -> np.ndarray:
+        leaf = F.first_array(self.spec.obs)  # one observation's first array
+        single = np.shape(F.first_array(obs)) == tuple(leaf.shape)
+        batch = batch_of_one(obs) if single else obs
+        rows = F.obs_len(batch)
+        if rows != self.rows:
+            self.reset(rows)
+        actions = self.actor.select_action(batch)
+        return actions[0] if single else actions
+
+
+def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0) -> TrainedPolicy:
+    """The latest policy of the run in ``run_dir`` (a finished or running one), read as plain
+    data from its checkpoint: see :class:`TrainedPolicy`. Runs of the device runtime (whose
+    games live on the device) and of agents that act by searching their environment (MCTS)
+    are played with ``rlherd eval`` instead."""
+    record, builder, checkpoint = load_run(run_dir)
+    runtime = RUNTIMES.get(record.runtime)
+    if runtime is None or "gym_envs" not in runtime.provides:
+        raise ConfigError(f"{run_dir} is a {record.runtime} run, whose games live in its "
+                          "runtime; play it with rlherd eval")  # fmt: skip
+    if "actor_network" in builder.needs:
+        raise ConfigError(f"{record.agent} acts by searching its environment, which a policy "
+                          "alone cannot; play it with rlherd eval")  # fmt: skip
+    spec = rl_envs.with_policies(rl_envs.spec_for(record.env, **record.env_kwargs),
+                                 record.settings.get("policies", ""),
+                                 record.settings.get("agent_index", False),
+                                 **record.env_kwargs)  # fmt: skip
+    builder = for_policies(builder, spec, record.settings.get("policy_overrides", {}))
+    net = builder.make_networks(spec, device="cpu")
+    net.load_state_dict(policy_state(checkpoint["learner"]))
+    net.eval()
+    return TrainedPolicy(lambda: eval_actor(builder, spec, net, greedy, seed), spec, record)
 
 
 def _add_to_summary(run_dir: str | Path, result: dict[str, Any]) -> None:
