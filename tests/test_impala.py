@@ -5,6 +5,7 @@ import json
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -127,18 +128,22 @@ def test_mono_actors_run_at_the_niceness_they_are_given(monkeypatch, tmp_path):
     from rlherd.run.recorder import Recorder
 
     seen, done = {}, Recorder.done
+    expected = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
+    deadline = time.monotonic() + 60
 
     def watch(recorder: Recorder) -> bool:  # the learner's loop, while the actors run
         for child in multiprocessing.active_children():
             with contextlib.suppress(ProcessLookupError):
                 seen[child.pid] = os.getpriority(os.PRIO_PROCESS, child.pid)
-        return done(recorder)
+        # On a loaded machine an actor may still be starting (not yet reniced) when the budget
+        # is spent: the run goes on until both have been seen after their start, or 60 s.
+        settled = len(seen) == 2 and set(seen.values()) == {expected}
+        return done(recorder) and (settled or time.monotonic() > deadline)
 
     monkeypatch.setattr(Recorder, "done", watch)
     rlherd.train("impala", "CartPole-v1", runtime="mono", total_steps=6_000, num_actors=2,
                  actor_nice=5, run_dir=tmp_path, progress=False)  # fmt: skip
-    own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert len(seen) == 2 and set(seen.values()) == {min(19, own + 5)}
+    assert len(seen) == 2 and set(seen.values()) == {expected}
     with pytest.raises(ConfigError, match="actor_nice must be in 0..19"):
         rlherd.train("impala", "CartPole-v1", runtime="mono", actor_nice=20,
                      run_dir=tmp_path / "bad", progress=False)  # fmt: skip

@@ -46,6 +46,15 @@ def builder_of(record: RunRecord, path: Path):
         raise ConfigError(f"{where}: {e} (a run of another rlherd version?)") from None
 
 
+def run_spec(record: RunRecord):
+    """The spec a run's networks were built for: its environment's, with the run's mapping of a
+    game's agents to policies and, if set, each agent's index among its inputs."""
+    spec = rl_envs.spec_for(record.env, **record.env_kwargs)
+    return rl_envs.with_policies(spec, record.settings.get("policies", ""),
+                                 record.settings.get("agent_index", False),
+                                 **record.env_kwargs)  # fmt: skip
+
+
 def play_against(env, actor, opponent, games: int) -> dict[str, float]:
     """``games`` games of a two-player OpenSpiel ``env`` between ``actor`` and ``opponent``
     (:mod:`rlherd.envs.openspiel`), the actor moving first in every other game: its win, draw
@@ -171,10 +180,7 @@ def evaluate(
         result = own(record, builder, checkpoint, episodes, video, greedy, seed)
         _add_to_summary(run_dir, result)
         return result
-    spec = rl_envs.with_policies(rl_envs.spec_for(record.env, **record.env_kwargs),
-                                 record.settings.get("policies", ""),
-                                 record.settings.get("agent_index", False),
-                                 **record.env_kwargs)  # fmt: skip
+    spec = run_spec(record)
     builder = for_policies(builder, spec, record.settings.get("policy_overrides", {}))
     net = builder.make_networks(spec, device="cpu")
     net.load_state_dict(policy_state(checkpoint["learner"]))
@@ -271,10 +277,7 @@ def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0) -> Trai
     if "actor_network" in builder.needs:
         raise ConfigError(f"{record.agent} acts by searching its environment, which a policy "
                           "alone cannot; play it with rlherd eval")  # fmt: skip
-    spec = rl_envs.with_policies(rl_envs.spec_for(record.env, **record.env_kwargs),
-                                 record.settings.get("policies", ""),
-                                 record.settings.get("agent_index", False),
-                                 **record.env_kwargs)  # fmt: skip
+    spec = run_spec(record)
     builder = for_policies(builder, spec, record.settings.get("policy_overrides", {}))
     net = builder.make_networks(spec, device="cpu")
     net.load_state_dict(policy_state(checkpoint["learner"]))

@@ -17,7 +17,7 @@ from typing import Any
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
-from rlherd.commands.evaluate import builder_of
+from rlherd.commands.evaluate import builder_of, run_spec
 from rlherd.config import apply_overrides, to_json
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import Evaluator, Snapshots
@@ -381,10 +381,7 @@ def _spec(record: RunRecord):
     spec here."""
     runtime = RUNTIMES[record.runtime]
     if "gym_envs" in runtime.provides:
-        spec = rl_envs.spec_for(record.env, **record.env_kwargs)
-        return rl_envs.with_policies(spec, record.settings.get("policies", ""),
-                                     record.settings.get("agent_index", False),
-                                     **record.env_kwargs)  # fmt: skip
+        return run_spec(record)
     spec = runtime.hook("spec")
     if spec is None:
         raise ConfigError(f"the {record.runtime} runtime makes no Gymnasium environments, and "
