@@ -247,7 +247,7 @@ class AgentRows(gym.vector.VectorEnv):
         return self._rows(), reward, terminated, truncated, {}
 
     def _check_agents(self, game: Any) -> None:
-        strangers = set(game.agents) - set(self._index)
+        strangers = set(game.agents) - self._index.keys()  # every step: no set of the index
         if strangers:
             raise ConfigError(f"{self.env_id}: {', '.join(sorted(strangers))} joined the game "
                               "but is not one of its possible_agents")  # fmt: skip
