@@ -32,6 +32,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--seed", type=int, help="random seed (default: 0)")
     train.add_argument("--preset", help="config preset (default: chosen from the env id)")
+    train.add_argument("--config", metavar="FILE",
+                       help="a YAML or JSON file of train's arguments: agent, env, config (agent "
+                       "fields), settings, ... (a run's config.json is one); flags win over it")
     train.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="set an agent config field"
     )
@@ -51,6 +54,18 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--env-kwargs", default=None, metavar="JSON", help="environment options (a JSON object)"
     )
+    watch = train.add_argument_group("callbacks and tracking (given anew with --resume)")
+    watch.add_argument("--stop-at-return", type=float, metavar="R",
+                       help="stop once an evaluation's mean return reaches R (set --eval-every)")
+    watch.add_argument("--patience", type=int, metavar="N",
+                       help="stop after N evaluations without a better mean return")
+    watch.add_argument("--save-best", action="store_true",
+                       help="keep the best evaluation's policy in RUN/best/ (rlherd eval --best)")
+    watch.add_argument("--track", default="", metavar="NAMES",
+                       help="log to experiment trackers: wandb, mlflow, or wandb,mlflow")
+    watch.add_argument("--track-project", default="rlherd",
+                       help="the W&B project or MLflow experiment (default: rlherd)")
+    watch.add_argument("--track-uri", help="MLflow's tracking URI (default: MLflow's own)")
     _add_setting_flags(train.add_argument_group("runtime settings (each used by some runtimes)"))
 
     ev = sub.add_parser("eval", help="run a trained policy")
@@ -58,6 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--episodes", type=int, default=10)
     ev.add_argument("--video", help="record the first episode to FILE (.gif or .mp4)")
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
+    ev.add_argument("--best", action="store_true",
+                    help="the best evaluation's policy (kept by train --save-best), not the "
+                    "latest")  # fmt: skip
     ev.add_argument("--opponent", help="two-player games, the other side of --episodes games "
                     "(win/draw/loss rates by seat): random or mcts:N; OpenSpiel games: perfect; "
                     "turn-based PettingZoo games: latest, snapshot:K or snapshots (each of the "
@@ -149,6 +167,46 @@ def _agent_sets(items: list[str]) -> dict[str, str]:
     return sets
 
 
+def _train_arguments(args: argparse.Namespace) -> dict:
+    """What ``train`` is told to train: the ``--config`` file's values, under the flags given
+    (a flag wins over the file; ``--set`` over its ``config``, setting flags over its
+    ``settings``)."""
+    from rlherd.config import read_config_file
+
+    if args.config and args.resume:
+        raise ConfigError("--resume continues a run with its own config; drop --config")
+    file = read_config_file(args.config) if args.config else {}
+    flags = dict(agent=args.agent, env=args.env, runtime=args.runtime, seed=args.seed,
+                 total_steps=args.total_steps, preset=args.preset, eval_every=args.eval_every,
+                 eval_episodes=args.eval_episodes,
+                 env_kwargs=_env_kwargs(args.env_kwargs))  # fmt: skip
+    given = {k: file.get(k) if v is None else v for k, v in flags.items()}
+    # A run's config.json records every setting of its runtime, those only the other dataflow
+    # uses at their defaults: as given, they would be refused.
+    fields = settings.all_fields()
+    file_settings = {k: v for k, v in file.get("settings", {}).items()
+                     if not (k in settings.DATAFLOW_ONLY and v == fields[k].default)}  # fmt: skip
+    return {**given, **file.get("config", {}), **_agent_sets(args.set), **file_settings,
+            **_setting_flags(args)}
+
+
+def _callbacks(args: argparse.Namespace) -> list:
+    """The ready-made callbacks that ``train``'s flags ask for."""
+    from rlherd.run.callbacks import SaveBest, StopAtReturn, StopWithoutImprovement
+
+    made: list = []
+    if args.stop_at_return is not None:
+        made.append(StopAtReturn(args.stop_at_return))
+    if args.patience is not None:
+        made.append(StopWithoutImprovement(args.patience))
+    if args.save_best:
+        made.append(SaveBest())
+    if made and not args.eval_every and args.resume is None:
+        raise ConfigError("--stop-at-return, --patience and --save-best watch evaluations; "
+                          "set --eval-every N")
+    return made
+
+
 def _env_kwargs(text: str | None) -> dict | None:
     if text is None:
         return None
@@ -174,30 +232,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train":
             from rlherd.commands.train import train
 
-            if args.resume is None and (args.agent is None or args.env is None):
-                parser.error("train needs an agent and --env (or --resume RUN_DIR)")
+            given = _train_arguments(args)
+            if args.resume is None and (given["agent"] is None or given["env"] is None):
+                parser.error("train needs an agent and --env (or --config FILE, or --resume "
+                             "RUN_DIR)")  # fmt: skip
             run = train(
-                args.agent,
-                args.env,
-                runtime=args.runtime,
-                total_steps=args.total_steps,
-                seed=args.seed,
                 run_dir=args.run_dir,
                 resume=args.resume,
-                preset=args.preset,
-                eval_every=args.eval_every,
-                eval_episodes=args.eval_episodes,
                 progress=not args.no_progress,
                 overwrite=args.overwrite,
-                env_kwargs=_env_kwargs(args.env_kwargs),
-                **_agent_sets(args.set),
-                **_setting_flags(args),
+                callbacks=_callbacks(args),
+                track=args.track,
+                track_project=args.track_project,
+                track_uri=args.track_uri,
+                **given,
             )
             print(json.dumps(run.summary))
             if run.finished_before:
                 print(f"rlherd: {run.path} finished at {run.steps} steps; nothing to do (train "
                       f"it longer with --resume {run.path} --total-steps N)",
                       file=sys.stderr)  # fmt: skip
+            elif "stopped_by" in run.summary and not run.stopped:
+                print(f"rlherd: stopped by {run.summary['stopped_by']} at step {run.steps}; "
+                      f"run directory: {run.path}", file=sys.stderr)  # fmt: skip
             elif run.stopped:
                 print(f"rlherd: interrupted at step {run.steps}; resume with `rlherd train "
                       f"--resume {run.path}`", file=sys.stderr)  # fmt: skip
@@ -214,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.commands.evaluate import evaluate
 
             print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample,
-                                      opponent=args.opponent)))  # fmt: skip
+                                      opponent=args.opponent, best=args.best)))  # fmt: skip
         elif args.command == "collect":
             from rlherd.commands.collect import collect
 

@@ -1,4 +1,5 @@
-"""Resolving an agent's config from its defaults, a preset and ``--set key=value`` overrides."""
+"""Resolving an agent's config from its defaults, a preset, a ``--config`` file and ``--set
+key=value`` overrides."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import difflib
 import json
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 from rlherd.errors import ConfigError
@@ -84,3 +86,46 @@ def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
 
 def to_json(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+# What a --config file may hold: the keys of a run's config.json (so a run's own config.json
+# trains it again), of which ``machine`` (where that run ran) is ignored.
+CONFIG_FILE_KEYS = ("agent", "env", "runtime", "seed", "total_steps", "preset", "env_kwargs",
+                    "eval_every", "eval_episodes", "config", "settings", "machine")  # fmt: skip
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A ``--config`` file (YAML, or JSON) as a dict of ``rlherd train``'s arguments: any of
+    ``agent``, ``env``, ``runtime``, ``seed``, ``total_steps``, ``preset``, ``env_kwargs``,
+    ``eval_every``, ``eval_episodes``, ``config`` (agent fields) and ``settings`` (runtime
+    settings). Read as data only (``yaml.safe_load``): a file can name values, never code.
+
+    Example (``ppo.yaml``)::
+
+        agent: ppo
+        env: CartPole-v1
+        total_steps: 100000
+        config: {learning_rate: 0.0003, num_epochs: 4}
+        settings: {num_envs: 8}
+    """
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, json.JSONDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"--config {path}: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path} must hold a mapping of {', '.join(CONFIG_FILE_KEYS)}")
+    for key in data:
+        if key not in CONFIG_FILE_KEYS:
+            close = difflib.get_close_matches(str(key), CONFIG_FILE_KEYS, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"--config {path}: unknown key {key!r}{hint}; it may hold "
+                              f"{', '.join(CONFIG_FILE_KEYS[:-1])}")  # fmt: skip
+    for key in ("config", "settings", "env_kwargs"):
+        if not isinstance(data.get(key, {}), dict):
+            raise ConfigError(f"--config {path}: {key} must be a mapping of names to values")
+    data.pop("machine", None)
+    return data

@@ -222,9 +222,11 @@ def test_checkpoints_lose_at_most_a_minute_and_at_most_a_few_percent(tmp_path):
     assert Common().checkpoint_interval_s <= 60
     recorder = Recorder(RunDir(tmp_path, create=True), dict(agent="a", env="e", runtime="r"), 10,
                         progress=False)  # fmt: skip
-    recorder.checkpointed(seconds=9.0)  # a large replay table took 9 s to gather and write
+    # A large replay table took 9 s to gather and write:
+    recorder.checkpointed(tmp_path / "ckpt", seconds=9.0)
     assert recorder.checkpoint_interval_s >= 9.0 / 0.05
-    recorder.checkpointed(seconds=0.1)  # one slow write does not space them out for good
+    # One slow write does not space them out for good:
+    recorder.checkpointed(tmp_path / "ckpt", seconds=0.1)
     assert recorder.checkpoint_interval_s == 60
 
 

@@ -13,7 +13,7 @@ from rlherd import types as F
 from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
 from rlherd.config import apply_overrides
-from rlherd.core import policy_state
+from rlherd.core import POLICY_KEY, policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import episode_policies, episode_stats, eval_actor, run_episodes
 from rlherd.run.ratings import record_games
@@ -23,13 +23,17 @@ from rlherd.runtime import RUNTIMES
 from rlherd.types import batch_of_one
 
 
-def load_run(run_dir: str | Path) -> tuple[RunRecord, Any, dict[str, Any]]:
+def load_run(run_dir: str | Path, best: bool = False) -> tuple[RunRecord, Any, dict[str, Any]]:
     """A finished or running run: its record, its agent's builder and its latest checkpoint,
-    each checked (with summary.json) before anything runs."""
+    each checked (with summary.json) before anything runs. With ``best``, the checkpoint's
+    policy is the best evaluation's (``best/policy.pt``, kept by ``--save-best``)."""
     rundir = RunDir(run_dir)
     record = rundir.read_config()
     rundir.read_summary()
-    return record, builder_of(record, rundir.path), rundir.load_checkpoint()
+    checkpoint = rundir.load_checkpoint()
+    if best:
+        checkpoint["learner"] = {**checkpoint["learner"], POLICY_KEY: rundir.load_best()}
+    return record, builder_of(record, rundir.path), checkpoint
 
 
 def builder_of(record: RunRecord, path: Path):
@@ -147,10 +151,12 @@ def evaluate(
     greedy: bool = True,
     seed: int = 1_000_000,
     opponent: str | None = None,
+    best: bool = False,
 ) -> dict[str, Any]:
-    """Mean return of the run's latest policy over ``episodes`` episodes; the first episode is
-    recorded to ``video`` (.gif or .mp4) if given. The result is added to summary.json as
-    ``eval_return_mean``. In a two-player game, ``opponent`` plays the other side of
+    """Mean return of the run's latest policy (``best``: its best evaluation's, kept by
+    ``--save-best``) over ``episodes`` episodes; the first episode is recorded to ``video``
+    (.gif or .mp4) if given. The result is added to summary.json as ``eval_return_mean``
+    (``best_eval_return_mean``, ...). In a two-player game, ``opponent`` plays the other side of
     ``episodes`` games, and the result holds the win, draw and loss rates: an OpenSpiel game's
     ``random``, ``mcts:N`` or ``perfect`` (:func:`play_against`), a turn-based PettingZoo
     game's ``random``, ``latest``, ``snapshot:K`` or ``mcts:N`` (:func:`play_turns`, which
@@ -159,7 +165,7 @@ def evaluate(
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if video:  # before the episodes are played, not after
         check_writable(Path(video))
-    record, builder, checkpoint = load_run(run_dir)
+    record, builder, checkpoint = load_run(run_dir, best)
     turns = rl_envs.turn_based(record.env)
     if (opponent is not None) != (rl_envs.family(record.env) == "openspiel" or turns):
         examples = "random, latest, snapshot:K or mcts:200" if turns else (
@@ -222,7 +228,7 @@ def evaluate(
     policies = episode_policies(env, actor, episodes)
     result = dict(**episode_stats(returns, lengths, policies), eval_episodes=episodes,
                   eval_greedy=greedy)  # fmt: skip
-    _add_to_summary(run_dir, result)
+    _add_to_summary(run_dir, {f"best_{k}": v for k, v in result.items()} if best else result)
     return result
 
 
@@ -264,12 +270,14 @@ class TrainedPolicy:
         return actions[0] if single else actions
 
 
-def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0) -> TrainedPolicy:
-    """The latest policy of the run in ``run_dir`` (a finished or running one), read as plain
-    data from its checkpoint: see :class:`TrainedPolicy`. Runs of the device runtime (whose
-    games live on the device) and of agents that act by searching their environment (MCTS)
-    are played with ``rlherd eval`` instead."""
-    record, builder, checkpoint = load_run(run_dir)
+def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
+                best: bool = False) -> TrainedPolicy:  # fmt: skip
+    """The latest policy of the run in ``run_dir`` (a finished or running one; ``best``: its
+    best evaluation's, kept by ``--save-best``), read as plain data from its checkpoint: see
+    :class:`TrainedPolicy`. Runs of the device runtime (whose games live on the device) and of
+    agents that act by searching their environment (MCTS) are played with ``rlherd eval``
+    instead."""
+    record, builder, checkpoint = load_run(run_dir, best)
     runtime = RUNTIMES.get(record.runtime)
     if runtime is None or "gym_envs" not in runtime.provides:
         raise ConfigError(f"{run_dir} is a {record.runtime} run, whose games live in its "

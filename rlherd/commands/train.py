@@ -7,9 +7,10 @@ import dataclasses
 import difflib
 import itertools
 import shutil
+import signal
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,12 @@ from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of, run_spec
 from rlherd.config import apply_overrides, to_json
 from rlherd.errors import ConfigError
+from rlherd.run.callbacks import Callbacks, RunInfo
 from rlherd.run.evaluation import Evaluator, Snapshots
 from rlherd.run.provenance import machine
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, RunRecord
+from rlherd.run.tracking import trackers
 from rlherd.runtime import (
     RUNTIMES,
     GracefulStop,
@@ -206,6 +209,10 @@ def train(
     eval_episodes: int | None = None,
     progress: bool = True,
     overwrite: bool = False,
+    callbacks: Iterable[Any] = (),
+    track: str = "",
+    track_project: str = "rlherd",
+    track_uri: str | None = None,
     **overrides: Any,
 ) -> Run:
     """Train ``agent`` on ``env`` with ``runtime`` and return the :class:`Run`.
@@ -227,7 +234,14 @@ def train(
     flag would train something other than what the command says). ``total_steps`` may raise
     the run's length, and ``eval_every`` / ``eval_episodes`` change its evaluations, which
     never touch training's random streams.
+
+    ``callbacks`` (:mod:`rlherd.run.callbacks`) hear the run's start, logs, evaluations,
+    checkpoints and end, and may stop it; ``track`` names experiment trackers to log to
+    (``"wandb"``, ``"mlflow"`` or both, comma-separated; :mod:`rlherd.run.tracking`), with
+    ``track_project`` as the W&B project or MLflow experiment and ``track_uri`` as MLflow's
+    tracking URI. Neither is part of the run's record: a resumed run takes them anew.
     """
+    callbacks = [*callbacks, *trackers(track, track_project, track_uri)]
     if resume is not None:
         rundir = RunDir(resume)
         record = rundir.read_config()
@@ -293,7 +307,7 @@ def train(
         rundir.lock()
     rundir.write_config(record)
     try:
-        return _run(record, builder, settings, spec, rundir, checkpoint, progress)
+        return _run(record, builder, settings, spec, rundir, checkpoint, progress, callbacks)
     except ConfigError:
         # Found by the runtime before anything was trained: leave no half-made run behind,
         # which would refuse the corrected command's --run-dir.
@@ -389,7 +403,8 @@ def _spec(record: RunRecord):
     return spec(record)
 
 
-def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progress) -> Run:
+def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progress,
+         callbacks: list[Any]) -> Run:  # fmt: skip
     torch_threads(settings.torch_threads)  # before the summary's machine reads the count
     recorder = Recorder(
         rundir,
@@ -407,8 +422,8 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
     else:
         seed_everything(record.seed)
 
-    def save(state: dict[str, Any]) -> None:
-        rundir.save_checkpoint(state, int(recorder.counters["learner_steps"]))
+    def save(state: dict[str, Any]) -> Path:
+        return rundir.save_checkpoint(state, int(recorder.counters["learner_steps"]))
 
     evaluator = None
     if record.eval_every > 0:
@@ -419,15 +434,36 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
         snapshots = Snapshots(recorder, settings.opponent_every)
     graceful = GracefulStop()
     with graceful as stop:
+        hooks = recorder.callbacks = Callbacks(callbacks, stop)
         ctx = RunContext(builder, record.env, record.env_kwargs, spec, settings, recorder,
                          record.seed, checkpoint, save, stop, evaluator, snapshots)  # fmt: skip
         try:
+            hooks.on_start(RunInfo(rundir.path, dataclasses.asdict(record),
+                                   resumed=checkpoint is not None, counts=recorder.counts))
             RUNTIMES[record.runtime].run(ctx)
+        except BaseException as e:
+            recorder.meta["error"] = f"{type(e).__name__}: {e}"[:500]
+            raise
         finally:
             if evaluator is not None:
                 evaluator.close()
+            stopped_by = hooks.stopped_by or (
+                signal.Signals(graceful.signum).name if graceful.signum else None)
+            if stopped_by is not None:
+                recorder.meta["stopped_by"] = stopped_by
             summary = recorder.close()
+            _last_words(hooks, summary, recorder)
     return Run(rundir.path, record, summary, stopped=graceful.signum != 0, signal=graceful.signum)
+
+
+def _last_words(hooks: Callbacks, summary: dict[str, Any], recorder: Recorder) -> None:
+    """The callbacks' last ``on_log`` (the final learner row and summary; not after a failure,
+    which may be theirs) and their ``on_end``, which they hear whatever happens."""
+    try:
+        if "error" not in recorder.meta:
+            hooks.on_log({**summary, **recorder.last_metrics})
+    finally:
+        hooks.on_end(summary)
 
 
 __all__ = ["Run", "train", "train_to", "resolve_config"]

@@ -6,6 +6,8 @@ and commands can both use it."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -153,16 +155,22 @@ class Evaluator:
         self.next_at = (steps // self.every_steps + 1) * self.every_steps
         return steps
 
-    def log(self, steps: int, row: dict[str, float]) -> None:
-        self.recorder.rundir.log("evaluator", {self.recorder.counts: steps, **row}, step=steps)
+    def log(self, steps: int, row: dict[str, float],
+            policy: Callable[[], dict[str, Any]]) -> None:  # fmt: skip
+        """Log an evaluation at ``steps`` and tell the run's callbacks, to whom ``policy()``
+        gives the evaluated parameters."""
+        results = {self.recorder.counts: steps, **row}
+        self.recorder.rundir.log("evaluator", results, step=steps)
         self.recorder.extra.update({k: v for k, v in row.items() if k.startswith("eval_return_")
                                     and k != "eval_return_std"})  # fmt: skip
+        if self.recorder.callbacks is not None:
+            self.recorder.callbacks.on_eval(results, policy)
 
     def maybe_run(self, source) -> None:
         """Evaluate if due, with the parameters of ``source`` (a VariableSource: the learner)."""
         steps = self.due()
         if steps is not None:
-            self.log(steps, self.play(source))
+            self.log(steps, self.play(source), self.play.net.state_dict)
 
     def close(self) -> None:
         self.play.close()

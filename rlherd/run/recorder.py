@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from rich.progress import (
 )
 
 from rlherd.errors import TrainingDiverged
+from rlherd.run.callbacks import Callbacks
 from rlherd.run.counting import Counter
 from rlherd.run.rundir import RunDir
 
@@ -93,6 +95,7 @@ class Recorder:
         self._learned: list[tuple[int, dict[str, Any]]] = []  # since the last learner row
         self.extra: dict[str, float] = {}  # runtime figures for the summary (restarts, queues)
         self._counts_before: dict[str, float] = {}  # extras of the sessions before a resume
+        self.callbacks: Callbacks | None = None  # told of every log and checkpoint
         self._lock = threading.Lock()
         self._begin()
         self._progress = None
@@ -241,19 +244,23 @@ class Recorder:
         if now - self._last_log >= self.log_interval_s:
             self._last_log = now
             self.write_learner_row()
-            self.write_summary()
+            summary = self.write_summary()
+            if self.callbacks is not None:
+                self.callbacks.on_log({**summary, **self.last_metrics})
         if now - self._last_ckpt >= self.checkpoint_interval_s:
             self._last_ckpt = now
             return True
         return False
 
-    def checkpointed(self, seconds: float) -> None:
-        """A checkpoint was just gathered and written, in ``seconds``: rewrite the summary with
-        it (so summary.json never lags the checkpoint a crash would resume from), and space the
-        next one so that checkpoints take at most ``CHECKPOINT_SHARE`` of the run (large replay
-        tables), as the latest one took."""
+    def checkpointed(self, path: Path, seconds: float) -> None:
+        """A checkpoint was just gathered and written to ``path``, in ``seconds``: rewrite the
+        summary with it (so summary.json never lags the checkpoint a crash would resume from),
+        and space the next one so that checkpoints take at most ``CHECKPOINT_SHARE`` of the run
+        (large replay tables), as the latest one took."""
         self.checkpoint_interval_s = max(self.checkpoint_every_s, seconds / CHECKPOINT_SHARE)
         self.write_summary()
+        if self.callbacks is not None:
+            self.callbacks.on_checkpoint(path)
 
     def sps(self) -> float:
         elapsed = time.monotonic() - self._t0

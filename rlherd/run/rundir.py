@@ -269,15 +269,7 @@ class RunDir:
         plays against."""
         folder = self.path / "snapshots"
         folder.mkdir(exist_ok=True)
-        path = folder / f"snapshot-{step:012d}.pt"
-        tmp = path.with_name(f".{path.name}.tmp")
-        with _disk_full_is_one_line(path):
-            try:
-                torch.save(to_plain(policy), tmp)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-        return path
+        return _save_policy(policy, folder / f"snapshot-{step:012d}.pt")
 
     def snapshots(self) -> list[int]:
         """The steps of the run's policy snapshots, oldest first."""
@@ -295,6 +287,31 @@ class RunDir:
             raise ConfigError(f"{path} links outside the run directory; replace the link with "
                               "the file itself")  # fmt: skip
         return from_plain(torch.load(path, weights_only=True, map_location="cpu"))
+
+    # the best evaluation's policy (rlherd.run.callbacks.SaveBest) ----------------------------
+    def save_best(self, policy: dict[str, Any], evaluation: dict[str, Any]) -> None:
+        """Keep ``policy`` as the run's best (``best/policy.pt``, plain data) with the
+        ``evaluation`` that made it so (``best/evaluation.json``, written after the policy)."""
+        folder = self.path / "best"
+        folder.mkdir(exist_ok=True)
+        _save_policy(policy, folder / "policy.pt")
+        atomic_write_json(folder / "evaluation.json", evaluation)
+
+    def load_best(self) -> dict[str, Any]:
+        """The best evaluation's policy parameters (plain data only: nothing in it can run
+        code)."""
+        path = self.path / "best" / "policy.pt"
+        if not path.exists():
+            raise ConfigError(f"{self.path} has no best policy ({path}); train it with "
+                              "--save-best (or the SaveBest callback) and evaluations")
+        if path.resolve().parent != (self.path / "best").resolve():
+            raise ConfigError(f"{path} links outside the run directory; replace the link with "
+                              "the file itself")  # fmt: skip
+        try:
+            return from_plain(torch.load(path, weights_only=True, map_location="cpu"))
+        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+            raise ConfigError(f"{path} is not a policy rlherd wrote ({e}); delete best/ or "
+                              "train the run again") from None
 
     def latest_checkpoint(self) -> Path | None:
         """The checkpoint ``latest`` names. It may only name a ``ckpt-<step>.pt`` file of this
@@ -346,6 +363,18 @@ class RunDir:
             f"no readable checkpoint in {self.checkpoint_dir} (tried "
             f"{', '.join(p.name for p in candidates)}); the run cannot be resumed"
         )
+
+
+def _save_policy(policy: dict[str, Any], path: Path) -> Path:
+    """Write a policy's parameters to ``path`` atomically, as plain data."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with _disk_full_is_one_line(path):
+        try:
+            torch.save(to_plain(policy), tmp)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path
 
 
 class DiskFull(ConfigError):

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlherd import registry
@@ -167,7 +168,7 @@ class RunContext:
     recorder: Any  # rlherd.run.recorder.Recorder
     seed: int
     checkpoint: dict[str, Any] | None  # to resume from
-    save: Callable[[dict[str, Any]], None]  # writes a checkpoint (runtimes call write_checkpoint())
+    save: Callable[[dict[str, Any]], Path]  # writes a checkpoint (runtimes call write_checkpoint())
     stop: threading.Event  # set by SIGINT / SIGTERM: stop at the next safe point
     evaluator: Any = None  # rlherd.run.evaluation.Evaluator, or None
     snapshots: Any = None  # rlherd.run.evaluation.Snapshots (self-play), or None
@@ -190,8 +191,8 @@ class RunContext:
         non-finite metric stops the run before it."""
         self.recorder.write_learner_row()
         start = time.monotonic()
-        self.save(state())
-        self.recorder.checkpointed(time.monotonic() - start)
+        path = self.save(state())
+        self.recorder.checkpointed(path, time.monotonic() - start)
 
     @property
     def learner_budget(self) -> int:

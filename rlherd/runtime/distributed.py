@@ -368,7 +368,7 @@ class Program:
             if ray.wait([call], timeout=FINAL_EVALUATION_S if final else 0)[0]:
                 self.evaluation = None
                 try:
-                    self.ctx.evaluator.log(steps, ray.get(call))
+                    self.ctx.evaluator.log(steps, ray.get(call), self._evaluated_policy)
                 except RayActorError:
                     if final:
                         return
@@ -378,6 +378,10 @@ class Program:
             steps = self.ctx.evaluator.due()
             if steps is not None:
                 self.evaluation = (steps, self.evaluator.evaluate.remote())
+
+    def _evaluated_policy(self) -> dict[str, Any]:
+        """The parameters the evaluator node played with in its latest evaluation."""
+        return as_tensors([self._get(self.evaluator.evaluated_policy.remote())])[0]
 
     def _log_nodes(self, force: bool = False) -> None:
         """``metrics/replay.csv`` (per table: size, inserts and samples per second) and

@@ -486,6 +486,10 @@ class EvaluatorNode(Node):
     def evaluate(self) -> dict[str, float]:
         return self.play(self)  # the evaluator is its own (waiting) variable source
 
+    def evaluated_policy(self) -> dict[str, Any]:
+        """The parameters the latest evaluation played with (for the run's callbacks)."""
+        return {k: v.numpy() for k, v in self.play.net.state_dict().items()}
+
 
 class CounterNode(Node):
     """Acme's counter: actor nodes add their steps and finished episodes; the driver takes what
