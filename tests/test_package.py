@@ -105,6 +105,19 @@ def test_a_package_is_plain_data_read_without_torch_load(sweep, monkeypatch):
         rlherd.load_policy(sweep / "seed-0")
 
 
+def test_a_package_in_the_hubs_cache_reads_as_it_is(sweep, tmp_path):
+    """A download into the Hub's cache (``hf download`` without ``--local-dir``) is a folder of
+    links into the cache's ``blobs/``: it plays as the package does."""
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "0123abcd"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    for i, path in enumerate(sorted((sweep / "package").iterdir())):
+        shutil.copy(path, blobs / f"blob{i}")
+        (snapshot / path.name).symlink_to(Path("..", "..", "blobs", f"blob{i}"))
+    assert evaluate(snapshot, episodes=EPISODES) == evaluate(sweep / "package", episodes=EPISODES)
+    assert all(p.is_symlink() for p in snapshot.iterdir())  # and it was not written to
+
+
 def _front_matter(card: str) -> tuple[dict, str]:
     yaml = pytest.importorskip("yaml")
     empty, front, body = card.split("---\n", 2)

@@ -1,6 +1,6 @@
 """``rlherd package RUN -o DIR``: a run's policy as a folder to share, laid out as a Hugging Face
 Hub model repository accepts it (:mod:`rlherd.run.package`); ``huggingface-cli upload USER/REPO
-DIR`` uploads it.
+DIR`` uploads it (``hf upload`` since huggingface_hub 1.0, which dropped ``huggingface-cli``).
 
 The folder holds what acting needs and what a reader asks first: the policy's weights
 (safetensors), the run's resolved config, and a model card with the agent, the environment, the
@@ -312,8 +312,9 @@ def model_card(
                   else [f"![a greedy episode]({video})"])  # fmt: skip
         lines += ["", f"(the episode of seed {score['eval_seeds'][0]}, at most "
                   f"{VIDEO_SECONDS} s)", ""]  # fmt: skip
-    lines += ["## Use", "", "Download the repository (`huggingface-cli download USER/REPO "
-              "--local-dir DIR`), then play the policy again or act with it from Python:", "",
+    lines += ["## Use", "", "Download the repository (`hf download USER/REPO --local-dir DIR`; "
+              "`huggingface-cli download` before huggingface_hub 1.0), then play the policy "
+              "again or act with it from Python:", "",
               "```bash", f"rlherd eval DIR --episodes {score['eval_episodes']}", "```", "",
               "```python", "import rlherd", "", 'policy = rlherd.load_policy("DIR")',
               f'env = rlherd.make("{record.env}")', "obs, _ = env.reset(seed=0)",

@@ -1,7 +1,6 @@
 """A package: a trained policy in a folder to share, laid out as a Hugging Face Hub model
 repository accepts it (``rlherd package RUN -o DIR`` writes one, :mod:`rlherd.commands.package`).
-
-::
+Its files:
 
     README.md            the model card; its YAML front matter is what the Hub reads
     config.json          the run's record (a RunRecord, as in a run directory) and, under
