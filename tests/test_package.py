@@ -230,8 +230,9 @@ def test_the_package_shows_a_greedy_episode_or_says_why_not(sweep, tmp_path):
                             run_dir=tmp_path / "corridor", progress=False)  # fmt: skip
     result = package(corridor.path, tmp_path / "corridor-package", episodes=1)
     assert not [name for name in result["files"] if name.startswith("replay.")]
-    assert result["notes"] == ["no video: rlherd/Corridor-v0 renders no rgb_array frames"]
-    assert result["notes"][0] in (tmp_path / "corridor-package" / "README.md").read_text()
+    (note,) = result["notes"]
+    assert note.startswith("no video: rlherd/Corridor-v0"), note
+    assert note in (tmp_path / "corridor-package" / "README.md").read_text()
 
 
 def test_a_recurrent_policy_acts_the_same_from_its_package(tmp_path):

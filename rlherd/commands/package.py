@@ -87,10 +87,8 @@ def package(
         atomic_write_json(folder / CONFIG_FILE, {**dataclasses.asdict(record), PACKAGE_KEY: made})
         video_file, notes = _video_file(record) if video else (None, [])
         score, frames, fps = _score(folder, record, episodes, seed, video_file is not None)
-        if video_file is not None and frames:
+        if video_file is not None:
             write_video(folder / video_file, frames[: VIDEO_SECONDS * fps], fps=fps)
-        elif video_file is not None:
-            notes.append(f"no video: {record.env} renders no rgb_array frames")
         try:
             plot_runs([run_dir], folder / CURVES_FILE, title=f"{record.agent} on {record.env}")
         except FileNotFoundError:
@@ -140,7 +138,9 @@ def _check_packable(run_dir: Path, record: RunRecord, builder: Any) -> None:
 
 def _video_file(record: RunRecord) -> tuple[str | None, list[str]]:
     """The video's name (an MP4, or a GIF without imageio-ffmpeg), or None and why not: checked
-    before the episodes, so that a video that cannot be written never costs them."""
+    before the episodes, so that a video that cannot be made never costs them, and by
+    rendering a frame, since an environment may list a render mode it cannot serve here
+    (MuJoCo's without an OpenGL context)."""
     if rl_envs.family(record.env) == "pettingzoo":
         return None, ["no video: rlherd does not record multi-agent games yet"]
     name = "replay.mp4" if importlib.util.find_spec("imageio_ffmpeg") else "replay.gif"
@@ -148,7 +148,30 @@ def _video_file(record: RunRecord) -> tuple[str | None, list[str]]:
         check_writable(Path(name))
     except MissingExtra as e:
         return None, [f"no video: {e}"]
+    try:
+        env = _make(record, render=True)
+        try:
+            frame = None
+            if "rgb_array" in env.metadata.get("render_modes", []):
+                env.reset(seed=0)
+                frame = env.render()
+        finally:
+            env.close()
+    except Exception as e:  # each renderer fails its own way; the card says how, and goes on
+        return None, [f"no video: {record.env} could not render here "
+                      f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"]
+    if not isinstance(frame, np.ndarray):
+        return None, [f"no video: {record.env} renders no rgb_array frames"]
     return name, []
+
+
+def _make(record: RunRecord, render: bool, agent_index: bool = False):
+    """The environment the episodes are played in (:func:`rlherd.envs.make_one`, as
+    ``rlherd eval`` makes it), rendering frames if ``render``."""
+    kwargs = dict(record.env_kwargs, render_mode="rgb_array") if render else record.env_kwargs
+    with warnings.catch_warnings():  # Gymnasium's, for one that cannot render: the card says so
+        warnings.filterwarnings("ignore", message=".*render_mode='rgb_array' that is not in")
+        return rl_envs.make_one(record.env, agent_index, **kwargs)
 
 
 def _score(
@@ -156,14 +179,10 @@ def _score(
 ) -> tuple[dict[str, Any], list[np.ndarray], int]:
     """The greedy policy's score over ``episodes`` episodes of seeds ``seed``, ``seed + 1``,
     ..., played by the package in ``folder`` read back as ``rlherd eval`` reads it (what is
-    scored is what is shared); and the first episode's frames if ``render`` and the
-    environment renders them, with its frame rate."""
+    scored is what is shared); and the first episode's frames if ``render``, with the
+    environment's frame rate."""
     policy = load_policy(folder, greedy=True, seed=seed)
-    kwargs = dict(record.env_kwargs, render_mode="rgb_array") if render else record.env_kwargs
-    with warnings.catch_warnings():  # Gymnasium's, for one that cannot render: the card says so
-        warnings.filterwarnings("ignore", message=".*render_mode='rgb_array' that is not in")
-        env = rl_envs.make_one(record.env, policy.spec.agent_index, **kwargs)
-    render = render and "rgb_array" in env.metadata.get("render_modes", [])
+    env = _make(record, render, policy.spec.agent_index)
     actor = policy.make_actor()
     returns, lengths, frames = run_episodes(env, actor, episodes, seed, record=render)
     fps = int(env.metadata.get("render_fps") or 30)
