@@ -255,3 +255,11 @@ def test_a_recurrent_policy_acts_the_same_from_its_package(tmp_path):
             obs, _, terminated, truncated, _ = env.step(int(action))
             done = terminated or truncated
     assert evaluate(tmp_path / "package", episodes=2) == evaluate(run.path, episodes=2)
+
+
+def test_package_help_renders(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["package", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert all(flag in out for flag in ("-o DIR", "--episodes", "--no-video", "--overwrite"))
