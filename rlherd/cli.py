@@ -1,5 +1,5 @@
-"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``serve-env`` and
-``check-env``."""
+"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``package``,
+``serve-env`` and ``check-env``."""
 
 from __future__ import annotations
 
@@ -126,6 +126,16 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
     plot.add_argument("--window", type=int, default=20, help="episodes to average over")
     plot.add_argument("--title", help="the figure's title")
+
+    pack = sub.add_parser("package", help="a run's policy as a folder to share: weights, config, "
+                          "model card, curves and a video (a Hugging Face Hub model "
+                          "repository)")  # fmt: skip
+    pack.add_argument("run_dir")
+    pack.add_argument("-o", "--output", required=True, metavar="DIR", help="the package's folder")
+    pack.add_argument("--episodes", type=int, default=10, help="episodes the card's score plays")
+    pack.add_argument("--no-video", action="store_true", help="leave out the episode's video")
+    pack.add_argument("--overwrite", action="store_true",
+                      help="replace the package files already in DIR")  # fmt: skip
     return parser
 
 
@@ -302,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.commands.plot import plot_runs
 
             print(plot_runs(args.run_dirs, args.output, args.window, args.title))
+        elif args.command == "package":
+            from rlherd.commands.package import package
+
+            print(json.dumps(package(args.run_dir, args.output, args.episodes, not args.no_video,
+                                     args.overwrite)))  # fmt: skip
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
         # Anything else is a bug, and keeps its traceback.

@@ -36,8 +36,10 @@ TINY = {
     "eval": {"--episodes": 1, "--record-episodes": 1},
     "collect": {"--episodes": 2},
     "check-env": {"--seconds": 0.1, "--num-envs": 2, "--steps": 20},
+    "package": {"--episodes": 1},
 }  # fmt: skip
-ADDED = {"train": ["--total-steps", "--eval-episodes"], "check-env": ["--seconds"]}
+ADDED = {"train": ["--total-steps", "--eval-episodes"], "check-env": ["--seconds"],
+         "package": ["--episodes"]}  # fmt: skip
 RESUMED_STEPS = 400  # a resumed tiny run trains on to here, so that it resumes something
 OFFLINE_STEPS = 50  # learner steps of a run on a dataset (CQL's take 0.1 s each)
 

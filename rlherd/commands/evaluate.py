@@ -16,6 +16,7 @@ from rlherd.config import apply_overrides
 from rlherd.core import POLICY_KEY, policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import episode_policies, episode_stats, eval_actor, run_episodes
+from rlherd.run.package import is_package, read_package
 from rlherd.run.ratings import record_games
 from rlherd.run.rundir import RunDir, RunRecord
 from rlherd.run.video import check_writable, write_video
@@ -26,7 +27,14 @@ from rlherd.types import batch_of_one
 def load_run(run_dir: str | Path, best: bool = False) -> tuple[RunRecord, Any, dict[str, Any]]:
     """A finished or running run: its record, its agent's builder and its latest checkpoint,
     each checked (with summary.json) before anything runs. With ``best``, the checkpoint's
-    policy is the best evaluation's (``best/policy.pt``, kept by ``--save-best``)."""
+    policy is the best evaluation's (``best/policy.pt``, kept by ``--save-best``). A package
+    (``rlherd package``) is read as one: its checkpoint holds the policy and its step counters
+    (:func:`rlherd.run.package.read_package`)."""
+    if is_package(run_dir):
+        if best:
+            raise ConfigError(f"{run_dir} is a package, which holds one policy: drop --best")
+        record, checkpoint = read_package(run_dir)
+        return record, builder_of(record, Path(run_dir)), checkpoint
     rundir = RunDir(run_dir)
     record = rundir.read_config()
     rundir.read_summary()
@@ -160,7 +168,7 @@ def evaluate(
     ``episodes`` games, and the result holds the win, draw and loss rates: an OpenSpiel game's
     ``random``, ``mcts:N`` or ``perfect`` (:func:`play_against`), a turn-based PettingZoo
     game's ``random``, ``latest``, ``snapshot:K`` or ``mcts:N`` (:func:`play_turns`, which
-    also rates the players)."""
+    also rates the players). A package (``rlherd package``) is read, never written."""
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if video:  # before the episodes are played, not after
@@ -276,7 +284,7 @@ def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
     best evaluation's, kept by ``--save-best``), read as plain data from its checkpoint: see
     :class:`TrainedPolicy`. Runs of the device runtime (whose games live on the device) and of
     agents that act by searching their environment (MCTS) are played with ``rlherd eval``
-    instead."""
+    instead. ``run_dir`` may be a package (rlherd package)."""
     record, builder, checkpoint = load_run(run_dir, best)
     runtime = RUNTIMES.get(record.runtime)
     if runtime is None or "gym_envs" not in runtime.provides:
@@ -294,5 +302,7 @@ def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
 
 
 def _add_to_summary(run_dir: str | Path, result: dict[str, Any]) -> None:
+    if is_package(run_dir):  # shared as it was made (perhaps read-only, a download): not written
+        return
     rundir = RunDir(run_dir)
     rundir.write_summary({**rundir.read_summary(), **result})

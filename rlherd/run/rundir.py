@@ -159,24 +159,8 @@ class RunDir:
         atomic_write_json(self.path / "config.json", dataclasses.asdict(record))
 
     def read_config(self) -> RunRecord:
-        """The run's record, each field checked; an environment it names by module must be an
-        installed one (see :func:`rlherd.envs.check_recorded`)."""
-        from rlherd import envs as rl_envs
-
-        path = self.path / "config.json"
-        config = read_json(path)
-        for key, kind in RUN_FIELDS.items():
-            if not isinstance(config.get(key), kind) or isinstance(config.get(key), bool):
-                got = "missing" if key not in config else f"a {type(config[key]).__name__}"
-                raise ConfigError(
-                    f"{path}: {key!r} is {got}, not a {kind.__name__}; the file is damaged or "
-                    "not rlherd's: restore it from a copy of the run, or train the run again"
-                )
-        rl_envs.check_recorded(config["env"], self.path)
-        preset = config.get("preset") if isinstance(config.get("preset"), str) else ""
-        machine = config.get("machine") if isinstance(config.get("machine"), dict) else {}
-        return RunRecord(**{key: config[key] for key in RUN_FIELDS}, preset=preset,
-                         machine=machine)  # fmt: skip
+        """The run's record (:func:`read_record`)."""
+        return read_record(self.path)
 
     def read_summary(self) -> dict[str, Any]:
         """The run's summary.json (empty before the run's first summary)."""
@@ -375,6 +359,29 @@ def _save_policy(policy: dict[str, Any], path: Path) -> Path:
         finally:
             tmp.unlink(missing_ok=True)
     return path
+
+
+def read_record(folder: Path) -> RunRecord:
+    """The record in ``folder/config.json`` (a run directory's, or a package's: a function, not
+    a :class:`RunDir` method, since opening a RunDir makes its folders), each field checked; an
+    environment it names by module must be an installed one (see
+    :func:`rlherd.envs.check_recorded`)."""
+    from rlherd import envs as rl_envs
+
+    path = folder / "config.json"
+    config = read_json(path)
+    for key, kind in RUN_FIELDS.items():
+        if not isinstance(config.get(key), kind) or isinstance(config.get(key), bool):
+            got = "missing" if key not in config else f"a {type(config[key]).__name__}"
+            raise ConfigError(
+                f"{path}: {key!r} is {got}, not a {kind.__name__}; the file is damaged or "
+                "not rlherd's: restore it from a copy of the run, or train the run again"
+            )
+    rl_envs.check_recorded(config["env"], folder)
+    preset = config.get("preset") if isinstance(config.get("preset"), str) else ""
+    machine = config.get("machine") if isinstance(config.get("machine"), dict) else {}
+    return RunRecord(**{key: config[key] for key in RUN_FIELDS}, preset=preset,
+                     machine=machine)  # fmt: skip
 
 
 class DiskFull(ConfigError):
