@@ -108,6 +108,15 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
     plot.add_argument("--window", type=int, default=20, help="episodes to average over")
     plot.add_argument("--title", help="the figure's title")
+
+    export = sub.add_parser("export", help="write a run's policy, with its preprocessing, as "
+                            "an ONNX or TorchScript file to act with outside rlherd")  # fmt: skip
+    export.add_argument("run_dir")
+    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
+    export.add_argument("--stochastic", action="store_true",
+                        help="sample actions (from a noise input) instead of the greedy one")
+    export.add_argument("-o", "--output", metavar="FILE",
+                        help="where to write (default: policy.onnx or policy.pt in the run)")
     return parser
 
 
@@ -245,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.commands.plot import plot_runs
 
             print(plot_runs(args.run_dirs, args.output, args.window, args.title))
+        elif args.command == "export":
+            from rlherd.commands.export import export
+
+            print(export(args.run_dir, args.format, args.stochastic, args.output))
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
         # Anything else is a bug, and keeps its traceback.
