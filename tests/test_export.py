@@ -1,13 +1,14 @@
 """``rlherd export``: the ONNX and TorchScript files act as rlherd's own policy does, on real
 episodes, for a feed-forward, a recurrent, a dict-observation, a masked and a continuous
-policy; ``--stochastic`` samples what rlherd samples from the same noise; what cannot be
-exported is one line.
+policy; ``--stochastic`` samples what rlherd samples from the same noise; the guide's
+inference script runs as written; what cannot be exported is one line.
 
 Each comparison is also shown to fail where the file leaves something out (the normaliser, the
 recurrent state, the mask), so that a pass means something."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 from functools import cache
@@ -18,6 +19,7 @@ import onnxruntime
 import pytest
 import torch
 from mixed_env import MIXED
+from test_docs import ROOT, blocks
 
 import rlherd
 from rlherd import types as F
@@ -278,7 +280,43 @@ def test_stochastic_needs_a_policy_that_outputs_its_distribution(run):
         export(run("r2d2"), "torchscript", stochastic=True)
 
 
-# ------------------------------------------------------------------------- the command
+# ----------------------------------------------------------- the guide and the command
+def _guide_script() -> str:
+    guide = ROOT / "docs" / "guides" / "export.md"
+    return next(b.text for b in blocks(guide, "python") if b.text.startswith("# act.py"))
+
+
+def test_the_guides_script_is_about_twenty_lines_of_onnxruntime_and_numpy():
+    script = _guide_script()
+    tree = ast.parse(script)
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}  # fmt: skip
+    assert imported == {"json", "numpy", "onnxruntime"}
+    assert not any(isinstance(node, ast.ImportFrom) for node in ast.walk(tree))
+    assert len([line for line in script.splitlines() if line.strip()]) <= 32
+
+
+@pytest.mark.parametrize("name", ["feedforward", "recurrent", "dict"])
+def test_the_guides_script_acts_as_rlherd_for_an_episode(exported, run, name, tmp_path):
+    """``act.py`` as the guide writes it, one environment, one observation at a time for a
+    whole episode (the recurrent state carried by the script), against rlherd's policy."""
+    (tmp_path / "act.py").write_text(_guide_script())
+    spec = importlib.util.spec_from_file_location("act", tmp_path / "act.py")
+    act = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(act)
+    policy = act.Policy(str(exported(name, "onnx")))
+    trained = rlherd.load_policy(run(name))
+    env = rlherd.make(RUNS[name][1])
+    obs, _ = env.reset(seed=3)
+    done, steps = False, 0
+    while not done:
+        action = policy(obs)
+        assert action == trained(obs), steps
+        obs, _, terminated, truncated, _ = env.step(action)
+        done, steps = terminated or truncated, steps + 1
+    assert steps >= 4
+
+
 def test_the_command_writes_where_it_says_and_refuses_in_one_line(run, workdir, capsys):
     """``rlherd export`` prints the file it wrote (by default in the run directory); a search
     agent and a missing format are one line each, exit 2."""
