@@ -15,7 +15,6 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-import onnxruntime
 import pytest
 import torch
 from mixed_env import MIXED
@@ -41,6 +40,7 @@ RUNS = {
 }
 FORMATS = ["onnx", "torchscript"]
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
+onnxruntime = pytest.importorskip("onnxruntime")  # the export extra
 
 
 @pytest.fixture(scope="module")
