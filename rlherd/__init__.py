@@ -1,7 +1,8 @@
 """rlherd: reinforcement learning in PyTorch that runs the same agent at every scale.
 
 ``rlherd.make`` builds environments; ``rlherd.train`` trains an agent (the CLI's ``train``);
-``rlherd.load_policy`` returns a run's trained policy to act with. They are imported on first
+``rlherd.load_policy`` returns a run's trained policy to act with; ``rlherd.export`` writes it
+as an ONNX or TorchScript file (the CLI's ``export``). They are imported on first
 use: the environment stack (Gymnasium) and the training stack (torch, agents, runtimes) load
 only in processes that need them, so the ``rlherd`` command answers ``--help`` at once and
 BatchEnv workers do not load torch.
@@ -9,7 +10,7 @@ BatchEnv workers do not load torch.
 
 from typing import Any
 
-__all__ = ["Run", "load_policy", "make", "train"]
+__all__ = ["Run", "export", "load_policy", "make", "train"]
 __version__ = "0.1.0"
 
 
@@ -26,4 +27,8 @@ def __getattr__(name: str) -> Any:
         from rlherd.commands.evaluate import load_policy
 
         return load_policy
+    if name == "export":
+        from rlherd.commands.export import export
+
+        return export
     raise AttributeError(f"module 'rlherd' has no attribute {name!r}")

@@ -136,6 +136,15 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--no-video", action="store_true", help="leave out the episode's video")
     pack.add_argument("--overwrite", action="store_true",
                       help="replace the package files already in DIR")  # fmt: skip
+
+    export = sub.add_parser("export", help="write a run's policy, with its preprocessing, as "
+                            "an ONNX or TorchScript file to act with outside rlherd")  # fmt: skip
+    export.add_argument("run_dir")
+    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
+    export.add_argument("--stochastic", action="store_true",
+                        help="sample actions (from a noise input) instead of the greedy one")
+    export.add_argument("-o", "--output", metavar="FILE",
+                        help="where to write (default: policy.onnx or policy.pt in the run)")
     return parser
 
 
@@ -317,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(json.dumps(package(args.run_dir, args.output, args.episodes, not args.no_video,
                                      args.overwrite)))  # fmt: skip
+        elif args.command == "export":
+            from rlherd.commands.export import export
+
+            print(export(args.run_dir, args.format, args.stochastic, args.output))
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
         # Anything else is a bug, and keeps its traceback.

@@ -89,8 +89,12 @@ def first_array(obs):
 
 
 def obs_len(obs) -> int:
-    """The leading dimension of an observation (its batch)."""
-    return len(first_array(obs))
+    """The leading dimension of an observation (its batch).
+
+    Its shape, not ``len()``: networks call this, and where they are traced (``rlherd export``)
+    a shape stays the batch of whatever comes in, while ``len()`` fixes the traced one's."""
+    first = first_array(obs)
+    return first.shape[0] if hasattr(first, "shape") else len(first)
 
 
 def action_mask(obs):

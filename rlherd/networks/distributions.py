@@ -39,11 +39,17 @@ def sample_categorical(
 
     An action of probability 0 (masked) is never drawn: the count takes the actions whose
     cumulative probability lies below ``u``, and ``u`` is never 0."""
-    probs = torch.softmax(logits, -1)
-    cdf = probs.cumsum(-1)
     u = torch.rand(logits.shape[:-1] + (1,), generator=generator, device=logits.device)
-    u = u.clamp_(min=torch.finfo(u.dtype).tiny) * cdf[..., -1:]  # never past the end
-    return (cdf < u).sum(-1).clamp_(max=logits.shape[-1] - 1)
+    return categorical_from_uniform(logits, u)
+
+
+def categorical_from_uniform(logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The action :func:`sample_categorical` draws with the uniform number ``u [..., 1]`` in
+    ``[0, 1)``. Apart so that a graph without a random generator of its own (``rlherd
+    export --stochastic``) samples as rlherd does from noise it is given."""
+    cdf = torch.softmax(logits, -1).cumsum(-1)
+    u = u.clamp(min=torch.finfo(u.dtype).tiny) * cdf[..., -1:]  # never past the end
+    return (cdf < u).sum(-1).clamp(max=logits.shape[-1] - 1)
 
 
 def sample_multi_categorical(
@@ -137,8 +143,14 @@ class DiagGaussian:
 
     @classmethod
     def sample(cls, params: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        mean, log_std = cls.split(params)
+        mean, _ = cls.split(params)
         noise = torch.randn(mean.shape, generator=generator, device=mean.device)
+        return cls.from_normal(params, noise)
+
+    @classmethod
+    def from_normal(cls, params: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The action :meth:`sample` draws with standard normal ``noise [N, D]``."""
+        mean, log_std = cls.split(params)
         return mean + log_std.exp() * noise
 
     @classmethod

@@ -161,7 +161,7 @@ class _OneHot(nn.Module):
         self.out_dim = leaf.categories * math.prod(leaf.shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.one_hot(x.long(), self.categories).reshape(len(x), -1).float()
+        return F.one_hot(x.long(), self.categories).reshape(x.shape[0], -1).float()
 
 
 class _Flat(nn.Module):
@@ -170,7 +170,7 @@ class _Flat(nn.Module):
         self.out_dim = math.prod(leaf.shape)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.reshape(len(x), -1).float()  # reshape, not flatten(1): scalars arrive as [N]
+        return x.reshape(x.shape[0], -1).float()  # not flatten(1): scalars arrive as [N]
 
 
 PARTS = {"cnn": _Image, "embed": _Embed, "onehot": _OneHot, "flat": _Flat}
@@ -253,7 +253,7 @@ def egocentric_crop(
     offsets = torch.arange(size, device=grid.device)
     rows = (y.long()[:, None] + offsets)[:, :, None]  # [N, size, 1]
     cols = (x.long()[:, None] + offsets)[:, None, :]  # [N, 1, size]
-    batch = torch.arange(len(grid), device=grid.device)[:, None, None]
+    batch = torch.arange(grid.shape[0], device=grid.device)[:, None, None]
     return padded[batch, rows, cols]
 
 

@@ -35,7 +35,7 @@ class DQNPolicy(FeedForwardPolicy):
     def __call__(self, obs, first, state, generator):
         obs = to_device(obs, self.device)
         q = self.net(obs)
-        experience = self.net.experience.expand(len(q))  # per row, so batchers can split it
+        experience = self.net.experience.expand(q.shape[0])  # per row, so batchers can split it
         action = greedy_action(q, F.action_mask(obs))
         return {F.ACTION: action, "q_values": q, "experience": experience}, state
 
