@@ -1,4 +1,4 @@
-"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``package``,
+"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``package``, ``export``,
 ``serve-env`` and ``check-env``."""
 
 from __future__ import annotations
