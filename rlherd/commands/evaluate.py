@@ -15,7 +15,13 @@ from rlherd.agents.groups import for_policies
 from rlherd.config import apply_overrides
 from rlherd.core import POLICY_KEY, policy_state
 from rlherd.errors import ConfigError
-from rlherd.run.evaluation import episode_policies, episode_stats, eval_actor, run_episodes
+from rlherd.run.evaluation import (
+    EVAL_SEED,
+    episode_policies,
+    episode_stats,
+    eval_actor,
+    run_episodes,
+)
 from rlherd.run.package import is_package, read_package
 from rlherd.run.ratings import record_games
 from rlherd.run.rundir import RunDir, RunRecord
@@ -157,7 +163,7 @@ def evaluate(
     episodes: int = 10,
     video: str | Path | None = None,
     greedy: bool = True,
-    seed: int = 1_000_000,
+    seed: int = EVAL_SEED,
     opponent: str | None = None,
     best: bool = False,
 ) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from rlherd.commands.train import resolve_config
 from rlherd.config import to_json
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError, MissingExtra
-from rlherd.run.evaluation import episode_policies, episode_stats, run_episodes
+from rlherd.run.evaluation import EVAL_SEED, episode_policies, episode_stats, run_episodes
 from rlherd.run.package import (
     CONFIG_FILE,
     PACKAGE_KEY,
@@ -46,7 +46,6 @@ from rlherd.run.video import check_writable, write_video
 from rlherd.runtime import RUNTIMES
 from rlherd.runtime import settings as runtime_settings
 
-EVAL_SEED = 1_000_000  # rlherd eval's first seed: `rlherd eval DIR` replays the card's episodes
 VIDEO_SECONDS = 20  # a longer episode is cut here: the card shows the policy, not a film
 CURVES_FILE = "curves.png"
 CARD_FILE = "README.md"
