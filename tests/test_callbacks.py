@@ -225,6 +225,9 @@ def test_wandb_offline_receives_the_config_metrics_evaluations_and_summary(tmp_p
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     run = _tracked_run(tmp_path, "wandb", track_project="tests")
+    import wandb
+
+    wandb.teardown()  # W&B's service process writes the file: wait until it has finished
     (log,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
     records = list(wandb_records(log))
     (started,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
