@@ -136,6 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--no-video", action="store_true", help="leave out the episode's video")
     pack.add_argument("--overwrite", action="store_true",
                       help="replace the package files already in DIR")  # fmt: skip
+    pack.add_argument("--best", action="store_true",
+                      help="the best evaluation's policy (train --save-best), not the latest")
 
     export = sub.add_parser("export", help="write a run's policy, with its preprocessing, as "
                             "an ONNX or TorchScript file to act with outside rlherd")  # fmt: skip
@@ -145,6 +147,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="sample actions (from a noise input) instead of the greedy one")
     export.add_argument("-o", "--output", metavar="FILE",
                         help="where to write (default: policy.onnx or policy.pt in the run)")
+    export.add_argument("--best", action="store_true",
+                        help="the best evaluation's policy (train --save-best), not the latest")
     return parser
 
 
@@ -325,11 +329,11 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.commands.package import package
 
             print(json.dumps(package(args.run_dir, args.output, args.episodes, not args.no_video,
-                                     args.overwrite)))  # fmt: skip
+                                     args.overwrite, best=args.best)))  # fmt: skip
         elif args.command == "export":
             from rlherd.commands.export import export
 
-            print(export(args.run_dir, args.format, args.stochastic, args.output))
+            print(export(args.run_dir, args.format, args.stochastic, args.output, args.best))
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
         # Anything else is a bug, and keeps its traceback.

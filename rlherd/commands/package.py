@@ -63,19 +63,21 @@ def package(
     video: bool = True,
     overwrite: bool = False,
     seed: int = EVAL_SEED,
+    best: bool = False,
 ) -> dict[str, Any]:
-    """Write the package of the run in ``run_dir`` (its latest policy) to ``output``: see the
-    module docstring. The score is the greedy policy's over ``episodes`` episodes of seeds
-    ``seed``, ``seed + 1``, .... The package is made in a temporary folder beside ``output``
-    and moved in whole, so a failure leaves no half package. Returns the score, the files
-    written and notes on what was left out (a video an environment cannot render)."""
+    """Write the package of the run in ``run_dir`` (its latest policy; ``best``: its best
+    evaluation's, kept by ``--save-best``) to ``output``: see the module docstring. The score is
+    the greedy policy's over ``episodes`` episodes of seeds ``seed``, ``seed + 1``, .... The
+    package is made in a temporary folder beside ``output`` and moved in whole, so a failure
+    leaves no half package. Returns the score, the files written and notes on what was left out
+    (a video an environment cannot render)."""
     run_dir, output = Path(run_dir), Path(output)
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if is_package(run_dir):
         raise ConfigError(f"{run_dir} is a package already; copy the folder to share it again")
     _check_output(run_dir, output, overwrite)
-    record, builder, checkpoint = load_run(run_dir)
+    record, builder, checkpoint = load_run(run_dir, best)
     _check_packable(run_dir, record, builder)
     summary = RunDir(run_dir).read_summary()
     output.mkdir(parents=True, exist_ok=True)
@@ -85,6 +87,10 @@ def package(
         made = dict(run=run_dir.resolve().name, counters=checkpoint["recorder"]["counters"])
         atomic_write_json(folder / CONFIG_FILE, {**dataclasses.asdict(record), PACKAGE_KEY: made})
         video_file, notes = _video_file(record) if video else (None, [])
+        if best:
+            chosen = read_json(run_dir / "best" / "evaluation.json")
+            notes.append(f"the policy of the run's best evaluation (at "
+                         f"{chosen.get(RUNTIMES[record.runtime].counts)} steps), not its latest")
         score, frames, fps = _score(folder, record, episodes, seed, video_file is not None)
         if video_file is not None:
             write_video(folder / video_file, frames[: VIDEO_SECONDS * fps], fps=fps)
