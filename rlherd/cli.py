@@ -31,6 +31,11 @@ def _parser() -> argparse.ArgumentParser:
         help="steps to train for: environment steps (offline: learner steps)"
     )
     train.add_argument("--seed", type=int, help="random seed (default: 0)")
+    train.add_argument("--seeds", metavar="SEEDS",
+                       help="train once per seed (1-5, 1,2,3), in parallel processes, each run "
+                       "in --run-dir/seed-K")  # fmt: skip
+    train.add_argument("--jobs", type=int, metavar="N",
+                       help="[--seeds] seeds at once (default: as many as fit the cores)")
     train.add_argument("--preset", help="config preset (default: chosen from the env id)")
     train.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="set an agent config field"
@@ -176,6 +181,11 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.resume is None and (args.agent is None or args.env is None):
                 parser.error("train needs an agent and --env (or --resume RUN_DIR)")
+            from rlherd.commands import seeds
+
+            if args.seeds is not None or seeds.is_seed_parent(args.resume):
+                words = argv if argv is not None else sys.argv[1:]
+                return seeds.command(args, words[words.index("train") + 1:])
             run = train(
                 args.agent,
                 args.env,
