@@ -1,5 +1,5 @@
-"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``serve-env`` and
-``check-env``."""
+"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``report``, ``serve-env``
+and ``check-env``."""
 
 from __future__ import annotations
 
@@ -113,6 +113,18 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
     plot.add_argument("--window", type=int, default=20, help="episodes to average over")
     plot.add_argument("--title", help="the figure's title")
+    plot.add_argument("--aggregate", choices=["mean", "iqm"],
+                      help="one curve per experiment: its seeds' mean or IQM, with a 95%% "
+                      "bootstrap band")  # fmt: skip
+    plot.add_argument("--reps", type=int, default=500,
+                      help="[--aggregate] bootstrap resamples (500) at each of the curve's 40 "
+                      "points")  # fmt: skip
+
+    report = sub.add_parser("report", help="final returns over seeds: IQM, mean and 95%% CIs")
+    report.add_argument("run_dirs", nargs="+", metavar="RUNS",
+                        help="run directories, or folders holding them (a --seeds parent)")
+    report.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (2000)")
+    report.add_argument("--json", action="store_true", help="print JSON lines, one per row")
     return parser
 
 
@@ -254,7 +266,16 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plot":
             from rlherd.commands.plot import plot_runs
 
-            print(plot_runs(args.run_dirs, args.output, args.window, args.title))
+            print(plot_runs(args.run_dirs, args.output, args.window, args.title,
+                            aggregate=args.aggregate, reps=args.reps))  # fmt: skip
+        elif args.command == "report":
+            from rlherd.commands.report import print_table, report
+
+            rows = report(args.run_dirs, args.reps)
+            if args.json:
+                print("\n".join(json.dumps(row) for row in rows))
+            else:
+                print_table(rows, args.reps)
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
         # Anything else is a bug, and keeps its traceback.
