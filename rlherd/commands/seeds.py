@@ -93,8 +93,8 @@ class SeedRuns:
 def train_seeds(
     agent: str | None = None,
     env: Any = None,
-    seeds: Iterable[int] | str = (0, 1, 2),
     *,
+    seeds: Iterable[int] | str,
     run_dir: str | Path | None = None,
     jobs: int | None = None,
     progress: bool = True,
@@ -175,11 +175,13 @@ def resume_seeds(parent: str | Path, argv: list[str], jobs: int | None, progress
     """Continue every seed run in ``parent`` (``rlherd train --resume PARENT``), each with
     ``rlherd train --resume PARENT/seed-K ARGV`` (``argv``: the flags a resumed run takes, such
     as ``--total-steps``)."""
+    from rlherd.run.rundir import read_json
+
     parent = Path(parent)
     paths = seed_dirs(parent)
     group = [SeedProcess(k, path, ["--resume", str(path), *argv]) for k, path in paths.items()]
-    with open(next(iter(paths.values())) / "config.json") as f:
-        threads = int(json.load(f)["settings"].get("torch_threads", 1))
+    threads = max(int(read_json(path / "config.json").get("settings", {}).get("torch_threads", 1))
+                  for path in paths.values())  # fmt: skip
     return _run_group(parent, group, threads, jobs, progress, f"resume {parent}")
 
 
