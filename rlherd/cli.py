@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 # Building the parsers reads only torch-free tables (agent and runtime names, the runtime
 # settings' dataclasses); each command imports what it runs when it runs, so ``--help`` answers
@@ -216,6 +218,8 @@ def _train_arguments(args: argparse.Namespace) -> dict:
     if args.config and args.resume:
         raise ConfigError("--resume continues a run with its own config; drop --config")
     file = read_config_file(args.config) if args.config else {}
+    if file and _recorded(Path(args.config)):
+        file = _portable(file, Path(args.config).parent)
     flags = dict(agent=args.agent, env=args.env, runtime=args.runtime, seed=args.seed,
                  total_steps=args.total_steps, preset=args.preset, eval_every=args.eval_every,
                  eval_episodes=args.eval_episodes,
@@ -230,6 +234,29 @@ def _train_arguments(args: argparse.Namespace) -> dict:
             **_setting_flags(args)}
 
 
+def _recorded(path: Path) -> bool:
+    """Whether ``path`` is a run's (or a package's) own config.json: a record of another
+    machine, maybe someone else's."""
+    folder = path.parent
+    return path.name == "config.json" and any(
+        (folder / name).exists() for name in ("summary.json", "checkpoints", "policy.safetensors"))
+
+
+def _portable(file: dict, folder: Path) -> dict:
+    """A run's record as a config file here: its environment's module must be an installed one
+    (a shared run's folder may hold code of its own, never to be imported), and the settings
+    that name the machine it ran on (its device, servers, cluster) are left out."""
+    from rlherd.envs.ids import check_recorded
+
+    if "env" in file:
+        check_recorded(file["env"], folder)
+    kept = {k: v for k, v in file.get("settings", {}).items() if k not in MACHINE_SETTINGS}
+    return {**file, "settings": kept}
+
+
+MACHINE_SETTINGS = ("device", "env_servers", "ray_address")  # a recorded run's, not this one's
+
+
 def _callbacks(args: argparse.Namespace) -> list:
     """The ready-made callbacks that ``train``'s flags ask for."""
     from rlherd.run.callbacks import SaveBest, StopAtReturn, StopWithoutImprovement
@@ -241,9 +268,6 @@ def _callbacks(args: argparse.Namespace) -> list:
         made.append(StopWithoutImprovement(args.patience))
     if args.save_best:
         made.append(SaveBest())
-    if made and not args.eval_every and args.resume is None:
-        raise ConfigError("--stop-at-return, --patience and --save-best watch evaluations; "
-                          "set --eval-every N")
     return made
 
 
@@ -270,17 +294,18 @@ def main(argv: list[str] | None = None) -> int:
 
             return serve_env(rest)
         if args.command == "train":
+            from rlherd.commands import seeds
             from rlherd.commands.train import train
 
+            if seeds.GROUP_VARIABLE in os.environ:  # one seed of a `train --seeds` group
+                seeds.stop_with_group()
             given = _train_arguments(args)
             if args.resume is None and (given["agent"] is None or given["env"] is None):
                 parser.error("train needs an agent and --env (or --config FILE, or --resume "
                              "RUN_DIR)")  # fmt: skip
-            from rlherd.commands import seeds
-
             if args.seeds is not None or seeds.is_seed_parent(args.resume):
                 words = argv if argv is not None else sys.argv[1:]
-                return seeds.command(args, words[words.index("train") + 1:])
+                return seeds.command(args, words[words.index("train") + 1:], given)
             run = train(
                 run_dir=args.run_dir,
                 resume=args.resume,

@@ -88,10 +88,13 @@ def to_json(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-# What a --config file may hold: the keys of a run's config.json (so a run's own config.json
-# trains it again), of which ``machine`` (where that run ran) is ignored.
-CONFIG_FILE_KEYS = ("agent", "env", "runtime", "seed", "total_steps", "preset", "env_kwargs",
-                    "eval_every", "eval_episodes", "config", "settings", "machine")  # fmt: skip
+# What a --config file may hold, and of which type: the keys of a run's config.json (so a run's
+# or a package's own config.json trains it again), of which ``machine`` (where that run ran)
+# and ``package`` (what a package was made from) are ignored.
+CONFIG_FILE_KEYS = dict(agent=str, env=str, runtime=str, seed=int, total_steps=int, preset=str,
+                        env_kwargs=dict, eval_every=int, eval_episodes=int, config=dict,
+                        settings=dict, machine=dict, package=dict)  # fmt: skip
+IGNORED_KEYS = ("machine", "package")
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -118,14 +121,17 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--config {path}: {str(e).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path} must hold a mapping of {', '.join(CONFIG_FILE_KEYS)}")
-    for key in data:
-        if key not in CONFIG_FILE_KEYS:
-            close = difflib.get_close_matches(str(key), CONFIG_FILE_KEYS, n=1)
+    for key, value in data.items():
+        kind = CONFIG_FILE_KEYS.get(key)
+        if kind is None:
+            close = difflib.get_close_matches(str(key), list(CONFIG_FILE_KEYS), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
+            known = [k for k in CONFIG_FILE_KEYS if k not in IGNORED_KEYS]
             raise ConfigError(f"--config {path}: unknown key {key!r}{hint}; it may hold "
-                              f"{', '.join(CONFIG_FILE_KEYS[:-1])}")  # fmt: skip
-    for key in ("config", "settings", "env_kwargs"):
-        if not isinstance(data.get(key, {}), dict):
-            raise ConfigError(f"--config {path}: {key} must be a mapping of names to values")
-    data.pop("machine", None)
-    return data
+                              f"{', '.join(known)}")  # fmt: skip
+        if not isinstance(value, kind) or isinstance(value, bool):
+            what = {int: "a whole number", str: "text", dict: "a mapping of names to values"}
+            hint = " (YAML reads 1e5 as text: write 100000)" if kind is int else ""
+            raise ConfigError(f"--config {path}: {key} must be {what[kind]}, got "
+                              f"{value!r}{hint}")  # fmt: skip
+    return {k: v for k, v in data.items() if k not in IGNORED_KEYS}

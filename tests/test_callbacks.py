@@ -151,7 +151,7 @@ def test_the_cli_stops_at_a_return_and_exits_zero(tmp_path, capsys):
     assert (run_dir / "best" / "policy.pt").exists()
     code = main(["train", "dqn", "--env", CORRIDOR, "--run-dir", str(tmp_path / "other"),
                  "--patience", "3"])  # fmt: skip
-    assert code == 2 and "set --eval-every N" in capsys.readouterr().err
+    assert code == 2 and "watch evaluations, and this run has none" in capsys.readouterr().err
 
 
 def test_a_callback_that_raises_stops_the_run_with_its_traceback(tmp_path):
@@ -301,6 +301,9 @@ def test_a_config_file_sets_what_flags_would_and_flags_win(tmp_path):
     ("- ppo\n", "must hold a mapping"),
     ("agent: !!python/object/apply:os.system ['echo hacked']\n", "--config"),
     ("config: 3\n", "config must be a mapping"),
+    ("agent: ppo\nenv: CartPole-v1\ntotal_steps: 1e5\n", "total_steps must be a whole number, "
+     "got '1e5' (YAML reads 1e5 as text: write 100000)"),
+    ("agent: ppo\nenv: CartPole-v1\nseed: '3'\n", "seed must be a whole number"),
 ])  # fmt: skip
 def test_a_bad_config_file_is_one_line(tmp_path, capsys, text, says):
     file = tmp_path / "bad.yaml"
@@ -344,3 +347,45 @@ def test_package_and_export_take_the_best_policy(tmp_path):
     session = onnxruntime.InferenceSession(str(export(run_dir, best=True)))
     (action,) = [o.name for o in session.get_outputs() if o.name == "action"]
     np.testing.assert_array_equal(session.run([action], {"obs": obs})[0], best(obs))
+
+
+def test_a_trackers_outage_is_a_warning_not_the_end_of_the_run(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+
+    def down(*args, **kwargs):
+        raise ConnectionError("the tracking server went away")
+
+    monkeypatch.setattr(MlflowClient, "log_batch", down)
+    with pytest.warns(UserWarning, match="MlflowTracker could not log.*went away") as caught:
+        run = _tracked_run(tmp_path, "mlflow", track_uri=f"sqlite:///{tmp_path / 'm.db'}")
+    assert run.summary["actor_steps"] >= 1_000 and "error" not in run.summary
+    assert sum("could not log" in str(w.message) for w in caught) == 1, "said once"
+
+
+def test_a_shared_runs_config_names_no_code_of_its_own_and_not_its_machine(tmp_path, capsys,
+                                                                            monkeypatch):
+    """A run's config.json from elsewhere trains here without importing a module that sits in
+    its folder (found first on the import path when `python -m rlherd.cli` runs there), and
+    without the settings that named its machine (device, servers, cluster)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    monkeypatch.chdir(shared)
+    monkeypatch.syspath_prepend(str(shared))
+    (shared / "evil.py").write_text("import os\nos.environ['RLHERD_PWNED'] = '1'\n")
+    (shared / "summary.json").write_text("{}")
+    (shared / "config.json").write_text(json.dumps({
+        "agent": "ppo", "env": "evil:Env-v0", "total_steps": 100}))  # fmt: skip
+    code = main(["train", "--config", str(shared / "config.json"), "--run-dir",
+                 str(tmp_path / "run")])  # fmt: skip
+    assert code == 2 and "would import 'evil' from inside the run directory" in (
+        capsys.readouterr().err)
+    assert "RLHERD_PWNED" not in __import__("os").environ
+    (shared / "config.json").write_text(json.dumps({
+        "agent": "ppo", "env": "rlherd/Corridor-v0", "total_steps": 200, "runtime": "single",
+        "settings": {"device": "cuda:3", "num_envs": 2}}))  # fmt: skip
+    assert main(["train", "--config", str(shared / "config.json"), "--run-dir",
+                 str(tmp_path / "run"), "--no-progress"]) == 0  # fmt: skip
+    settings = RunDir(tmp_path / "run").read_config().settings
+    assert settings["device"] == "cpu" and settings["num_envs"] == 2

@@ -263,3 +263,24 @@ def test_package_help_renders(capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert all(flag in out for flag in ("-o DIR", "--episodes", "--no-video", "--overwrite"))
+
+
+def test_a_package_is_never_written_by_resume_or_export(tmp_path, capsys):
+    """``--resume`` and ``rlherd export`` read runs; a package given to them stays as it was,
+    and its config.json trains the run again."""
+    import rlherd
+    from rlherd.cli import main
+
+    run = rlherd.train("ppo", "CartPole-v1", total_steps=300, run_dir=tmp_path / "run",
+                       progress=False)  # fmt: skip
+    assert main(["package", str(run.path), "-o", str(tmp_path / "pkg"), "--episodes", "1",
+                 "--no-video"]) == 0  # fmt: skip
+    before = sorted(p.name for p in (tmp_path / "pkg").iterdir())
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "pkg")]) == 2
+    assert "is a package" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "pkg")]) == 2
+    assert "say where the file goes: -o policy.onnx" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "pkg").iterdir()) == before
+    assert main(["train", "--config", str(tmp_path / "pkg" / "config.json"), "--run-dir",
+                 str(tmp_path / "again"), "--total-steps", "200", "--no-progress"]) == 0

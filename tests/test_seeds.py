@@ -131,6 +131,45 @@ def test_ctrl_c_stops_every_seed_with_a_checkpoint_and_resume_continues_them(tmp
     assert all(r["actor_steps"] >= more for r in resumed)  # to the end of the rollout past it
 
 
+@pytest.mark.parametrize("end", ["SIGKILL", "SIGHUP"])
+def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end):
+    """A group killed outright (SIGKILL, the OOM killer) runs none of its handlers: each seed
+    hears SIGTERM from the kernel (PR_SET_PDEATHSIG) and stops with a checkpoint. A closed
+    terminal's SIGHUP reaches the group, which passes SIGTERM on."""
+    group = tmp_path / "group"
+    parent = rlherd_cli(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "10000000",
+                         "--seeds", "1-2", "--jobs", "2", "--log-interval-s", "0.2",
+                         "--run-dir", str(group), "--no-progress"], tmp_path,
+                        background=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all((group / f"seed-{k}" / "summary.json").exists() for k in (1, 2)):
+            assert parent.poll() is None and time.monotonic() < deadline, parent.stderr.read()
+            time.sleep(0.2)
+        parent.send_signal(getattr(signal, end))
+        parent.communicate(timeout=120)
+        deadline = time.monotonic() + 60
+        while [cmd for cmd in _command_lines() if str(group) in cmd]:
+            assert time.monotonic() < deadline, "a seed outlived its group"
+            time.sleep(0.2)
+    finally:
+        parent.kill()
+        for cmd_pid in _pids_naming(group):
+            os.kill(cmd_pid, signal.SIGKILL)
+    for k in (1, 2):
+        assert (group / f"seed-{k}" / "checkpoints" / "latest").exists()
+
+
+def _pids_naming(path: Path) -> list[int]:
+    """The processes whose command line names ``path`` (seeds left running, to clean up)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if str(path) in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+                pids.append(int(pid))
+    return pids
+
+
 def _command_lines() -> list[str]:
     """The command lines of this machine's processes (to find any seed left running)."""
     lines = []

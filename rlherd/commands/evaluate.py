@@ -171,11 +171,12 @@ def evaluate(
     """Mean return of the run's latest policy (``best``: its best evaluation's, kept by
     ``--save-best``) over ``episodes`` episodes; the first episode is recorded to ``video``
     (.gif or .mp4) if given. The result is added to summary.json as ``eval_return_mean``
-    (``best_eval_return_mean``, ...). In a two-player game, ``opponent`` plays the other side of
-    ``episodes`` games, and the result holds the win, draw and loss rates: an OpenSpiel game's
-    ``random``, ``mcts:N`` or ``perfect`` (:func:`play_against`), a turn-based PettingZoo
-    game's ``random``, ``latest``, ``snapshot:K`` or ``mcts:N`` (:func:`play_turns`, which
-    also rates the players). A package (``rlherd package``) is read, never written."""
+    (``best_eval_return_mean`` with ``best``, ``sampled_eval_return_mean`` without
+    ``greedy``). In a two-player game, ``opponent`` plays the other side of ``episodes`` games,
+    and the result holds the win, draw and loss rates: an OpenSpiel game's ``random``,
+    ``mcts:N`` or ``perfect`` (:func:`play_against`), a turn-based PettingZoo game's
+    ``random``, ``latest``, ``snapshot:K`` or ``mcts:N`` (:func:`play_turns`, which also rates
+    the players). A package (``rlherd package``) is read, never written."""
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if video:  # before the episodes are played, not after
@@ -243,7 +244,10 @@ def evaluate(
     policies = episode_policies(env, actor, episodes)
     result = dict(**episode_stats(returns, lengths, policies), eval_episodes=episodes,
                   eval_greedy=greedy)  # fmt: skip
-    _add_to_summary(run_dir, {f"best_{k}": v for k, v in result.items()} if best else result)
+    # The summary's eval_return_mean is the latest policy's greedy score (rlherd report reads
+    # it): the best policy's and sampled actions' go beside it, under their own names.
+    prefix = ("best_" if best else "") + ("" if greedy else "sampled_")
+    _add_to_summary(run_dir, {f"{prefix}{k}": v for k, v in result.items()})
     return result
 
 
@@ -283,7 +287,7 @@ class TrainedPolicy:
         """The action for ``obs`` (one observation or a batch) and what the policy computed
         to choose it, as arrays named as the agent's rollouts and transitions name them
         (:mod:`rlherd.types`): e.g. PPO's ``policy_params`` (logits, or a Gaussian's mean and
-        log std) and ``baseline`` (its value), IMPALA's ``behaviour_logits`` and ``baseline``,
+        log std) and ``baseline`` (its value), IMPALA's ``policy_logits`` and ``baseline``,
         DQN's and R2D2's ``q_values``."""
         leaf = F.first_array(self.spec.obs)  # one observation's first array
         single = np.shape(F.first_array(obs)) == tuple(leaf.shape)

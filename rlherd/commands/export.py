@@ -52,6 +52,7 @@ from rlherd.networks.distributions import (
     categorical_from_uniform,
     distribution_for,
 )
+from rlherd.run.package import is_package
 from rlherd.run.provenance import machine
 from rlherd.run.rundir import atomic_write_bytes
 
@@ -301,7 +302,8 @@ def export(
     """Write the latest policy of the run in ``run_dir`` (``best``: its best evaluation's, kept
     by ``--save-best``) as an ONNX or TorchScript file
     (``fmt``; see the module docstring) to ``output`` (default: ``policy.onnx`` or ``policy.pt``
-    in the run directory, ``policy-stochastic.*`` with ``stochastic``); its path."""
+    in the run directory, ``policy-best.*`` with ``best``, ``policy-stochastic.*`` with
+    ``stochastic``; a package's must be given); its path."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; choose {' or '.join(FORMATS)}")
     if fmt == "onnx":
@@ -321,7 +323,10 @@ def export(
         warnings.simplefilter("ignore")
         data = (onnx_bytes if fmt == "onnx" else torchscript_bytes)(graph, inputs, about)
         check_file(graph, data, fmt)
-    name = f"policy{'-stochastic' if stochastic else ''}{FORMATS[fmt]}"
+    name = f"policy{'-best' if best else ''}{'-stochastic' if stochastic else ''}{FORMATS[fmt]}"
+    if output is None and is_package(run_dir):  # a package is read, never written
+        raise ConfigError(f"{run_dir} is a package, which rlherd export does not write into; "
+                          f"say where the file goes: -o {name}")  # fmt: skip
     path = Path(output) if output is not None else Path(run_dir) / name
     atomic_write_bytes(path, data)
     return path

@@ -84,13 +84,16 @@ def package(
     with tempfile.TemporaryDirectory(prefix=f".{output.name}-", dir=output.parent) as tmp:
         folder = Path(tmp)
         write_policy(folder / POLICY_FILE, policy_state(checkpoint["learner"]))
-        made = dict(run=run_dir.resolve().name, counters=checkpoint["recorder"]["counters"])
+        counters, notes = dict(checkpoint["recorder"]["counters"]), []
+        if best:  # the policy's steps are its evaluation's, not the latest checkpoint's
+            counts = RUNTIMES[record.runtime].counts
+            counters[counts] = read_json(run_dir / "best" / "evaluation.json").get(counts)
+            notes.append(f"the policy of the run's best evaluation (at {counters[counts]} "
+                         "steps), not its latest")  # fmt: skip
+        made = dict(run=run_dir.resolve().name, counters=counters)
         atomic_write_json(folder / CONFIG_FILE, {**dataclasses.asdict(record), PACKAGE_KEY: made})
-        video_file, notes = _video_file(record) if video else (None, [])
-        if best:
-            chosen = read_json(run_dir / "best" / "evaluation.json")
-            notes.append(f"the policy of the run's best evaluation (at "
-                         f"{chosen.get(RUNTIMES[record.runtime].counts)} steps), not its latest")
+        video_file, more = _video_file(record) if video else (None, [])
+        notes += more
         score, frames, fps = _score(folder, record, episodes, seed, video_file is not None)
         if video_file is not None:
             write_video(folder / video_file, frames[: VIDEO_SECONDS * fps], fps=fps)

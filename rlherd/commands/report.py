@@ -37,6 +37,8 @@ def report(paths: Sequence[str | Path], reps: int = REPS,
                 "group": group.label, "agent": group.key.get("agent"),
                 "env": group.key.get("env"), "policy": policy or None,
                 "runs": len(returns.values), "return": returns.metric,
+                "eval_episodes": sorted({run.summary.get("eval_episodes") for run in returns.runs}
+                                        - {None}) if returns.metric.startswith("eval_") else [],
                 "seeds": [run.seed for run in returns.runs], "returns": returns.values,
                 "run_dirs": [str(run.path) for run in returns.runs], "left_out": with_none,
             }  # fmt: skip
@@ -67,16 +69,17 @@ def print_table(rows: list[dict[str, Any]], reps: int) -> None:
     for row in rows:
         policy = [row["policy"] or ""] if policies else []
         table.add_row(row["group"], row["agent"], row["env"], *policy, str(row["runs"]),
-                      _source(row["return"]), *_cells(row, "iqm"), *_cells(row, "mean"))
+                      _source(row), *_cells(row, "iqm"), *_cells(row, "mean"))
     # Piped or written to a file, a table keeps its width (rich would fold it into 80 columns).
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)
     console.print(table)
     notes = [
-        "return: eval = the greedy policy's mean return at the run's last evaluation "
-        f"(eval_return_*); train = the mean return of its last {RETURN_WINDOW} training "
-        "episodes (final_return_mean*), used where not every run of the experiment evaluated.",
+        "return: eval (N) = the greedy policy's mean return over N episodes at the run's last "
+        "evaluation (eval_return_*, by the evaluator or rlherd eval); train = the mean return "
+        f"of its last {RETURN_WINDOW} training episodes (final_return_mean*), used where not "
+        "every run of the experiment evaluated.",
         "IQM: the mean of the middle 50% of runs (robust to an outlier seed); CI: 95% "
         f"stratified bootstrap over runs (rliable, {reps} resamples).",
     ]
@@ -90,8 +93,11 @@ def print_table(rows: list[dict[str, Any]], reps: int) -> None:
         console.print(note, style="dim", highlight=False)
 
 
-def _source(metric: str) -> str:
-    return "eval" if metric.startswith("eval_") else "train"
+def _source(row: dict[str, Any]) -> str:
+    if not row["return"].startswith("eval_"):
+        return "train"
+    episodes = "/".join(map(str, row["eval_episodes"]))
+    return f"eval ({episodes})" if episodes else "eval"
 
 
 def _cells(row: dict[str, Any], name: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ A seed that fails is reported with the last line it printed, its whole output is
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -114,6 +115,10 @@ def train_seeds(
         if name in train_kwargs:
             raise ConfigError(f"train_seeds takes seeds=[...], one run per seed, and starts new "
                               f"runs; drop {name}=")  # fmt: skip
+    if train_kwargs.get("callbacks"):
+        raise ConfigError("each seed trains in a process of its own, where objects of this one "
+                          "cannot go: drop callbacks= (track= works), or call rlherd.train per "
+                          "seed")  # fmt: skip
     seeds = parse_seeds(seeds) if isinstance(seeds, str) else list(seeds)
     agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
     return run_seeds(agent, env, train_argv(agent, env, train_kwargs), seeds, run_dir, jobs,
@@ -134,11 +139,11 @@ def train_argv(agent: str, env: str, kwargs: dict[str, Any]) -> list[str]:
             return ",".join(map(str, value))
         return str(value)
 
-    flags = {"runtime", "total_steps", "preset", "eval_every", "eval_episodes",
-             *settings.all_fields()}  # fmt: skip
+    flags = {"runtime", "total_steps", "preset", "eval_every", "eval_episodes", "track",
+             "track_project", "track_uri", *settings.all_fields()}  # fmt: skip
     argv = [agent, "--env", env]
     for key, value in kwargs.items():
-        if value is None:
+        if value is None or key == "callbacks":
             continue
         if key == "overwrite":
             argv += ["--overwrite"] if value else []
@@ -276,18 +281,35 @@ def _start(seed: SeedProcess, env: dict[str, str]) -> SeedProcess:
     is forwarded too: each seed then stops at once, as a single run does)."""
     seed.path.parent.mkdir(parents=True, exist_ok=True)
     seed.log_file = open(seed.log, "w")
+    # -P: the working directory is not on the seed's import path, as for the rlherd command.
     seed.process = subprocess.Popen(
-        [sys.executable, "-m", "rlherd.cli", "train", *seed.argv, "--no-progress"],
-        stdout=seed.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-        start_new_session=True,
+        [sys.executable, "-P", "-m", "rlherd.cli", "train", *seed.argv, "--no-progress"],
+        stdout=seed.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**env, GROUP_VARIABLE: str(os.getpid())}, start_new_session=True,
     )  # fmt: skip
     return seed
 
 
+GROUP_VARIABLE = "RLHERD_SEED_GROUP"  # in a seed's environment: the group process's id
+
+
+def stop_with_group() -> None:
+    """In a seed's process (``$RLHERD_SEED_GROUP`` set): be sent SIGTERM when the group that
+    started it dies, however it dies (Linux's ``PR_SET_PDEATHSIG``; a SIGKILL or an OOM kill of
+    the group runs none of its own handlers), so that no seed trains on unseen."""
+    group = int(os.environ.pop(GROUP_VARIABLE))
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the group's own handlers are all there is
+        return
+    if os.getppid() != group:  # the group died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 class _Signals:
-    """While the group runs, SIGINT and SIGTERM are noted (not raised) for the group's loop to
-    forward to every running seed, each signal once: the handler only notes, so a signal that
-    lands while a seed is being started still reaches it."""
+    """While the group runs, SIGINT, SIGTERM and SIGHUP are noted (not raised) for the group's
+    loop to forward to every running seed, each signal once: the handler only notes, so a
+    signal that lands while a seed is being started still reaches it."""
 
     def __init__(self) -> None:
         self.received: list[int] = []  # every signal, in order
@@ -296,14 +318,18 @@ class _Signals:
 
     def __enter__(self) -> _Signals:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, lambda signum, _: self.received.append(
-                    signum))  # fmt: skip
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                self._previous[sig] = signal.signal(sig, self._note)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+    def _note(self, signum: int, frame: Any) -> None:
+        # A closed terminal's SIGHUP would kill a seed outright: the seeds hear SIGTERM, on which
+        # each writes a final checkpoint.
+        self.received.append(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
     def forward(self, processes: list[subprocess.Popen]) -> None:
         """Send the signals received since the last call to ``processes``."""
@@ -407,9 +433,10 @@ def _gathered(parent: Path, group: list[SeedProcess], signum: int) -> SeedRuns:
     return result
 
 
-def command(args: Any, words: list[str]) -> int:
+def command(args: Any, words: list[str], given: dict[str, Any]) -> int:
     """``rlherd train --seeds ...`` or ``rlherd train --resume PARENT``: ``args`` as the CLI
-    parsed them, ``words`` the words after ``train``. Prints each seed's summary (JSON
+    parsed them, ``words`` the words after ``train``, ``given`` what they (and a ``--config``
+    file) ask ``train`` for. Prints each seed's summary (JSON
     lines), then one line per outcome on stderr; the exit status is 0 only if every seed
     finished."""
     if args.seeds is not None and (args.seed is not None or args.resume is not None):
@@ -423,7 +450,8 @@ def command(args: Any, words: list[str]) -> int:
     else:
         seeds = parse_seeds(args.seeds)
         argv = _without(words, {"--seeds", "--jobs", "--run-dir"}, {"--no-progress"})
-        result = run_seeds(args.agent, args.env, argv, seeds, args.run_dir, args.jobs, progress)
+        result = run_seeds(given["agent"], given["env"], argv, seeds, args.run_dir, args.jobs,
+                           progress)  # fmt: skip
     for run in result.runs:
         print(json.dumps({"seed": run.config.seed, "run_dir": str(run.path), **run.summary}))
     return _say(result, argv if args.seeds is not None else None)

@@ -21,8 +21,9 @@ from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of, run_spec
 from rlherd.config import apply_overrides, to_json
 from rlherd.errors import ConfigError
-from rlherd.run.callbacks import Callbacks, RunInfo
+from rlherd.run.callbacks import Callbacks, RunInfo, check_callbacks
 from rlherd.run.evaluation import Evaluator, Snapshots
+from rlherd.run.package import is_package
 from rlherd.run.provenance import machine
 from rlherd.run.recorder import Recorder
 from rlherd.run.rundir import RunDir, RunRecord
@@ -241,8 +242,12 @@ def train(
     ``track_project`` as the W&B project or MLflow experiment and ``track_uri`` as MLflow's
     tracking URI. Neither is part of the run's record: a resumed run takes them anew.
     """
-    callbacks = [*callbacks, *trackers(track, track_project, track_uri)]
+    callbacks = [*callbacks, *trackers(track, track_project, track_uri)]  # checked below
     if resume is not None:
+        if is_package(resume):
+            raise ConfigError(f"{resume} is a package (rlherd package): a policy to share, not a "
+                              f"run to continue; train it again with --config "
+                              f"{Path(resume) / 'config.json'}")  # fmt: skip
         rundir = RunDir(resume)
         record = rundir.read_config()
         _check_resume_flags(record, overrides, preset=preset, env_kwargs=env_kwargs,
@@ -291,6 +296,7 @@ def train(
         checkpoint = None
     if record.total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {record.total_steps}")
+    check_callbacks(callbacks, record.eval_every)
     if checkpoint is not None and _counted(checkpoint, runtime) >= record.total_steps:
         rundir.unlock()
         return Run(rundir.path, record, rundir.read_summary(), finished_before=True)

@@ -39,7 +39,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import traceback
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlherd.errors import ConfigError
-from rlherd.run.rundir import RunDir
+from rlherd.run.rundir import RunDir, read_json
 
 STOP = "stop"
 Answer = Literal["stop"] | None
@@ -60,6 +59,7 @@ class Callback:
     ``"stop"`` (except :meth:`on_end`); set :attr:`reason` before it does to say why."""
 
     reason: str = ""  # why the callback stopped the run, for the summary's ``stopped_by``
+    needs_evaluations: bool = False  # True: a run without evaluations (eval_every 0) is refused
 
     def on_start(self, run: RunInfo) -> Answer:
         return None
@@ -103,11 +103,6 @@ class Callbacks:
         self.stopped_by: str | None = None
         self.info: RunInfo | None = None
         self.started: list[Any] = []  # those whose start went well: they hear the end
-        for callback in self.callbacks:
-            hooks = [h for h in HOOKS if callable(getattr(callback, h, None))]
-            if not hooks:
-                raise ConfigError(f"callback {callback!r} has none of the methods "
-                                  f"{', '.join(HOOKS)}; subclass rlherd.run.callbacks.Callback")
 
     def _call(self, hook: str, argument: Any) -> None:
         for callback in self.callbacks:
@@ -163,6 +158,19 @@ class Callbacks:
 HOOKS = ("on_start", "on_log", "on_eval", "on_checkpoint", "on_end")
 
 
+def check_callbacks(callbacks: Iterable[Any], eval_every: int) -> None:
+    """Refuse, before a run starts, an object that is no callback, and callbacks that watch
+    evaluations in a run that has none (``eval_every`` 0)."""
+    for callback in callbacks:
+        if not any(callable(getattr(callback, hook, None)) for hook in HOOKS):
+            raise ConfigError(f"callback {callback!r} has none of the methods "
+                              f"{', '.join(HOOKS)}; subclass rlherd.run.callbacks.Callback")
+    watching = [type(c).__name__ for c in callbacks if getattr(c, "needs_evaluations", False)]
+    if watching and eval_every <= 0:
+        raise ConfigError(f"{', '.join(watching)} watch evaluations, and this run has none: set "
+                          "--eval-every N (eval_every=N)")  # fmt: skip
+
+
 def _better(value: float, best: float | None, mode: str, min_delta: float) -> bool:
     if best is None:
         return True
@@ -185,6 +193,7 @@ class StopAtReturn(Callback):
 
     def __init__(self, threshold: float, metric: str = "eval_return_mean"):
         self.threshold, self.metric = threshold, metric
+        self.needs_evaluations = metric.startswith("eval_")
 
     def _check(self, results: dict[str, Any]) -> Answer:
         value = _metric(results, self.metric, "StopAtReturn")
@@ -203,6 +212,8 @@ class StopAtReturn(Callback):
 class StopWithoutImprovement(Callback):
     """Stop when ``patience`` evaluations in a row have not improved on the best ``metric``
     by more than ``min_delta`` (``mode="min"`` for a metric to lower)."""
+
+    needs_evaluations = True
 
     def __init__(self, patience: int, metric: str = "eval_return_mean", min_delta: float = 0.0,
                  mode: str = "max"):  # fmt: skip
@@ -231,6 +242,8 @@ class SaveBest(Callback):
     ``best/evaluation.json`` (the evaluation's row). ``rlherd eval RUN --best`` and
     ``rlherd.load_policy(RUN, best=True)`` act with it."""
 
+    needs_evaluations = True
+
     def __init__(self, metric: str = "eval_return_mean", mode: str = "max"):
         self.metric, self.mode = metric, mode
         self.best: float | None = None
@@ -240,7 +253,7 @@ class SaveBest(Callback):
         self.info = run
         saved = run.path / "best" / "evaluation.json"
         if run.resumed and saved.exists():  # a resumed run keeps the best it had
-            self.best = json.loads(saved.read_text()).get(self.metric)
+            self.best = read_json(saved).get(self.metric)
         return None
 
     def on_eval(self, results: dict[str, Any]) -> Answer:

@@ -19,16 +19,17 @@ and the latest checkpoint and any videos in the run directory are stored as arti
 
 from __future__ import annotations
 
-import json
 import numbers
 import time
 import uuid
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlherd.errors import ConfigError
 from rlherd.run.callbacks import Callback, RunInfo
-from rlherd.run.rundir import atomic_write_json
+from rlherd.run.rundir import atomic_write_json, read_json
 
 TRACKERS = ("wandb", "mlflow")
 
@@ -57,29 +58,61 @@ class _Ids:
     def get(self, tracker: str) -> str | None:
         if not self.path.exists():
             return None
-        value = json.loads(self.path.read_text()).get(tracker)
+        value = read_json(self.path).get(tracker)
         return value if isinstance(value, str) else None
 
     def set(self, tracker: str, run_id: str) -> None:
-        ids = json.loads(self.path.read_text()) if self.path.exists() else {}
+        ids = read_json(self.path) if self.path.exists() else {}
         atomic_write_json(self.path, {**ids, tracker: run_id})
 
 
-def _artifacts(run: RunInfo, checkpoint: Path | None) -> list[Path]:
-    """What a tracker stores at the end: the latest checkpoint and the run's videos."""
-    videos = sorted(p for p in run.path.rglob("*") if p.suffix in (".mp4", ".gif")
-                    and "wandb" not in p.relative_to(run.path).parts)  # fmt: skip
-    return ([checkpoint] if checkpoint is not None and checkpoint.exists() else []) + videos
+class _Tracker(Callback):
+    """What both trackers share: they keep the latest checkpoint's path for the end, and a
+    tracker's outage (a server gone, a full quota) is a warning, never the end of a run of
+    hours; their own bugs included, since the run's files hold everything they would log."""
+
+    def __init__(self) -> None:
+        self.info: RunInfo | None = None
+        self.checkpoint: Path | None = None
+        self.failed = False
+
+    def on_checkpoint(self, path: Path) -> None:
+        self.checkpoint = path
+
+    def _safely(self, log: Callable[[], None]) -> None:
+        try:
+            log()
+        except Exception as e:
+            if not self.failed:  # once: an outage would say it at every log
+                warnings.warn(f"{type(self).__name__} could not log ({type(e).__name__}: {e}); "
+                              "the run goes on, and its own files have everything",
+                              stacklevel=2)  # fmt: skip
+            self.failed = True
+
+    def artifacts(self) -> list[Path]:
+        """What a tracker stores at the end: the latest checkpoint (unless it is too large to
+        send, as a replay table makes it) and the run's videos."""
+        assert self.info is not None
+        videos = sorted(p for p in self.info.path.rglob("*") if p.suffix in (".mp4", ".gif")
+                        and "wandb" not in p.relative_to(self.info.path).parts)  # fmt: skip
+        checkpoint = self.checkpoint
+        if checkpoint is not None and checkpoint.stat().st_size > MAX_ARTIFACT_BYTES:
+            warnings.warn(f"{checkpoint} ({checkpoint.stat().st_size / 2**20:,.0f} MiB) is not "
+                          "sent to the tracker; it stays in the run directory", stacklevel=2)
+            checkpoint = None
+        return ([checkpoint] if checkpoint is not None else []) + videos
 
 
-class WandbTracker(Callback):
+MAX_ARTIFACT_BYTES = 256 * 2**20  # a checkpoint with its replay tables can hold gigabytes
+
+
+class WandbTracker(_Tracker):
     """Logs the run to Weights & Biases (``wandb.init`` with the run's record as its config)."""
 
     def __init__(self, project: str = "rlherd", **init: Any):
+        super().__init__()
         self.project, self.init = project, init
         self.wandb: Any = None
-        self.info: RunInfo | None = None
-        self.checkpoint: Path | None = None
 
     def on_start(self, run: RunInfo) -> None:
         import wandb
@@ -98,34 +131,32 @@ class WandbTracker(Callback):
         ids.set("wandb", run_id)
 
     def on_log(self, metrics: dict[str, Any]) -> None:
-        self.run.log(logged(metrics))
+        self._safely(lambda: self.run.log(logged(metrics)))
 
     def on_eval(self, results: dict[str, Any]) -> None:
-        self.run.log(numbers_of(results))
-
-    def on_checkpoint(self, path: Path) -> None:
-        self.checkpoint = path
+        self._safely(lambda: self.run.log(numbers_of(results)))
 
     def on_end(self, summary: dict[str, Any]) -> None:
-        assert self.info is not None
+        self._safely(lambda: self._store(summary))
+        self.run.finish(exit_code=0 if summary.get("error") is None else 1)
+
+    def _store(self, summary: dict[str, Any]) -> None:
         self.run.summary.update(numbers_of(summary))
-        files = _artifacts(self.info, self.checkpoint)
+        files = self.artifacts()
         if files:
             artifact = self.wandb.Artifact(f"{self.run.id}-files", type="model")
             for path in files:
                 artifact.add_file(str(path))
             self.run.log_artifact(artifact)
-        self.run.finish(exit_code=0 if summary.get("error") is None else 1)
 
 
-class MlflowTracker(Callback):
+class MlflowTracker(_Tracker):
     """Logs the run to MLflow, through its client (no global active run, so runs in one
     process do not share one)."""
 
     def __init__(self, uri: str | None = None, experiment: str = "rlherd"):
+        super().__init__()
         self.uri, self.experiment = uri, experiment
-        self.info: RunInfo | None = None
-        self.checkpoint: Path | None = None
 
     def on_start(self, run: RunInfo) -> None:
         from mlflow.exceptions import MlflowException
@@ -164,21 +195,20 @@ class MlflowTracker(Callback):
             for key, value in values.items()])  # fmt: skip
 
     def on_log(self, metrics: dict[str, Any]) -> None:
-        self._log(logged(metrics))
+        self._safely(lambda: self._log(logged(metrics)))
 
     def on_eval(self, results: dict[str, Any]) -> None:
-        self._log(results)
-
-    def on_checkpoint(self, path: Path) -> None:
-        self.checkpoint = path
+        self._safely(lambda: self._log(results))
 
     def on_end(self, summary: dict[str, Any]) -> None:
-        assert self.info is not None
-        self.client.log_dict(self.run_id, summary, "summary.json")
-        for path in _artifacts(self.info, self.checkpoint):
-            self.client.log_artifact(self.run_id, str(path))
+        self._safely(lambda: self._store(summary))
         self.client.set_terminated(self.run_id,
                                    "FINISHED" if summary.get("error") is None else "FAILED")
+
+    def _store(self, summary: dict[str, Any]) -> None:
+        self.client.log_dict(self.run_id, summary, "summary.json")
+        for path in self.artifacts():
+            self.client.log_artifact(self.run_id, str(path))
 
 
 def _flat(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
