@@ -37,9 +37,12 @@ TINY = {
     "collect": {"--episodes": 2},
     "check-env": {"--seconds": 0.1, "--num-envs": 2, "--steps": 20},
     "package": {"--episodes": 1},
+    "tune": {"--trials": 2, "--jobs": 2, "--total-steps": 1000, "--eval-every": 500,
+             "--eval-episodes": 1},
 }  # fmt: skip
 ADDED = {"train": ["--total-steps", "--eval-episodes"], "check-env": ["--seconds"],
-         "package": ["--episodes"]}  # fmt: skip
+         "package": ["--episodes"], "tune": ["--total-steps", "--eval-every",
+                                            "--eval-episodes"]}  # fmt: skip
 RESUMED_STEPS = 400  # a resumed tiny run trains on to here, so that it resumes something
 OFFLINE_STEPS = 50  # learner steps of a run on a dataset (CQL's take 0.1 s each)
 
@@ -165,6 +168,9 @@ def test_tiny_budget_cuts_every_budget_flag():
                                                                     "--episodes", "1"]  # fmt: skip
     assert tiny_budget(["check-env", "tag-continuous", "--steps", "500"])[2:] == [
         "--steps", "20", "--seconds", "0.1"]  # fmt: skip
+    assert tiny_budget(["tune", "ppo", "--trials", "20", "--jobs", "4"])[2:] == [
+        "--trials", "2", "--jobs", "2", "--total-steps", "1000", "--eval-every", "500",
+        "--eval-episodes", "1"]  # fmt: skip
 
 
 RLHERD = f"""#!{sys.executable}
