@@ -124,6 +124,8 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     assert "no search space for mcts" in err and "dqn, impala, ppo" in err and "--space" in err
     err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--set", "bogus=1", *out])
     assert "--set bogus" in err
+    err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--set", "num_actors=4", *out])
+    assert "the single runtime does not use: num_actors" in err  # before any worker starts
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if it were not installed
     err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", *out])
     assert "pip install 'rlherd[tune]'" in err

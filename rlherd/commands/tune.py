@@ -23,8 +23,9 @@ fall below the median of the finished trials' at the same point.
   parameter-importance plot, ``importance.png``. Running the command again with the same
   storage continues the study.
 
-The parser and the spaces are read without importing torch or Optuna (``rlherd --help`` stays
-fast); the training stack and Optuna load when a study starts.
+The command's parser lives in :mod:`rlherd.cli`, which imports this module only to run a study
+(``rlherd --help`` stays fast); Optuna is imported when a study starts, so that without it the
+command is one line naming the extra.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from typing import Any
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
-from rlherd.commands.train import default_run_dir, resolve_config, train
+from rlherd.commands.train import default_run_dir, default_runtime, resolve_config, train
 from rlherd.config import to_json
 from rlherd.errors import ConfigError, TrainingDiverged
 from rlherd.run.callbacks import STOP, Callback, RunInfo
@@ -220,6 +221,9 @@ def _plan(agent, env, trials, jobs, storage, study_name, space, total_steps, eva
                           f"setting (see rlherd/agents/{agent}/config.py and rlherd train --help)")
     agent_fixed = {k: v for k, v in fixed.items() if k in fields}
     _, preset = resolve_config(agent, env, None, agent_fixed)
+    runtime_fixed = {k: v for k, v in fixed.items() if k not in fields}
+    settings_mod.resolve(default_runtime(agent, env, runtime_fixed), {}, runtime_fixed,
+                         BUILDERS[agent].dataflow)  # fmt: skip
     searched = {k: v for k, v in load_space(agent, space).items() if k not in fixed}
     total_steps = total_steps or BUILDERS[agent].default_total_steps[preset]
     eval_every = eval_every or max(1, total_steps // 10)
@@ -627,6 +631,7 @@ def write_importance(optuna, study, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    path.unlink(missing_ok=True)  # a continued study's old plot would pass for this one's
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if len(complete) < 2:
         print("rlherd tune: importance.png needs two completed trials; not drawn",
