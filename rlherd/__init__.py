@@ -1,6 +1,7 @@
 """rlherd: reinforcement learning in PyTorch that runs the same agent at every scale.
 
-``rlherd.make`` builds environments; ``rlherd.train`` trains an agent (the CLI's ``train``);
+``rlherd.make`` builds environments; ``rlherd.train`` trains an agent (the CLI's ``train``),
+``rlherd.train_seeds`` once per seed in parallel processes (``train --seeds``);
 ``rlherd.load_policy`` returns a run's trained policy to act with; ``rlherd.export`` writes it
 as an ONNX or TorchScript file (the CLI's ``export``). They are imported on first
 use: the environment stack (Gymnasium) and the training stack (torch, agents, runtimes) load
@@ -10,7 +11,7 @@ BatchEnv workers do not load torch.
 
 from typing import Any
 
-__all__ = ["Run", "export", "load_policy", "make", "train"]
+__all__ = ["Run", "export", "load_policy", "make", "train", "train_seeds"]
 __version__ = "0.1.0"
 
 
@@ -23,6 +24,10 @@ def __getattr__(name: str) -> Any:
         from rlherd.commands import train as module
 
         return getattr(module, name)
+    if name == "train_seeds":
+        from rlherd.commands.seeds import train_seeds
+
+        return train_seeds
     if name == "load_policy":
         from rlherd.commands.evaluate import load_policy
 

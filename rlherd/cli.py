@@ -1,5 +1,5 @@
-"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``package``, ``export``,
-``tune``, ``serve-env`` and ``check-env``."""
+"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``report``, ``package``,
+``export``, ``tune``, ``serve-env`` and ``check-env``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ def _parser() -> argparse.ArgumentParser:
         help="steps to train for: environment steps (offline: learner steps)"
     )
     train.add_argument("--seed", type=int, help="random seed (default: 0)")
+    train.add_argument("--seeds", metavar="SEEDS",
+                       help="train once per seed (1-5, 1,2,3), in parallel processes, each run "
+                       "in --run-dir/seed-K")  # fmt: skip
+    train.add_argument("--jobs", type=int, metavar="N",
+                       help="[--seeds] seeds at once (default: as many as fit the cores)")
     train.add_argument("--preset", help="config preset (default: chosen from the env id)")
     train.add_argument("--config", metavar="FILE",
                        help="a YAML or JSON file of train's arguments: agent, env, config (agent "
@@ -126,6 +131,18 @@ def _parser() -> argparse.ArgumentParser:
     plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
     plot.add_argument("--window", type=int, default=20, help="episodes to average over")
     plot.add_argument("--title", help="the figure's title")
+    plot.add_argument("--aggregate", choices=["mean", "iqm"],
+                      help="one curve per experiment: its seeds' mean or IQM, with a 95%% "
+                      "bootstrap band")  # fmt: skip
+    plot.add_argument("--reps", type=int, default=500,
+                      help="[--aggregate] bootstrap resamples (500) at each of the curve's 40 "
+                      "points")  # fmt: skip
+
+    report = sub.add_parser("report", help="final returns over seeds: IQM, mean and 95%% CIs")
+    report.add_argument("run_dirs", nargs="+", metavar="RUNS",
+                        help="run directories, or folders holding them (a --seeds parent)")
+    report.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (2000)")
+    report.add_argument("--json", action="store_true", help="print JSON lines, one per row")
 
     pack = sub.add_parser("package", help="a run's policy as a folder to share: weights, config, "
                           "model card, curves and a video (a Hugging Face Hub model "
@@ -136,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--no-video", action="store_true", help="leave out the episode's video")
     pack.add_argument("--overwrite", action="store_true",
                       help="replace the package files already in DIR")  # fmt: skip
+    pack.add_argument("--best", action="store_true",
+                      help="the best evaluation's policy (train --save-best), not the latest")
 
     export = sub.add_parser("export", help="write a run's policy, with its preprocessing, as "
                             "an ONNX or TorchScript file to act with outside rlherd")  # fmt: skip
@@ -145,6 +164,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="sample actions (from a noise input) instead of the greedy one")
     export.add_argument("-o", "--output", metavar="FILE",
                         help="where to write (default: policy.onnx or policy.pt in the run)")
+    export.add_argument("--best", action="store_true",
+                        help="the best evaluation's policy (train --save-best), not the latest")
     _add_tune_parser(sub)
     return parser
 
@@ -295,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume is None and (given["agent"] is None or given["env"] is None):
                 parser.error("train needs an agent and --env (or --config FILE, or --resume "
                              "RUN_DIR)")  # fmt: skip
+            from rlherd.commands import seeds
+
+            if args.seeds is not None or seeds.is_seed_parent(args.resume):
+                words = argv if argv is not None else sys.argv[1:]
+                return seeds.command(args, words[words.index("train") + 1:])
             run = train(
                 run_dir=args.run_dir,
                 resume=args.resume,
@@ -360,16 +386,25 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "plot":
             from rlherd.commands.plot import plot_runs
 
-            print(plot_runs(args.run_dirs, args.output, args.window, args.title))
+            print(plot_runs(args.run_dirs, args.output, args.window, args.title,
+                            aggregate=args.aggregate, reps=args.reps))  # fmt: skip
+        elif args.command == "report":
+            from rlherd.commands.report import print_table, report
+
+            rows = report(args.run_dirs, args.reps)
+            if args.json:
+                print("\n".join(json.dumps(row) for row in rows))
+            else:
+                print_table(rows, args.reps)
         elif args.command == "package":
             from rlherd.commands.package import package
 
             print(json.dumps(package(args.run_dir, args.output, args.episodes, not args.no_video,
-                                     args.overwrite)))  # fmt: skip
+                                     args.overwrite, best=args.best)))  # fmt: skip
         elif args.command == "export":
             from rlherd.commands.export import export
 
-            print(export(args.run_dir, args.format, args.stochastic, args.output))
+            print(export(args.run_dir, args.format, args.stochastic, args.output, args.best))
         elif args.command == "tune":
             from rlherd.commands.tune import tune
 

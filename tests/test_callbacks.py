@@ -225,6 +225,9 @@ def test_wandb_offline_receives_the_config_metrics_evaluations_and_summary(tmp_p
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     run = _tracked_run(tmp_path, "wandb", track_project="tests")
+    import wandb
+
+    wandb.teardown()  # W&B's service process writes the file: wait until it has finished
     (log,) = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
     records = list(wandb_records(log))
     (started,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
@@ -318,3 +321,26 @@ def test_the_guides_callback_example_runs(tmp_path, monkeypatch):
     exec(compile(example.text.replace("eval_every=10_000,", tiny), "guide", "exec"), {})
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "best" / "policy.pt").exists()
+
+
+def test_package_and_export_take_the_best_policy(tmp_path):
+    """``--best`` reaches every reader of a run: a package of the best policy acts as
+    ``load_policy(best=True)`` does, and so does its ONNX export."""
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+
+    from rlherd.commands.export import export
+    from rlherd.commands.package import package
+
+    run_dir = tmp_path / "run"
+    rlherd.train("dqn", "CartPole-v1", total_steps=1_500, run_dir=run_dir, eval_every=500,
+                 eval_episodes=1, progress=False, callbacks=[SaveBest()])  # fmt: skip
+    best, latest = (rlherd.load_policy(run_dir, best=b) for b in (True, False))
+    obs = np.random.default_rng(0).normal(size=(256, 4)).astype(np.float32)
+    assert (best(obs) != latest(obs)).any(), "the best policy is not the latest here"
+    result = package(run_dir, tmp_path / "pkg", episodes=1, video=False, best=True)
+    assert any("best evaluation" in note for note in result["notes"])
+    np.testing.assert_array_equal(rlherd.load_policy(tmp_path / "pkg")(obs), best(obs))
+    session = onnxruntime.InferenceSession(str(export(run_dir, best=True)))
+    (action,) = [o.name for o in session.get_outputs() if o.name == "action"]
+    np.testing.assert_array_equal(session.run([action], {"obs": obs})[0], best(obs))

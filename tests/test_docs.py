@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from rlherd.commands.seeds import parse_seeds
+
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "guides" / "your-own-environment.md"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -37,12 +39,15 @@ TINY = {
     "collect": {"--episodes": 2},
     "check-env": {"--seconds": 0.1, "--num-envs": 2, "--steps": 20},
     "package": {"--episodes": 1},
+    "report": {"--reps": 100},
+    "plot": {"--reps": 20},
     "tune": {"--trials": 2, "--jobs": 2, "--total-steps": 1000, "--eval-every": 500,
              "--eval-episodes": 1},
 }  # fmt: skip
 ADDED = {"train": ["--total-steps", "--eval-episodes"], "check-env": ["--seconds"],
-         "package": ["--episodes"], "tune": ["--total-steps", "--eval-every",
-                                            "--eval-episodes"]}  # fmt: skip
+         "package": ["--episodes"], "report": ["--reps"], "plot": ["--reps"],
+         "tune": ["--total-steps", "--eval-every", "--eval-episodes"]}  # fmt: skip
+TINY_SEEDS = 2  # --seeds 1-5 trains its first two seeds
 RESUMED_STEPS = 400  # a resumed tiny run trains on to here, so that it resumes something
 OFFLINE_STEPS = 50  # learner steps of a run on a dataset (CQL's take 0.1 s each)
 
@@ -58,7 +63,10 @@ def tiny_budget(args: list[str]) -> list[str]:
     it = iter(rest)
     for arg in it:
         flag, eq, value = arg.partition("=")
-        if flag in tiny:
+        if flag == "--seeds":
+            seeds = parse_seeds(value if eq else next(it))[:TINY_SEEDS]
+            out += [flag, ",".join(map(str, seeds))]
+        elif flag in tiny:
             value = value if eq else next(it)
             limit = RESUMED_STEPS if flag == "--total-steps" and "--resume" in rest else tiny[flag]
             out += [flag, str(min(type(limit)(value), limit))]
@@ -168,6 +176,8 @@ def test_tiny_budget_cuts_every_budget_flag():
                                                                     "--episodes", "1"]  # fmt: skip
     assert tiny_budget(["check-env", "tag-continuous", "--steps", "500"])[2:] == [
         "--steps", "20", "--seconds", "0.1"]  # fmt: skip
+    assert tiny_budget(["train", "ppo", "--seeds", "1-5"])[2:4] == ["--seeds", "1,2"]
+    assert tiny_budget(["report", "runs/a"]) == ["report", "runs/a", "--reps", "100"]
     assert tiny_budget(["tune", "ppo", "--trials", "20", "--jobs", "4"])[2:] == [
         "--trials", "2", "--jobs", "2", "--total-steps", "1000", "--eval-every", "500",
         "--eval-episodes", "1"]  # fmt: skip

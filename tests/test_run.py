@@ -319,6 +319,18 @@ def test_load_policy_acts_as_the_runs_evaluation_does(tmp_path):
     assert evaluate(run.path, episodes=1, seed=0)["eval_return_mean"] == ret
     batch = np.stack([env.observation_space.sample() for _ in range(5)])
     assert policy(batch).shape == (5,)
+    # act() gives what the policy computed: the greedy action is the logits' argmax, and the
+    # critic's value (baseline) is there, for one observation or a batch.
+    actions, outputs = policy.act(batch)
+    assert outputs["policy_params"].shape == (5, 2) and outputs["baseline"].shape == (5,)
+    np.testing.assert_array_equal(actions, outputs["policy_params"].argmax(-1))
+    action, one = policy.act(batch[0])
+    assert action == actions[0]
+    assert one["baseline"] == pytest.approx(outputs["baseline"][0], abs=1e-6)
+    dqn = rlherd.train("dqn", "CartPole-v1", total_steps=600, run_dir=tmp_path / "dqn",
+                       progress=False)  # fmt: skip
+    actions, outputs = rlherd.load_policy(dqn.path).act(batch)
+    np.testing.assert_array_equal(actions, outputs["q_values"].argmax(-1))
     device = rlherd.train("ppo", "CartPole-v1", runtime="device", total_steps=512,
                           run_dir=tmp_path / "device", progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="play it with rlherd eval"):

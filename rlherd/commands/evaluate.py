@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from rlherd import envs as rl_envs
 from rlherd import types as F
@@ -15,7 +16,13 @@ from rlherd.agents.groups import for_policies
 from rlherd.config import apply_overrides
 from rlherd.core import POLICY_KEY, policy_state
 from rlherd.errors import ConfigError
-from rlherd.run.evaluation import episode_policies, episode_stats, eval_actor, run_episodes
+from rlherd.run.evaluation import (
+    EVAL_SEED,
+    episode_policies,
+    episode_stats,
+    eval_actor,
+    run_episodes,
+)
 from rlherd.run.package import is_package, read_package
 from rlherd.run.ratings import record_games
 from rlherd.run.rundir import RunDir, RunRecord
@@ -157,7 +164,7 @@ def evaluate(
     episodes: int = 10,
     video: str | Path | None = None,
     greedy: bool = True,
-    seed: int = 1_000_000,
+    seed: int = EVAL_SEED,
     opponent: str | None = None,
     best: bool = False,
 ) -> dict[str, Any]:
@@ -264,10 +271,20 @@ class TrainedPolicy:
         """Begin new episodes in ``rows`` environments (a fresh actor: its recurrent state,
         its random stream)."""
         self.actor = self.make_actor()
+        if hasattr(self.actor, "policy"):  # what act() reads the policy's outputs from
+            self.actor.policy = _KeepOutputs(self.actor.policy)
         self.actor.observe_first(None, np.ones(rows, dtype=bool))
         self.rows = rows
 
     def __call__(self, obs: Any) -> np.ndarray:
+        return self.act(obs)[0]
+
+    def act(self, obs: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The action for ``obs`` (one observation or a batch) and what the policy computed
+        to choose it, as arrays named as the agent's rollouts and transitions name them
+        (:mod:`rlherd.types`): e.g. PPO's ``policy_params`` (logits, or a Gaussian's mean and
+        log std) and ``baseline`` (its value), IMPALA's ``behaviour_logits`` and ``baseline``,
+        DQN's and R2D2's ``q_values``."""
         leaf = F.first_array(self.spec.obs)  # one observation's first array
         single = np.shape(F.first_array(obs)) == tuple(leaf.shape)
         batch = batch_of_one(obs) if single else obs
@@ -275,7 +292,31 @@ class TrainedPolicy:
         if rows != self.rows:
             self.reset(rows)
         actions = self.actor.select_action(batch)
-        return actions[0] if single else actions
+        policy = getattr(self.actor, "policy", None)
+        if not isinstance(policy, _KeepOutputs):
+            raise ConfigError(f"{self.record.agent} with several policies acts through each; "
+                              "act() reads one policy's outputs (--policies shared)")  # fmt: skip
+        outputs = {k: v.detach().cpu().numpy() for k, v in policy.outputs.items()
+                   if isinstance(v, torch.Tensor) and k != F.ACTION}  # fmt: skip
+        if single:
+            return actions[0], {k: v[0] for k, v in outputs.items()}
+        return actions, outputs
+
+
+class _KeepOutputs:
+    """A policy that keeps its latest outputs, for :meth:`TrainedPolicy.act`; otherwise the
+    policy itself (its attributes are the policy's)."""
+
+    def __init__(self, policy: Any):
+        self.policy, self.outputs = policy, {}
+
+    def __call__(self, *args: Any) -> Any:
+        outputs, state = self.policy(*args)
+        self.outputs = outputs
+        return outputs, state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
 
 
 def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,

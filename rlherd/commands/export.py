@@ -296,15 +296,17 @@ def export(
     fmt: str = "onnx",
     stochastic: bool = False,
     output: str | Path | None = None,
+    best: bool = False,
 ) -> Path:
-    """Write the latest policy of the run in ``run_dir`` as an ONNX or TorchScript file
+    """Write the latest policy of the run in ``run_dir`` (``best``: its best evaluation's, kept
+    by ``--save-best``) as an ONNX or TorchScript file
     (``fmt``; see the module docstring) to ``output`` (default: ``policy.onnx`` or ``policy.pt``
     in the run directory, ``policy-stochastic.*`` with ``stochastic``); its path."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; choose {' or '.join(FORMATS)}")
     if fmt == "onnx":
         require_onnx()
-    trained = load_policy(run_dir)
+    trained = load_policy(run_dir, best=best)
     spec, record = trained.spec, trained.record
     if len(set(spec.policies)) > 1:
         raise ConfigError(f"{run_dir} trains {len(set(spec.policies))} policies "

@@ -32,7 +32,7 @@ from rlherd.commands.train import resolve_config
 from rlherd.config import to_json
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError, MissingExtra
-from rlherd.run.evaluation import episode_policies, episode_stats, run_episodes
+from rlherd.run.evaluation import EVAL_SEED, episode_policies, episode_stats, run_episodes
 from rlherd.run.package import (
     CONFIG_FILE,
     PACKAGE_KEY,
@@ -46,7 +46,6 @@ from rlherd.run.video import check_writable, write_video
 from rlherd.runtime import RUNTIMES
 from rlherd.runtime import settings as runtime_settings
 
-EVAL_SEED = 1_000_000  # rlherd eval's first seed: `rlherd eval DIR` replays the card's episodes
 VIDEO_SECONDS = 20  # a longer episode is cut here: the card shows the policy, not a film
 CURVES_FILE = "curves.png"
 CARD_FILE = "README.md"
@@ -64,19 +63,21 @@ def package(
     video: bool = True,
     overwrite: bool = False,
     seed: int = EVAL_SEED,
+    best: bool = False,
 ) -> dict[str, Any]:
-    """Write the package of the run in ``run_dir`` (its latest policy) to ``output``: see the
-    module docstring. The score is the greedy policy's over ``episodes`` episodes of seeds
-    ``seed``, ``seed + 1``, .... The package is made in a temporary folder beside ``output``
-    and moved in whole, so a failure leaves no half package. Returns the score, the files
-    written and notes on what was left out (a video an environment cannot render)."""
+    """Write the package of the run in ``run_dir`` (its latest policy; ``best``: its best
+    evaluation's, kept by ``--save-best``) to ``output``: see the module docstring. The score is
+    the greedy policy's over ``episodes`` episodes of seeds ``seed``, ``seed + 1``, .... The
+    package is made in a temporary folder beside ``output`` and moved in whole, so a failure
+    leaves no half package. Returns the score, the files written and notes on what was left out
+    (a video an environment cannot render)."""
     run_dir, output = Path(run_dir), Path(output)
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if is_package(run_dir):
         raise ConfigError(f"{run_dir} is a package already; copy the folder to share it again")
     _check_output(run_dir, output, overwrite)
-    record, builder, checkpoint = load_run(run_dir)
+    record, builder, checkpoint = load_run(run_dir, best)
     _check_packable(run_dir, record, builder)
     summary = RunDir(run_dir).read_summary()
     output.mkdir(parents=True, exist_ok=True)
@@ -86,6 +87,10 @@ def package(
         made = dict(run=run_dir.resolve().name, counters=checkpoint["recorder"]["counters"])
         atomic_write_json(folder / CONFIG_FILE, {**dataclasses.asdict(record), PACKAGE_KEY: made})
         video_file, notes = _video_file(record) if video else (None, [])
+        if best:
+            chosen = read_json(run_dir / "best" / "evaluation.json")
+            notes.append(f"the policy of the run's best evaluation (at "
+                         f"{chosen.get(RUNTIMES[record.runtime].counts)} steps), not its latest")
         score, frames, fps = _score(folder, record, episodes, seed, video_file is not None)
         if video_file is not None:
             write_video(folder / video_file, frames[: VIDEO_SECONDS * fps], fps=fps)

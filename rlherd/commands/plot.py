@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlherd.run.statistics import CURVE_REPS, aggregate_curves, find_runs, group_runs
+
 
 def load_curves(run_dir: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Agent steps and the returns logged at them: ``{"": returns}``, or one curve per policy
@@ -32,21 +34,36 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
 
 
 def plot_runs(
-    run_dirs: list[str | Path], output: str | Path, window: int = 20, title: str | None = None
+    run_dirs: list[str | Path],
+    output: str | Path,
+    window: int = 20,
+    title: str | None = None,
+    aggregate: str | None = None,
+    reps: int = CURVE_REPS,
 ) -> Path:
+    """Draw the runs' learning curves into ``output``: each run's (``run_dirs`` may name
+    folders of runs, such as the parent of ``--seeds`` runs), or with ``aggregate`` (``iqm``
+    or ``mean``) each experiment's aggregate over its seeds with a 95% bootstrap band
+    (``reps`` resamples at each of 40 steps) over its seeds' own curves."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for run_dir in run_dirs:
-        steps, curves = load_curves(run_dir)
-        for policy, returns in curves.items():
-            label = f"{Path(run_dir).name} {policy}".strip()
-            ax.plot(steps, smooth(returns, window), label=label)
+    if aggregate is None:
+        for run in find_runs(run_dirs):
+            steps, curves = load_curves(run.path)
+            for policy, returns in curves.items():
+                label = f"{run.path.name} {policy}".strip()
+                ax.plot(steps, smooth(returns, window), label=label)
+    else:
+        _plot_aggregates(ax, run_dirs, window, aggregate, reps)
     ax.set_xlabel("agent steps")
-    ax.set_ylabel(f"episode return (mean of last {window})")
+    ylabel = f"episode return (mean of last {window})"
+    if aggregate is not None:
+        ylabel += f"\n{aggregate.upper() if aggregate == 'iqm' else aggregate} over seeds, 95% CI"
+    ax.set_ylabel(ylabel)
     if title:
         ax.set_title(title)
     ax.grid(alpha=0.3)
@@ -56,3 +73,27 @@ def plot_runs(
     fig.savefig(output, dpi=120)
     plt.close(fig)
     return output
+
+
+def _plot_aggregates(ax, run_dirs: list[str | Path], window: int, kind: str, reps: int) -> None:
+    """Per experiment (and policy): its seeds' smoothed curves, thin, and their ``kind`` on a
+    common step grid, bold, in a band of its 95% bootstrap confidence interval."""
+    color = 0
+    for group in group_runs(find_runs(run_dirs)):
+        loaded = [load_curves(run.path) for run in group.runs
+                  if (run.path / "metrics" / "train.csv").exists()]  # none yet: left out
+        if not loaded:
+            continue
+        for policy in loaded[0][1]:
+            curves = [(steps, smooth(c[policy], window)) for steps, c in loaded if len(steps)]
+            if not curves:
+                continue
+            agg = aggregate_curves(curves, kind, reps=reps)
+            style = dict(color=f"C{color}")
+            for returns in agg.runs:
+                ax.plot(agg.steps, returns, alpha=0.25, linewidth=0.8, **style)
+            label = f"{group.label} {policy}".strip() + f" ({len(curves)} seeds)"
+            ax.plot(agg.steps, agg.value, linewidth=2, label=label, **style)
+            if agg.low is not None:
+                ax.fill_between(agg.steps, agg.low, agg.high, alpha=0.2, linewidth=0, **style)
+            color += 1

@@ -428,7 +428,7 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
     evaluator = None
     if record.eval_every > 0:
         evaluator = Evaluator(builder, spec, record.env, record.env_kwargs, recorder,
-                              record.eval_every, record.eval_episodes, record.seed)  # fmt: skip
+                              record.eval_every, record.eval_episodes)  # fmt: skip
     snapshots = None
     if rl_envs.turn_based(record.env):
         snapshots = Snapshots(recorder, settings.opponent_every)

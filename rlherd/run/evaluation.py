@@ -18,6 +18,13 @@ from rlherd.core import VariableClient
 from rlherd.replay.recording import MAX_EPISODE_STEPS
 from rlherd.types import batch_of_one
 
+# The evaluation protocol, one for the evaluator, `rlherd eval`, `rlherd package`, the benchmarks
+# and the docs' tables: the greedy policy; episode i of every evaluation seeded EVAL_SEED + i, so
+# that every run, seed and agent of a comparison plays the same episodes (seeds of their own,
+# never training's); each episode cut at MAX_EPISODE_STEPS (eval_episodes_cut counts those); and
+# the episode count given with every result (eval_episodes). Scores in the docs are over 100.
+EVAL_SEED = 1_000_000
+
 
 def run_episodes(env, actor, episodes: int, seed: int, record: bool = False):
     """Returns and lengths of ``episodes`` episodes of ``actor`` (an :class:`~rlherd.core.Actor`
@@ -127,8 +134,8 @@ class EvalEpisodes:
         VariableClient(source, self.net).update(wait=True)
         actor = eval_actor(self.builder, self.spec, self.net, True, self.seed)
         returns, lengths, _ = run_episodes(self.env, actor, self.episodes, self.seed)
-        return episode_stats(returns, lengths,
-                             episode_policies(self.env, actor, self.episodes))  # fmt: skip
+        stats = episode_stats(returns, lengths, episode_policies(self.env, actor, self.episodes))
+        return dict(**stats, eval_episodes=self.episodes)
 
     def close(self) -> None:
         self.env.close()
@@ -141,9 +148,9 @@ class Evaluator:
     It has no adder: it never writes to replay, and it never changes the training actors' RNG
     streams."""
 
-    def __init__(self, builder, spec, env_id, env_kwargs, recorder, every_steps, episodes, seed):
+    def __init__(self, builder, spec, env_id, env_kwargs, recorder, every_steps, episodes):
         self.recorder, self.every_steps = recorder, every_steps
-        self.play = EvalEpisodes(builder, spec, env_id, env_kwargs, episodes, seed + 10_000_000)
+        self.play = EvalEpisodes(builder, spec, env_id, env_kwargs, episodes, EVAL_SEED)
         steps = int(recorder.counters[recorder.counts])
         self.next_at = (steps // every_steps + 1) * every_steps
 
