@@ -1,5 +1,5 @@
 """The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``report``, ``package``,
-``export``, ``serve-env`` and ``check-env``."""
+``export``, ``tune``, ``serve-env`` and ``check-env``."""
 
 from __future__ import annotations
 
@@ -168,7 +168,47 @@ def _parser() -> argparse.ArgumentParser:
                         help="where to write (default: policy.onnx or policy.pt in the run)")
     export.add_argument("--best", action="store_true",
                         help="the best evaluation's policy (train --save-best), not the latest")
+    _add_tune_parser(sub)
     return parser
+
+
+def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd tune`` (rlherd.commands.tune): a hyperparameter sweep with Optuna."""
+    tune = sub.add_parser("tune", help="search an agent's hyperparameters with Optuna (TPE, "
+                          "median pruning); writes best.yaml, trials.csv, importance.png")
+    tune.add_argument("agent", choices=sorted(AGENTS), help="agent to tune")
+    tune.add_argument("--env", required=True, help="environment id, e.g. CartPole-v1")
+    tune.add_argument("--trials", type=int, required=True, metavar="N",
+                      help="trials to run now (a continued study adds N more)")
+    tune.add_argument("--jobs", type=int, default=1, metavar="J",
+                      help="worker processes sharing the study (default: 1)")
+    tune.add_argument("--storage", metavar="URL",
+                      help="Optuna storage (default: sqlite:///STUDY_DIR/study.db)")
+    tune.add_argument("--study-name", help="the study's name in the storage (default: AGENT-ENV)")
+    tune.add_argument("--space", metavar="FILE",
+                      help="YAML of field: [KIND, LOW, HIGH] or [categorical, [CHOICES]] that "
+                      "replaces or adds to the agent's space (null drops a field)")
+    tune.add_argument("--total-steps", type=int, metavar="N",
+                      help="steps per trial (default: the preset's run length)")
+    tune.add_argument("--eval-every", type=int, metavar="N",
+                      help="evaluate every N steps (default: a tenth of the trial)")
+    tune.add_argument("--eval-episodes", type=int, default=5, metavar="N",
+                      help="episodes per evaluation (default: 5)")
+    tune.add_argument("--objective", choices=("auc", "final"), default="auc",
+                      help="a trial's value: auc, the mean of its evaluations (sooner scores "
+                      "more), or final, its last evaluation (default: auc)")
+    tune.add_argument("--seed", type=int, default=0,
+                      help="every trial's training seed; the samplers' derive from it (default: 0)")
+    tune.add_argument("--startup-trials", type=int, default=5, metavar="N",
+                      help="trials drawn at random before TPE models the space, and completed "
+                      "before the pruner compares (default: 5)")
+    tune.add_argument("--warmup-evals", type=int, metavar="K",
+                      help="evaluations before a trial may be pruned (default: a third of them)")
+    tune.add_argument("--out", metavar="DIR",
+                      help="the study's directory (default: runs/tune-AGENT-ENV-TIME)")
+    tune.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="fix an agent config field or runtime setting in every trial (it "
+                      "leaves the search space)")
 
 
 _METAVARS = {"int": "N", "int | None": "N", "float": "X", "str": "TEXT", "dict": "JSON"}
@@ -390,6 +430,18 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.commands.export import export
 
             print(export(args.run_dir, args.format, args.stochastic, args.output, args.best))
+        elif args.command == "tune":
+            from rlherd.commands.tune import tune
+
+            summary = tune(args.agent, args.env, trials=args.trials, jobs=args.jobs,
+                           storage=args.storage, study_name=args.study_name, space=args.space,
+                           total_steps=args.total_steps, eval_every=args.eval_every,
+                           eval_episodes=args.eval_episodes, objective=args.objective,
+                           seed=args.seed, startup_trials=args.startup_trials,
+                           warmup_evals=args.warmup_evals, out=args.out,
+                           fixed=parse_set(args.set))  # fmt: skip
+            print(json.dumps(summary))
+            return 130 if summary["interrupted"] else 0
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
         # Anything else is a bug, and keeps its traceback.

@@ -41,9 +41,12 @@ TINY = {
     "package": {"--episodes": 1},
     "report": {"--reps": 100},
     "plot": {"--reps": 20},
+    "tune": {"--trials": 2, "--jobs": 2, "--total-steps": 1000, "--eval-every": 500,
+             "--eval-episodes": 1},
 }  # fmt: skip
 ADDED = {"train": ["--total-steps", "--eval-episodes"], "check-env": ["--seconds"],
-         "package": ["--episodes"], "report": ["--reps"], "plot": ["--reps"]}  # fmt: skip
+         "package": ["--episodes"], "report": ["--reps"], "plot": ["--reps"],
+         "tune": ["--total-steps", "--eval-every", "--eval-episodes"]}  # fmt: skip
 TINY_SEEDS = 2  # --seeds 1-5 trains its first two seeds
 RESUMED_STEPS = 400  # a resumed tiny run trains on to here, so that it resumes something
 OFFLINE_STEPS = 50  # learner steps of a run on a dataset (CQL's take 0.1 s each)
@@ -175,6 +178,9 @@ def test_tiny_budget_cuts_every_budget_flag():
         "--steps", "20", "--seconds", "0.1"]  # fmt: skip
     assert tiny_budget(["train", "ppo", "--seeds", "1-5"])[2:4] == ["--seeds", "1,2"]
     assert tiny_budget(["report", "runs/a"]) == ["report", "runs/a", "--reps", "100"]
+    assert tiny_budget(["tune", "ppo", "--trials", "20", "--jobs", "4"])[2:] == [
+        "--trials", "2", "--jobs", "2", "--total-steps", "1000", "--eval-every", "500",
+        "--eval-episodes", "1"]  # fmt: skip
 
 
 RLHERD = f"""#!{sys.executable}
