@@ -168,8 +168,8 @@ class Evaluator:
         gives the evaluated parameters."""
         results = {self.recorder.counts: steps, **row}
         self.recorder.rundir.log("evaluator", results, step=steps)
-        self.recorder.extra.update({k: v for k, v in row.items() if k.startswith("eval_return_")
-                                    and k != "eval_return_std"})  # fmt: skip
+        self.recorder.extra.update({k: v for k, v in row.items() if k == "eval_episodes" or (
+            k.startswith("eval_return_") and k != "eval_return_std")})  # fmt: skip
         if self.recorder.callbacks is not None:
             self.recorder.callbacks.on_eval(results, policy)
 
