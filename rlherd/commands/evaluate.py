@@ -281,7 +281,18 @@ class TrainedPolicy:
         self.rows = rows
 
     def __call__(self, obs: Any) -> np.ndarray:
-        return self.act(obs)[0]
+        actions, single = self._select(obs)
+        return actions[0] if single else actions
+
+    def _select(self, obs: Any) -> tuple[np.ndarray, bool]:
+        """The actions for ``obs`` as a batch, and whether ``obs`` was one observation."""
+        leaf = F.first_array(self.spec.obs)  # one observation's first array
+        single = np.shape(F.first_array(obs)) == tuple(leaf.shape)
+        batch = batch_of_one(obs) if single else obs
+        rows = F.obs_len(batch)
+        if rows != self.rows:
+            self.reset(rows)
+        return self.actor.select_action(batch), single
 
     def act(self, obs: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The action for ``obs`` (one observation or a batch) and what the policy computed
@@ -289,13 +300,7 @@ class TrainedPolicy:
         (:mod:`rlherd.types`): e.g. PPO's ``policy_params`` (logits, or a Gaussian's mean and
         log std) and ``baseline`` (its value), IMPALA's ``policy_logits`` and ``baseline``,
         DQN's and R2D2's ``q_values``."""
-        leaf = F.first_array(self.spec.obs)  # one observation's first array
-        single = np.shape(F.first_array(obs)) == tuple(leaf.shape)
-        batch = batch_of_one(obs) if single else obs
-        rows = F.obs_len(batch)
-        if rows != self.rows:
-            self.reset(rows)
-        actions = self.actor.select_action(batch)
+        actions, single = self._select(obs)
         policy = getattr(self.actor, "policy", None)
         if not isinstance(policy, _KeepOutputs):
             raise ConfigError(f"{self.record.agent} with several policies acts through each; "
