@@ -149,6 +149,12 @@ def test_the_model_card_says_what_was_trained_and_how_it_scores(sweep):
         assert f"| {seed} | {ret:.2f} |" in body
     assert train_command(RunDir(sweep / "seed-0").read_config()) in body
     assert "## Across seeds" in body and "| seed-1 |" in body
+    from rlherd.run.statistics import aggregate
+
+    finals = [json.loads((sweep / f"seed-{k}" / "summary.json").read_text())["final_return_mean"]
+              for k in (0, 1)]  # fmt: skip
+    iqm = aggregate(finals)["iqm"]
+    assert f"IQM {iqm.value:.2f} [{iqm.low:.2f}, {iqm.high:.2f}]" in body
     assert "![learning curves](curves.png)" in body and (sweep / "package" / "curves.png").exists()
     assert "replay." not in body  # --no-video
 

@@ -42,6 +42,7 @@ from rlherd.run.package import (
     write_policy,
 )
 from rlherd.run.rundir import RunDir, RunRecord, atomic_write_bytes, atomic_write_json, read_json
+from rlherd.run.statistics import aggregate
 from rlherd.run.video import check_writable, write_video
 from rlherd.runtime import RUNTIMES
 from rlherd.runtime import settings as runtime_settings
@@ -269,10 +270,17 @@ def across_seeds(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def seed_aggregate(values: list[float]) -> str:
-    """The score of a run across its seeds, as the card prints it: a plain mean and standard
-    deviation. This is the one place to put interval estimates across seeds (IQM with
-    bootstrap CIs, rliable's: the ``stats`` extra) once rlherd computes them."""
-    return f"{np.mean(values):.2f} ± {np.std(values):.2f} over {len(values)} seeds"
+    """The score of a run across its seeds, as the card prints it: the IQM and the mean with
+    95% stratified-bootstrap CIs, as ``rlherd report`` gives them (rliable, the ``stats``
+    extra); without rliable, the mean and standard deviation, saying so."""
+    try:
+        iqm, mean = (aggregate(values)[name] for name in ("iqm", "mean"))
+    except MissingExtra:
+        return (f"{np.mean(values):.2f} ± {np.std(values):.2f} (mean ± std) over {len(values)} "
+                "seeds; IQM and CIs need rliable: pip install 'rlherd[stats]'")  # fmt: skip
+    return (f"IQM {iqm.value:.2f} [{iqm.low:.2f}, {iqm.high:.2f}], mean {mean.value:.2f} "
+            f"[{mean.low:.2f}, {mean.high:.2f}] over {len(values)} seeds (95% stratified "
+            "bootstrap CIs, rliable)")  # fmt: skip
 
 
 def model_card(
