@@ -96,20 +96,29 @@ def test_seeds_refuse_seed_and_resume(flag, capsys):
     assert err.count("\n") == 0 and f"drop {flag[0]}" in err, err
 
 
+def _started_group(tmp_path: Path, seeds: str) -> tuple[Path, subprocess.Popen]:
+    """A ``train --seeds`` group of long PPO runs, in the background, once its first two seeds
+    have written their summaries (so each has something to checkpoint)."""
+    group = tmp_path / "group"  # absolute: no other process on the machine names it
+    parent = rlherd_cli(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "10000000",
+                         "--seeds", seeds, "--jobs", "2", "--log-interval-s", "0.2",
+                         "--run-dir", str(group), "--no-progress"], tmp_path,
+                        background=True)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not all((group / f"seed-{k}" / "summary.json").exists() for k in (1, 2)):
+        if parent.poll() is not None or time.monotonic() > deadline:
+            parent.kill()
+            raise AssertionError(parent.stderr.read())
+        time.sleep(0.2)
+    return group, parent
+
+
 def test_ctrl_c_stops_every_seed_with_a_checkpoint_and_resume_continues_them(tmp_path):
     """The group forwards SIGINT once to each seed (they run in sessions of their own, out of
     reach of a terminal's Ctrl-C), each stops with a checkpoint, none is left running, and
     ``--resume PARENT`` continues all of them."""
-    group = tmp_path / "group"  # absolute: no other process on the machine names it
-    parent = rlherd_cli(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "10000000",
-                         "--seeds", "1-3", "--jobs", "2", "--log-interval-s", "0.2",
-                         "--run-dir", str(group), "--no-progress"], tmp_path,
-                        background=True)  # fmt: skip
+    group, parent = _started_group(tmp_path, "1-3")
     try:
-        deadline = time.monotonic() + 120
-        while not all((group / f"seed-{k}" / "summary.json").exists() for k in (1, 2)):
-            assert parent.poll() is None and time.monotonic() < deadline, parent.stderr.read()
-            time.sleep(0.2)
         parent.send_signal(signal.SIGINT)
         _, err = parent.communicate(timeout=120)
     finally:
@@ -117,7 +126,7 @@ def test_ctrl_c_stops_every_seed_with_a_checkpoint_and_resume_continues_them(tmp
     assert parent.returncode == 130, err
     assert f"rlherd train --resume {group}`" in err
     assert "seed 3 had not started" in err and f"--seeds 3 --run-dir {group}`" in err
-    assert not [cmd for cmd in _command_lines() if str(group) in cmd]
+    assert not _processes_naming(group)
     steps = {}
     for k in (1, 2):
         assert (group / f"seed-{k}" / "checkpoints" / "latest").exists()
@@ -136,47 +145,31 @@ def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end
     """A group killed outright (SIGKILL, the OOM killer) runs none of its handlers: each seed
     hears SIGTERM from the kernel (PR_SET_PDEATHSIG) and stops with a checkpoint. A closed
     terminal's SIGHUP reaches the group, which passes SIGTERM on."""
-    group = tmp_path / "group"
-    parent = rlherd_cli(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "10000000",
-                         "--seeds", "1-2", "--jobs", "2", "--log-interval-s", "0.2",
-                         "--run-dir", str(group), "--no-progress"], tmp_path,
-                        background=True)  # fmt: skip
+    group, parent = _started_group(tmp_path, "1-2")
     try:
-        deadline = time.monotonic() + 120
-        while not all((group / f"seed-{k}" / "summary.json").exists() for k in (1, 2)):
-            assert parent.poll() is None and time.monotonic() < deadline, parent.stderr.read()
-            time.sleep(0.2)
         parent.send_signal(getattr(signal, end))
         parent.communicate(timeout=120)
         deadline = time.monotonic() + 60
-        while [cmd for cmd in _command_lines() if str(group) in cmd]:
+        while _processes_naming(group):
             assert time.monotonic() < deadline, "a seed outlived its group"
             time.sleep(0.2)
     finally:
         parent.kill()
-        for cmd_pid in _pids_naming(group):
-            os.kill(cmd_pid, signal.SIGKILL)
+        for pid in _processes_naming(group):
+            os.kill(pid, signal.SIGKILL)
     for k in (1, 2):
         assert (group / f"seed-{k}" / "checkpoints" / "latest").exists()
 
 
-def _pids_naming(path: Path) -> list[int]:
-    """The processes whose command line names ``path`` (seeds left running, to clean up)."""
+def _processes_naming(path: Path) -> list[int]:
+    """The ids of this machine's processes whose command line names ``path`` (a seed left
+    running)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # ended meanwhile
             if str(path) in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode():
                 pids.append(int(pid))
     return pids
-
-
-def _command_lines() -> list[str]:
-    """The command lines of this machine's processes (to find any seed left running)."""
-    lines = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):  # ended meanwhile
-            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-    return lines
 
 
 # ------------------------------------------------------------------------------ statistics
