@@ -335,3 +335,23 @@ def test_load_policy_acts_as_the_runs_evaluation_does(tmp_path):
                           run_dir=tmp_path / "device", progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="play it with rlherd eval"):
         rlherd.load_policy(device.path)
+
+
+def test_the_evaluator_and_rlherd_eval_play_the_same_episodes(tmp_path):
+    """One evaluation protocol: the evaluator's last evaluation of a run and ``rlherd eval`` of
+    its final checkpoint play the same seeds with the same greedy policy, whatever the run's
+    own seed, so they score the same, and each says over how many episodes."""
+    import csv
+
+    import rlherd
+    from rlherd.commands.evaluate import evaluate
+
+    for seed in (0, 7):
+        run = rlherd.train("ppo", "CartPole-v1", total_steps=2_048, seed=seed, eval_every=2_048,
+                           eval_episodes=3, run_dir=tmp_path / f"run{seed}", progress=False)
+        with open(run.path / "metrics" / "evaluator.csv", newline="") as f:
+            last = list(csv.DictReader(f))[-1]
+        assert int(last["eval_episodes"]) == 3 and run.summary["eval_episodes"] == 3
+        again = evaluate(run.path, episodes=3)
+        assert float(last["eval_return_mean"]) == again["eval_return_mean"]
+        assert again["eval_episodes"] == 3
