@@ -15,7 +15,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import re
 import shlex
 import tempfile
 import warnings
@@ -28,6 +27,7 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.commands.evaluate import load_policy, load_run
 from rlherd.commands.plot import plot_runs
+from rlherd.commands.seeds import SEED_DIR, seed_dirs
 from rlherd.commands.train import resolve_config
 from rlherd.config import to_json
 from rlherd.core import policy_state
@@ -54,7 +54,6 @@ CARD_FILE = "README.md"
 # leaves anything else (a clone's .git, say) alone.
 PACKAGE_FILES = (CARD_FILE, CONFIG_FILE, POLICY_FILE, SUMMARY_FILE, CURVES_FILE, "replay.mp4",
                  "replay.gif")  # fmt: skip
-SEED_FOLDER = re.compile(r"seed-\d+")
 
 
 def package(
@@ -258,11 +257,11 @@ def across_seeds(run_dir: Path) -> list[dict[str, Any]]:
     """The summaries of the runs that repeat this one with other seeds, this one's included,
     when it is one of several (``PARENT/seed-*/`` run directories of one agent and
     environment); else none."""
-    if not SEED_FOLDER.fullmatch(run_dir.resolve().name):
+    if not SEED_DIR.fullmatch(run_dir.resolve().name):
         return []
     mine = read_json(run_dir / SUMMARY_FILE)
-    runs = sorted(p for p in run_dir.resolve().parent.iterdir()
-                  if SEED_FOLDER.fullmatch(p.name) and (p / SUMMARY_FILE).is_file())  # fmt: skip
+    runs = [p for p in seed_dirs(run_dir.resolve().parent).values()
+            if (p / SUMMARY_FILE).is_file()]  # fmt: skip
     summaries = [dict(read_json(p / SUMMARY_FILE), run=p.name) for p in runs]
     same = [s for s in summaries if (s.get("agent"), s.get("env")) == (mine.get("agent"),
                                                                       mine.get("env"))]  # fmt: skip

@@ -209,7 +209,7 @@ def is_seed_parent(path: str | Path | None) -> bool:
 def _new_parent(run_dir: str | Path | None, agent: str, env: str) -> Path:
     """The folder of the seed runs: ``run_dir``, or a new ``runs/<agent>-<env>-<time>/`` that no
     other run has taken (``mkdir`` decides atomically, as for a single run)."""
-    from rlherd.commands.train import default_run_dir
+    from rlherd.commands.train import fresh_run_dir
 
     if run_dir is not None:
         path = Path(run_dir)
@@ -218,13 +218,7 @@ def _new_parent(run_dir: str | Path | None, agent: str, env: str) -> Path:
                               "will hold one run per seed")  # fmt: skip
         path.mkdir(parents=True, exist_ok=True)
         return path
-    base = default_run_dir(agent, env)
-    for i in range(1, 1000):
-        path = base if i == 1 else base.with_name(f"{base.name}-{i}")
-        with contextlib.suppress(FileExistsError):
-            path.mkdir(parents=True)
-            return path
-    raise ConfigError(f"could not make a new folder beside {base}; give --run-dir")
+    return fresh_run_dir(agent, env)
 
 
 def _threads(argv: list[str]) -> int:

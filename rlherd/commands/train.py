@@ -135,17 +135,24 @@ def default_run_dir(agent: str, env: str) -> Path:
     return Path("runs") / f"{agent}-{name}-{stamp}"
 
 
+def fresh_run_dir(agent: str, env: str) -> Path:
+    """A new ``runs/<agent>-<env>-<time>/`` folder that no other run has taken, even one
+    started in the same second (``mkdir`` decides atomically; ``-2``, ``-3``, ... after)."""
+    base = default_run_dir(agent, env)
+    for i in itertools.count(1):
+        path = base if i == 1 else base.with_name(f"{base.name}-{i}")
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(parents=True)
+            return path
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
 def _new_run_dir(run_dir: str | Path | None, agent: str, env: str, overwrite: bool) -> RunDir:
     """The directory of a new run: the one given (refused if it holds a run, unless
     ``overwrite``), or a new one under ``runs/`` that no other run has taken, even one started
     in the same second (``mkdir`` decides atomically)."""
     if run_dir is None:
-        base = default_run_dir(agent, env)
-        for i in itertools.count(1):
-            path = base if i == 1 else base.with_name(f"{base.name}-{i}")
-            with contextlib.suppress(FileExistsError):
-                path.mkdir(parents=True)
-                return RunDir(path, create=True)
+        return RunDir(fresh_run_dir(agent, env), create=True)
     path = Path(run_dir)
     if (path / "config.json").exists() and not overwrite and _never_checkpointed(path):
         warnings.warn(f"replacing the run in {path}, which stopped before its first checkpoint",

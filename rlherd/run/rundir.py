@@ -266,11 +266,7 @@ class RunDir:
         if step not in self.snapshots():
             have = ", ".join(map(str, self.snapshots())) or "none"
             raise ConfigError(f"{self.path} has no snapshot at step {step} (it has: {have})")
-        path = self.path / "snapshots" / f"snapshot-{step:012d}.pt"
-        if path.resolve().parent != (self.path / "snapshots").resolve():
-            raise ConfigError(f"{path} links outside the run directory; replace the link with "
-                              "the file itself")  # fmt: skip
-        return from_plain(torch.load(path, weights_only=True, map_location="cpu"))
+        return _read_policy(self.path / "snapshots" / f"snapshot-{step:012d}.pt")
 
     # the best evaluation's policy (rlherd.run.callbacks.SaveBest) ----------------------------
     def save_best(self, policy: dict[str, Any], evaluation: dict[str, Any]) -> None:
@@ -288,11 +284,8 @@ class RunDir:
         if not path.exists():
             raise ConfigError(f"{self.path} has no best policy ({path}); train it with "
                               "--save-best (or the SaveBest callback) and evaluations")
-        if path.resolve().parent != (self.path / "best").resolve():
-            raise ConfigError(f"{path} links outside the run directory; replace the link with "
-                              "the file itself")  # fmt: skip
         try:
-            return from_plain(torch.load(path, weights_only=True, map_location="cpu"))
+            return _read_policy(path)
         except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
             raise ConfigError(f"{path} is not a policy rlherd wrote ({e}); delete best/ or "
                               "train the run again") from None
@@ -347,6 +340,15 @@ class RunDir:
             f"no readable checkpoint in {self.checkpoint_dir} (tried "
             f"{', '.join(p.name for p in candidates)}); the run cannot be resumed"
         )
+
+
+def _read_policy(path: Path) -> dict[str, Any]:
+    """A policy's parameters that :func:`_save_policy` wrote, as plain data (nothing in it can
+    run code); a link out of its folder is refused."""
+    if path.resolve().parent != path.parent.resolve():
+        raise ConfigError(f"{path} links outside the run directory; replace the link with the "
+                          "file itself")  # fmt: skip
+    return from_plain(torch.load(path, weights_only=True, map_location="cpu"))
 
 
 def _save_policy(policy: dict[str, Any], path: Path) -> Path:
