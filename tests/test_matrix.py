@@ -46,7 +46,8 @@ LEARNS = {
     # preset, seed 0 on mono held 0.95 from 6,000 steps on in 4 of 4 runs, and on distributed
     # reached 0.95 by 15,000. R2D3 and DQfD mix in Corridor's scripted expert (always right):
     # DQfD, half of each batch, learns it on every host runtime (seed 0: 0.95 at 3,000 steps on
-    # mono, 0.88 at 3,000 and 0.95 at 5,000 on distributed), and so covers each runtime's
+    # mono; on distributed 0.88 at 3,000, 0.95 at 5,000 in 8 of 8 runs here, 0.42 at 5,000 in
+    # one run of the whole suite, hence 8,000), and so covers each runtime's
     # mixing; R2D3 (a quarter of each batch, sequences) learns on single and runs R2D2's code
     # elsewhere (it failed its 8,000 and 6,000 steps on mono and distributed in one of two runs
     # of the suite, with the classic preset R2D2 then had on Corridor).
@@ -55,7 +56,7 @@ LEARNS = {
     ("r2d2", "distributed"): (CORRIDOR, 15_000, 0.9),
     ("r2d3", "single"): (CORRIDOR, 6_000, 0.9),
     **{("dqfd", r): (CORRIDOR, 3_000, 0.9) for r in ("single", "mono", "poly")},
-    ("dqfd", "distributed"): (CORRIDOR, 5_000, 0.9),
+    ("dqfd", "distributed"): (CORRIDOR, 8_000, 0.9),
     ("ddpg", "single"): (REACH, 4_000, 0.0),
     ("dmpo", "single"): (REACH, 4_000, 0.0),
     # 150k steps was on the edge: seed 0 ended at 240 or 151 with Adam's plain or fused kernel
@@ -128,7 +129,8 @@ def test_agent_learns_on_runtime(agent, runtime, tmp_path, request):
     run = rlherd.train(agent, env, runtime=runtime, total_steps=steps, seed=0,
                        run_dir=tmp_path / "run", progress=False, **offline)  # fmt: skip
     key = "eval_return_mean" if offline else "final_return_mean"
-    assert run.summary[key] >= score, run.summary
+    seen = ("learner_steps", "actor_steps", "episodes", "actor_restarts", "eval_return_mean")
+    assert run.summary[key] >= score, {k: run.summary.get(k) for k in (key, *seen)}
 
 
 @pytest.mark.parametrize("agent, runtime", sorted(REFUSED))
