@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         help="evaluate every N steps (offline: learner steps; default a tenth of the run)",
     )
     train.add_argument(
-        "--eval-episodes", type=int, help="episodes per evaluation (default: 10)"
+        "--eval-episodes", type=int,
+        help="episodes per evaluation (default: 10; given alone: one evaluation, at the end)"
     )
     train.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     train.add_argument(

@@ -16,7 +16,7 @@ CORRIDOR, REACH = "rlherd/Corridor-v0", "rlherd/Reach-v0"
 # A small task each agent's networks take; CQL makes a discrete and a continuous learner.
 ENVS = {
     **{a: [CORRIDOR] for a in ("bc", "dqfd", "dqn", "impala", "ppo", "r2d2", "r2d3")},
-    **{a: [REACH] for a in ("crr", "d4pg", "ddpg", "dmpo", "mpo")},
+    **{a: [REACH] for a in ("crr", "d4pg", "ddpg", "dmpo", "mpo", "sac", "td3")},
     "cql": [CORRIDOR, REACH],
     "mcts": ["rlherd/DeepSea-v0"],  # a task it has a simulator of
 }
@@ -81,6 +81,9 @@ KEYS = {
     **{(a, CORRIDOR): ["net", "num_steps", "optimizer", "target_net"]
        for a in ("dqfd", "dqn", "r2d2", "r2d3")},
     ("impala", CORRIDOR): ["consumed_steps", "net", "num_steps", "optimizer"],
+    ("sac", REACH): ["log_entropy", "net", "num_steps", "optimizer/critic", "optimizer/duals",
+                     "optimizer/policy", "target_net"],
+    ("td3", REACH): ["net", "num_steps", "optimizer/critic", "optimizer/policy", "target_net"],
     ("mcts", "rlherd/DeepSea-v0"): ["net", "num_steps", "optimizer"],
     ("ppo", CORRIDOR): ["beta", "consumed_steps", "net", "num_steps", "optimizer"],
 }  # fmt: skip

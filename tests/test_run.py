@@ -141,6 +141,19 @@ def test_cli_train_writes_the_run_directory(tmp_path, capsys):
     assert (run_dir / "checkpoints" / "latest").exists()
 
 
+def test_eval_episodes_alone_evaluates_once_at_the_end(tmp_path, capsys):
+    """``--eval-episodes N`` without ``--eval-every`` asks for an evaluation: the run gives one,
+    of N episodes, at its end (it once evaluated never, and said nothing)."""
+    run_dir = tmp_path / "run"
+    argv = ["train", "impala", "--env", "rlherd/Bandit-v0", "--total-steps", "640",
+            "--eval-episodes", "7", "--run-dir", str(run_dir), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["eval_episodes"] == 7 and summary["eval_return_mean"] is not None
+    rows = (run_dir / "metrics" / "evaluator.csv").read_text().strip().splitlines()
+    assert len(rows) == 2 and rows[1].startswith("640,") and rows[1].endswith(",7"), rows
+
+
 def test_learner_rows_are_step_weighted_means_read_once_per_interval(tmp_path):
     """Learner metrics (tensors or numbers) are kept until the log interval's row: one row for
     many steps, each metric the mean over its steps, ints (counts) their latest value."""

@@ -27,6 +27,8 @@ OWN: dict[str, str] = {
     "ppo": "rlherd.agents.ppo:PPOBuilder",
     "r2d2": "rlherd.agents.r2d2:R2D2Builder",
     "r2d3": "rlherd.agents.r2d2:R2D3Builder",
+    "sac": "rlherd.agents.sac:SACBuilder",
+    "td3": "rlherd.agents.td3:TD3Builder",
 }
 
 AGENTS: dict[str, str]  # made by __getattr__ on first use, then ordinary attributes

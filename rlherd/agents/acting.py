@@ -2,7 +2,8 @@
 
 :class:`RolloutActor` (on-policy agents) writes rows through a rollout writer, which decides
 where its rollouts go (see :mod:`rlherd.replay.rollouts`); :class:`TransitionActor` (replay
-agents whose policy explores on its own: DDPG, D4PG, MPO) writes transitions through an adder.
+agents whose policy explores on its own: DDPG, D4PG, TD3, SAC, MPO) writes transitions through
+an adder.
 Both are :class:`~rlherd.core.Actor` s, so the environment loop drives them in every host runtime
 alike. Parameters reach them only through their variable clients.
 """
@@ -88,6 +89,26 @@ class GaussianSamplingPolicy(FeedForwardPolicy):
         action = mean
         if not self.greedy:
             action = mean + std * torch.randn(mean.shape, generator=generator, device=self.device)
+        return {F.ACTION: self.net.to_env(action)}, state
+
+
+class NoisyDeterministicPolicy(FeedForwardPolicy):
+    """A :class:`~rlherd.core.Policy` for a deterministic policy in the canonical box (D4PG, DDPG,
+    TD3): ``pi(obs) + sigma * N(0, 1)``, clipped to the box and rescaled to the environment's
+    bounds (Acme's ``ClippedGaussian`` then ``ClipToSpec``). The noise draws from the caller's
+    generator, so a :class:`TransitionActor` (or poly's batched inference) decides whose random
+    stream exploration consumes. ``greedy`` (evaluation) acts with ``pi(obs)`` alone."""
+
+    def __init__(self, net: torch.nn.Module, sigma: float, greedy: bool = False):
+        super().__init__(net, greedy)
+        self.sigma = sigma
+
+    @torch.no_grad()
+    def __call__(self, obs, first, state, generator):
+        action = self.net.policy(to_device(obs, self.device))
+        if not self.greedy and self.sigma > 0:
+            noise = torch.randn(action.shape, generator=generator, device=self.device)
+            action = action + self.sigma * noise
         return {F.ACTION: self.net.to_env(action)}, state
 
 

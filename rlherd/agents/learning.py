@@ -49,9 +49,11 @@ class NetworkLearner:
     puts the parts back in the order they are named (learners name networks before their
     optimisers), each in place, since optimisers hold the very parameters and tensors they
     update: through ``load_state_dict``, by copying into a tensor, value by value into a dict.
-    A plain value, which nothing else holds, is set as the attribute its key names. Parts that
-    are not attributes of their own are added by overriding ``checkpoint_parts`` (CQL's
-    optimisers, a dict of them, each under ``optimizer/<name>``); these must load in place.
+    A plain value, which nothing else holds, is set as the attribute its key names. A learner
+    with several optimisers that step together (SAC's, CQL's) keeps them in ``optimizers``, a
+    dict, and each is checkpointed under ``optimizer/<name>``; other parts that are not
+    attributes of their own are added by overriding ``checkpoint_parts``, and must load in
+    place.
     The keys are what runs' checkpoints hold, so renaming one stops runs from resuming
     (``tests/test_contracts.py`` records them).
 
@@ -65,13 +67,16 @@ class NetworkLearner:
     table: Any  # a replay table, where priorities are written (``write_priorities``)
     num_steps: int
     checkpointed: tuple[str, ...] = ()
+    # A learner with several optimisers that step together (SAC's, CQL's) keeps them here.
+    optimizers: dict[str, torch.optim.Optimizer] = {}  # assigned, never mutated
     divergence: DivergenceWatch | None = None  # made at the first step
 
     def checkpoint_parts(self) -> dict[str, Any]:
-        """What the checkpoint holds, by key: ``num_steps`` and the attributes ``checkpointed``
-        names."""
+        """What the checkpoint holds, by key: ``num_steps``, the attributes ``checkpointed``
+        names, and each of ``optimizers`` under ``optimizer/<name>``."""
         return dict(num_steps=self.num_steps,
-                    **{name: getattr(self, name) for name in self.checkpointed})  # fmt: skip
+                    **{name: getattr(self, name) for name in self.checkpointed},
+                    **{f"optimizer/{k}": o for k, o in self.optimizers.items()})  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         return {key: _part_state(part) for key, part in self.checkpoint_parts().items()}

@@ -233,7 +233,8 @@ def train(
     like ``--set``). A ``dataset`` (a Minari dataset id) trains offline: the ``offline`` runtime,
     where ``total_steps`` counts learner steps and the policy is evaluated every ``eval_every``
     of them (a tenth of the run unless set). ``eval_every > 0`` runs the greedy policy for
-    ``eval_episodes`` (10) episodes every ``eval_every`` agent steps (metrics/evaluator.csv). A
+    ``eval_episodes`` (10) episodes every ``eval_every`` agent steps (metrics/evaluator.csv);
+    ``eval_episodes`` alone evaluates once, at the end of the run. A
     ``run_dir`` that already holds a run is refused unless ``overwrite`` (which deletes that run
     first).
 
@@ -268,7 +269,7 @@ def train(
         settings = settings_mod.resolve(runtime, {}, record.settings)
         total_steps = record.total_steps if total_steps is None else total_steps
         if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
-            eval_every = eval_every or _offline_eval_every(runtime, total_steps)
+            eval_every = eval_every or _default_eval_every(runtime, total_steps, False)
         record = dataclasses.replace(
             record, total_steps=total_steps,
             eval_every=record.eval_every if eval_every is None else eval_every,
@@ -279,6 +280,7 @@ def train(
     else:
         agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
         seed = 0 if seed is None else seed
+        eval_episodes_given = eval_episodes is not None
         eval_episodes = 10 if eval_episodes is None else eval_episodes
         agent_overrides, given = _split(agent, overrides)
         runtime = runtime or default_runtime(agent, env, given)
@@ -294,7 +296,7 @@ def train(
         settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
         if total_steps is None:
             total_steps = BUILDERS[agent].default_total_steps[preset]
-        eval_every = eval_every or _offline_eval_every(runtime, total_steps)
+        eval_every = eval_every or _default_eval_every(runtime, total_steps, eval_episodes_given)
         record = RunRecord(agent=agent, env=env, runtime=runtime, seed=seed,
                            total_steps=total_steps, preset=preset, env_kwargs=env_kwargs or {},
                            eval_every=eval_every, eval_episodes=eval_episodes,
@@ -369,10 +371,14 @@ def _same_config(record: RunRecord, config: Any) -> bool:
     return to_json(recorded) == to_json(config)
 
 
-def _offline_eval_every(runtime: str, total_steps: int) -> int:
+def _default_eval_every(runtime: str, total_steps: int, eval_episodes_given: bool) -> int:
     """Where the learner learns from no acting of the run's own (offline), evaluations are all
-    a run says of itself: a tenth of the run unless set."""
-    return 0 if "acting" in RUNTIMES[runtime].provides else max(1, total_steps // 10)
+    a run says of itself: a tenth of the run unless set. Elsewhere none unless set, but a run
+    given a number of evaluation episodes alone evaluates once, at its end (asked for episodes,
+    a silent run without any would answer nothing)."""
+    if "acting" not in RUNTIMES[runtime].provides:
+        return max(1, total_steps // 10)
+    return total_steps if eval_episodes_given else 0
 
 
 def _check_resume_flags(record: RunRecord, overrides: dict[str, Any], **given: Any) -> None:

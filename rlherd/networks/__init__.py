@@ -181,7 +181,7 @@ def require_discrete(spec: EnvSpec, agent: str) -> None:
         raise ConfigError(
             f"{agent} acts in Discrete action spaces; {spec.env_id} has {spec.action_kind} "
             f"actions of shape {spec.action_shape}; use ppo, which acts in every space, or "
-            "d4pg, ddpg, mpo or dmpo for continuous actions."
+            "sac, td3, d4pg, ddpg, mpo or dmpo for continuous actions."
         )
 
 

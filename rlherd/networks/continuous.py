@@ -6,16 +6,17 @@ so replay holds the actions the environments took and a learner rescales them on
 
 - :class:`LayerNormMLP`: Acme's torso: ``Linear -> LayerNorm -> tanh`` then ``Linear -> ELU``
   layers; the normalised first layer keeps very different observation scales trainable without
-  normalising observations.
-- :class:`DeterministicPolicy`: ``tanh`` of a near-zero-initialised linear head (D4PG, DDPG).
+  normalising observations. :func:`torso` gives it, or (``layer_norm=False``) the plain ReLU MLP
+  of SAC's and TD3's papers and reference code.
+- :class:`DeterministicPolicy`: ``tanh`` of a near-zero-initialised linear head (D4PG, DDPG, TD3).
 - :class:`GaussianPolicy`: a diagonal Gaussian with an untransformed mean and a softplus scale
   starting at ``init_scale`` (MPO, DMPO); samples are clipped to the box when acted.
 - :class:`TanhGaussianPolicy`: a Gaussian squashed by ``tanh`` into the box (SAC, CQL), with
   :func:`tanh_gaussian_sample` and :func:`tanh_gaussian_log_prob`.
 - :class:`Critic`: ``Q(s, a)`` as one value, or as logits over fixed ``atoms`` (a categorical
   distributional critic, ``num_atoms > 1``).
-- :class:`SACNetworks`: SAC's actor-critic, a tanh-Gaussian policy and twin critics (CQL's
-  continuous networks; an agent of the SAC family builds on them, not on CQL's folder).
+- :class:`SACNetworks`: SAC's actor-critic, a tanh-Gaussian policy and twin critics (SAC's, and
+  CQL's for continuous actions); :class:`TD3Networks`: a deterministic policy and twin critics.
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ class LayerNormMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+def torso(in_dim: int, sizes: tuple[int, ...], layer_norm: bool = True) -> nn.Module:
+    """Acme's :class:`LayerNormMLP`, or (``layer_norm=False``) ``Linear -> ReLU`` layers, the
+    networks of the SAC and TD3 papers' code (and Stable-Baselines3's); both have ``out_dim``."""
+    if layer_norm:
+        return LayerNormMLP(in_dim, sizes)
+    layers: list[nn.Module] = []
+    for a, b in zip((in_dim, *sizes[:-1]), sizes, strict=True):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    net = nn.Sequential(*layers)
+    net.out_dim = sizes[-1]
+    return net
 
 
 def near_zero_linear(in_dim: int, out_dim: int, scale: float = 1e-4) -> nn.Linear:
@@ -102,9 +116,11 @@ def require_bounded_box(spec: EnvSpec, agent: str) -> None:
 class DeterministicPolicy(nn.Module):
     """``obs [B, ...] -> action [B, D]`` in ``[-1, 1]``."""
 
-    def __init__(self, in_dim: int, action_dim: int, sizes: tuple[int, ...]):
+    def __init__(
+        self, in_dim: int, action_dim: int, sizes: tuple[int, ...], layer_norm: bool = True
+    ):
         super().__init__()
-        self.torso = LayerNormMLP(in_dim, sizes)
+        self.torso = torso(in_dim, sizes, layer_norm)
         self.head = near_zero_linear(self.torso.out_dim, action_dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -140,9 +156,11 @@ class TanhGaussianPolicy(nn.Module):
     squashes into the canonical box (SAC's policy, Haarnoja et al. 2018); ``log_std`` is clipped
     to ``[-20, 2]`` as SAC's code does."""
 
-    def __init__(self, in_dim: int, action_dim: int, sizes: tuple[int, ...]):
+    def __init__(
+        self, in_dim: int, action_dim: int, sizes: tuple[int, ...], layer_norm: bool = True
+    ):
         super().__init__()
-        self.torso = LayerNormMLP(in_dim, sizes)
+        self.torso = torso(in_dim, sizes, layer_norm)
         self.mean = near_zero_linear(self.torso.out_dim, action_dim)
         self.log_std = near_zero_linear(self.torso.out_dim, action_dim)
 
@@ -187,9 +205,10 @@ class Critic(nn.Module):
         num_atoms: int = 1,
         vmin: float = -150.0,
         vmax: float = 150.0,
+        layer_norm: bool = True,
     ):
         super().__init__()
-        self.torso = LayerNormMLP(in_dim + action_dim, sizes)
+        self.torso = torso(in_dim + action_dim, sizes, layer_norm)
         self.head = near_zero_linear(self.torso.out_dim, num_atoms)
         self.num_atoms = num_atoms
         if num_atoms > 1:
@@ -247,18 +266,31 @@ class ActorCritic(ActionBounds, nn.Module):
         self.register_bounds(spec)
 
 
-class SACNetworks(ActionBounds, nn.Module):
-    """SAC's networks (Haarnoja et al., 2018): a tanh-Gaussian ``policy`` and two critics,
-    ``q1`` and ``q2`` (the smaller of the two is the target: clipped double Q), from a config's
-    ``policy_sizes`` and ``critic_sizes``."""
+class TwinCritics(ActionBounds, nn.Module):
+    """A ``policy`` and two critics, ``q1`` and ``q2`` (the smaller of the two is the target:
+    clipped double Q, Fujimoto et al. 2018), from a config's ``policy_sizes``, ``critic_sizes``
+    and ``layer_norm``; subclasses say which policy."""
 
     discrete = False
+    policy_class: type[nn.Module]
 
     def __init__(self, spec: EnvSpec, config: Any, agent: str):
         super().__init__()
         require_bounded_box(spec, agent)
-        dim, actions = obs_dim(spec), spec.action_shape[0]
-        self.policy = TanhGaussianPolicy(dim, actions, tuple(config.policy_sizes))
-        self.q1 = Critic(dim, actions, tuple(config.critic_sizes))
-        self.q2 = Critic(dim, actions, tuple(config.critic_sizes))
+        dim, actions, sizes = obs_dim(spec), spec.action_shape[0], tuple(config.policy_sizes)
+        self.policy = self.policy_class(dim, actions, sizes, config.layer_norm)
+        self.q1 = Critic(dim, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
+        self.q2 = Critic(dim, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
         self.register_bounds(spec)
+
+
+class SACNetworks(TwinCritics):
+    """SAC's networks (Haarnoja et al., 2018): a tanh-Gaussian policy and twin critics."""
+
+    policy_class = TanhGaussianPolicy
+
+
+class TD3Networks(TwinCritics):
+    """TD3's networks (Fujimoto et al., 2018): a deterministic policy and twin critics."""
+
+    policy_class = DeterministicPolicy

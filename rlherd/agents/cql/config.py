@@ -36,6 +36,7 @@ class CQLConfig(ObservationConfig):
     num_bc_iters: int = 50_000  # learner steps that fit the policy to the dataset's actions first
     policy_sizes: tuple[int, ...] = (256, 256)
     critic_sizes: tuple[int, ...] = (256, 256)
+    layer_norm: bool = True  # Acme's LayerNormMLP torsos; False: plain ReLU MLPs (SAC's)
     # Discrete actions.
     learning_rate: float = 1e-4
     target_update_period: int = 100

@@ -3,10 +3,9 @@ learner. DDPG is D4PG with a scalar critic: the same builder under another name 
 
 from __future__ import annotations
 
-from rlherd.agents.acting import TransitionActor
+from rlherd.agents.acting import NoisyDeterministicPolicy, TransitionActor
 from rlherd.agents.base import TransitionReplayBuilder
 from rlherd.agents.continuous import DEFAULT_TOTAL_STEPS, RUNTIME_DEFAULTS, preset_for
-from rlherd.agents.d4pg.acting import D4PGPolicy
 from rlherd.agents.d4pg.config import PRESETS, D4PGConfig
 from rlherd.agents.d4pg.learning import D4PGLearner
 from rlherd.agents.d4pg.networks import make_networks
@@ -26,13 +25,15 @@ class D4PGBuilder(TransitionReplayBuilder):
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> ActorCritic:
         return make_networks(spec, self.config, self.name).to(device)
 
-    def make_policy(self, networks: ActorCritic, evaluation: bool = False) -> D4PGPolicy:
-        return D4PGPolicy(networks, self.config.sigma, greedy=evaluation)
+    def make_policy(
+        self, networks: ActorCritic, evaluation: bool = False
+    ) -> NoisyDeterministicPolicy:
+        return NoisyDeterministicPolicy(networks, self.config.sigma, greedy=evaluation)
 
     def make_actor(
         self,
         seed: int,
-        policy: D4PGPolicy,
+        policy: NoisyDeterministicPolicy,
         spec: EnvSpec,
         adder: BatchAdder | None,
         variable_source: VariableSource | None,

@@ -1,0 +1,167 @@
+"""SAC and TD3: their losses against naive references, TD3's smoothing and delay, and what
+each learner step moves."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlherd import envs as rl_envs
+from rlherd import types as F
+from rlherd.agents import BUILDERS
+from rlherd.commands.train import resolve_config
+from rlherd.losses.actor_critic import (
+    sac_policy_loss,
+    smoothed_target_action,
+    soft_td_target,
+    temperature_loss,
+    twin_critic_loss,
+)
+from rlherd.networks.continuous import tanh_gaussian_sample
+
+REACH = "rlherd/Reach-v0"
+
+
+def test_soft_td_target_and_twin_critic_loss_against_naive_references():
+    g = torch.Generator().manual_seed(0)
+    r, d, q1n, q2n, logp, q1, q2 = (torch.randn(7, generator=g) for _ in range(7))
+    d = (d > 0).float() * 0.99
+    alpha = 0.3
+    y = soft_td_target(r, d, q1n, q2n, logp, alpha)
+    for b in range(7):
+        smaller = min(q1n[b].item(), q2n[b].item())
+        naive = r[b].item() + d[b].item() * (smaller - alpha * logp[b].item())
+        assert y[b].item() == pytest.approx(naive, abs=1e-6)
+    naive = sum(0.5 * (q1[b] - y[b]) ** 2 + 0.5 * (q2[b] - y[b]) ** 2 for b in range(7)) / 7
+    assert twin_critic_loss(q1, q2, y).item() == pytest.approx(naive.item(), rel=1e-6)
+
+
+def test_sac_policy_loss_with_the_tanh_log_density_correction_against_a_naive_reference():
+    """A reparameterised tanh-Gaussian sample's log-density is the Gaussian's less
+    ``log(1 - tanh(u)^2)`` per dimension; the policy loss is ``alpha log pi - Q`` averaged."""
+    mean, log_std = torch.randn(5, 3), torch.randn(5, 3).clamp(-2, 1)
+    torch.manual_seed(1)
+    action, log_pi = tanh_gaussian_sample(mean, log_std)
+    torch.manual_seed(1)
+    u = mean + log_std.exp() * torch.randn(5, 3)
+    value, alpha = torch.randn(5), 0.2
+    naive_loss = 0.0
+    for b in range(5):
+        naive = 0.0
+        for k in range(3):
+            m, s, x = mean[b, k].item(), math.exp(log_std[b, k].item()), u[b, k].item()
+            gaussian = -0.5 * ((x - m) / s) ** 2 - math.log(s) - 0.5 * math.log(2 * math.pi)
+            naive += gaussian - math.log(1 - math.tanh(x) ** 2)
+            assert action[b, k].item() == pytest.approx(math.tanh(x), abs=1e-6)
+        assert log_pi[b].item() == pytest.approx(naive, rel=1e-4, abs=1e-4)
+        naive_loss += (alpha * naive - value[b].item()) / 5
+    assert sac_policy_loss(value, log_pi, alpha).item() == pytest.approx(naive_loss, rel=1e-4)
+
+
+def test_the_temperature_falls_while_the_entropy_is_above_its_target_and_rises_below():
+    log_pi = torch.tensor([-2.0, -4.0])  # entropy estimate 3
+    for target, direction in ((1.0, -1), (5.0, 1)):
+        log_alpha = torch.tensor(0.3, requires_grad=True)
+        loss = temperature_loss(log_alpha, log_pi, target)
+        naive = -0.3 * sum(lp + target for lp in (-2.0, -4.0)) / 2
+        assert loss.item() == pytest.approx(naive)
+        loss.backward()
+        assert math.copysign(1, -log_alpha.grad.item()) == direction  # a descent step's sign
+
+
+def test_td3_smoothing_clips_the_noise_then_the_action():
+    action = torch.tensor([[0.9, -0.2, 0.0]])
+    noise = torch.tensor([[0.3, -0.8, 0.45]])
+    out = smoothed_target_action(action, noise, noise_clip=0.5)
+    naive = [min(1.0, max(-1.0, a + min(0.5, max(-0.5, n))))
+             for a, n in zip(action[0].tolist(), noise[0].tolist(), strict=True)]  # fmt: skip
+    torch.testing.assert_close(out[0], torch.tensor(naive))
+    assert out[0].tolist() == pytest.approx([1.0, -0.7, 0.45])
+
+
+def _learner(agent: str, **overrides):
+    """A learner on a replay table of 64 random Reach transitions."""
+    config, _ = resolve_config(agent, REACH, None, dict(batch_size=16, min_replay_size=16,
+                                                        **overrides))  # fmt: skip
+    builder, spec = BUILDERS[agent](config), rl_envs.spec_for(REACH)
+    tables = builder.make_replay_tables(spec, insert_blocking=False)
+    adder = builder.make_adder(tables, 1)
+    env = rl_envs.make(REACH)
+    obs, _ = env.reset(seed=0)
+    env.action_space.seed(0)
+    adder.add_first(obs[None], np.ones(1, dtype=bool))
+    for _ in range(64):
+        action = env.action_space.sample()
+        obs, reward, term, trunc, _ = env.step(action)
+        adder.add(action[None], np.array([reward]), obs[None], np.array([term]),
+                  np.array([trunc]), np.zeros(1, dtype=bool))  # fmt: skip
+        if term or trunc:
+            obs, _ = env.reset()
+            adder.add_first(obs[None], np.ones(1, dtype=bool))
+    torch.manual_seed(0)
+    net = builder.make_networks(spec)
+    return builder.make_learner(net, builder.make_dataset(tables), 1_000, tables)
+
+
+def _state(module: torch.nn.Module, prefix: str) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in module.state_dict().items() if k.startswith(prefix)}
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_td3_updates_the_policy_and_targets_every_policy_delay_critic_updates():
+    learner = _learner("td3", policy_delay=3, tau=0.1)
+    for step in range(1, 7):
+        policy, critics = _state(learner.net, "policy."), _state(learner.net, "q1.")
+        target = _state(learner.target_net, "")
+        learner.step()
+        assert not _same(critics, _state(learner.net, "q1."))  # every step
+        updated = step % 3 == 0
+        assert _same(policy, _state(learner.net, "policy.")) != updated, step
+        assert _same(target, _state(learner.target_net, "")) != updated, step
+        if updated:  # Polyak: tau of the way toward the networks as they are now
+            now = learner.net.state_dict()
+            for k, v in learner.target_net.state_dict().items():
+                torch.testing.assert_close(v, 0.9 * target[k] + 0.1 * now[k])
+
+
+def test_sacs_critics_learn_from_their_own_loss_alone_and_the_targets_follow_by_tau():
+    """The policy's loss runs through the critics; their gradients must be the critic loss's
+    alone (recomputed here from the same draws), or the policy would pull the critics up."""
+    learner = _learner("sac", tau=0.1)
+    learner.step()  # past the first step's lazily made state
+    net, target = copy.deepcopy(learner.net), copy.deepcopy(learner.target_net)
+    alpha, log_entropy = learner.entropy_coefficient(), learner.log_entropy.item()
+    sample = next(learner.dataset)
+    torch.manual_seed(7)
+    learner.learn(sample)
+    torch.manual_seed(7)
+    d = sample.data
+    obs, next_obs = F.obs_of(d, "obs"), F.obs_of(d, "next_obs")
+    with torch.no_grad():
+        next_action, next_log_pi = tanh_gaussian_sample(*net.policy(next_obs))
+        y = soft_td_target(d["reward"], d["discount"], target.q1(next_obs, next_action),
+                           target.q2(next_obs, next_action), next_log_pi, alpha)  # fmt: skip
+    action = net.from_env(d["action"])
+    twin_critic_loss(net.q1(obs, action), net.q2(obs, action), y).backward()
+    for (name, p), q in zip(learner.net.named_parameters(), net.parameters(), strict=True):
+        if name.startswith("q"):
+            torch.testing.assert_close(p.grad, q.grad, msg=name)
+        else:
+            assert q.grad is None and p.grad is not None, name
+    assert learner.log_entropy.item() != log_entropy
+    now, old = learner.net.state_dict(), target.state_dict()
+    for k, v in learner.target_net.state_dict().items():
+        if k.startswith("q"):
+            torch.testing.assert_close(v, 0.9 * old[k] + 0.1 * now[k])
+
+
+def test_a_fixed_temperature_stays_fixed():
+    learner = _learner("sac", entropy_coefficient=0.05)
+    for _ in range(3):
+        metrics = learner.step()
+    assert metrics["entropy_coefficient"].item() == pytest.approx(0.05)
