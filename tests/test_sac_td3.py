@@ -165,3 +165,43 @@ def test_a_fixed_temperature_stays_fixed():
     for _ in range(3):
         metrics = learner.step()
     assert metrics["entropy_coefficient"].item() == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("agent", ["sac", "td3"])
+def test_an_actor_acts_at_random_for_its_first_random_steps_and_an_evaluator_never(agent):
+    """Uniform actions over the whole box first (the reference code's warm-up), without asking
+    the policy, then the policy's; the count is in the actor's state, so a resumed actor does
+    not warm up again."""
+    config, _ = resolve_config(agent, "Pendulum-v1", None, dict(random_steps=6))
+    builder, spec = BUILDERS[agent](config), rl_envs.spec_for("Pendulum-v1")
+    net = builder.make_networks(spec)
+    calls = []
+
+    def counted(policy):
+        class Counted(type(policy)):
+            def __call__(self, *args):
+                calls.append(len(args[0]))
+                return super().__call__(*args)
+
+        policy.__class__ = Counted
+        return policy
+
+    def actor(seed, evaluation=False):
+        adder = None if evaluation else builder.make_adder(tables, 2)
+        policy = counted(builder.make_policy(net, evaluation=evaluation))
+        return builder.make_actor(seed, policy, spec, adder, None)
+
+    tables = builder.make_replay_tables(spec, insert_blocking=False)
+    learning, evaluator = actor(0), actor(0, evaluation=True)
+    obs = np.zeros((2, *spec.obs_shape), dtype=np.float32)
+    warm = np.concatenate([learning.select_action(obs) for _ in range(3)])  # 6 steps of 2 envs
+    assert not calls and warm.shape == (6, 1)
+    assert warm.min() < -1.0 and warm.max() > 1.0 and len(set(warm[:, 0].tolist())) == 6
+    learning.select_action(obs)
+    assert calls == [2]
+    resumed = actor(1)
+    resumed.load_state_dict(learning.state_dict())
+    resumed.select_action(obs)
+    assert calls == [2, 2]
+    evaluator.select_action(obs)
+    assert calls == [2, 2, 2]

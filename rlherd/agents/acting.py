@@ -210,24 +210,38 @@ class TransitionActor:
         adder: BatchAdder | None,
         seed: int,
         client: VariableClient | None = None,
+        random_steps: int = 0,
     ):
         self.policy, self.adder, self.client = policy, adder, client
         self.generator = torch.Generator(getattr(policy, "device", "cpu")).manual_seed(seed)
+        self.random_steps = random_steps if adder is not None else 0  # an evaluator never
+        self.steps = 0  # environment steps acted (each row of a batch is one)
 
     @classmethod
     def build(cls, policy, adder: BatchAdder | None, seed: int,
-              variable_source: VariableSource | None, update_period: int) -> TransitionActor:
+              variable_source: VariableSource | None, update_period: int,
+              random_steps: int = 0) -> TransitionActor:
         """What a builder's ``make_actor`` returns: parameters come from ``variable_source``
-        (fetched every ``update_period`` steps) into ``policy.net``; none: the policy's own."""
+        (fetched every ``update_period`` steps) into ``policy.net``; none: the policy's own.
+        With ``random_steps``, the actor's first that many environment steps act uniformly at
+        random in the action box (``policy.net`` rescales from ``[-1, 1]``: the continuous
+        agents'), as SAC's and TD3's reference code fill replay before learning."""
         client = None
         if variable_source is not None:
             client = VariableClient(variable_source, policy.net, "policy", update_period)
-        return cls(policy, adder, seed, client)
+        return cls(policy, adder, seed, client, random_steps)
 
     @torch.no_grad()
     def select_action(self, obs: np.ndarray) -> np.ndarray:
         obs = F.map_obs(as_tensor, obs)
-        first = torch.zeros(F.obs_len(obs), dtype=torch.bool)
+        rows = F.obs_len(obs)
+        self.steps += rows
+        if self.steps <= self.random_steps:
+            net = self.policy.net
+            uniform = torch.rand((rows, net.action_low.numel()), generator=self.generator,
+                                 device=self.generator.device)  # fmt: skip
+            return net.to_env(uniform * 2.0 - 1.0).cpu().numpy()
+        first = torch.zeros(rows, dtype=torch.bool)
         outputs, _ = self.policy(obs, first, (), self.generator)
         return outputs[F.ACTION].cpu().numpy()
 
@@ -245,9 +259,10 @@ class TransitionActor:
 
     def state_dict(self) -> dict[str, Any]:
         adder = self.adder.state_dict() if self.adder is not None else None
-        return dict(generator=self.generator.get_state(), adder=adder)
+        return dict(generator=self.generator.get_state(), adder=adder, steps=self.steps)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
+        self.steps = state.get("steps", self.random_steps)  # older checkpoints: past warm-up
         if self.adder is not None:
             self.adder.load_state_dict(state["adder"])

@@ -38,8 +38,9 @@ class SACBuilder(TransitionReplayBuilder):
         adder: BatchAdder | None,
         variable_source: VariableSource | None,
     ) -> TransitionActor:
-        period = self.config.variable_update_period
-        return TransitionActor.build(policy, adder, seed, variable_source, period)
+        c = self.config
+        return TransitionActor.build(policy, adder, seed, variable_source,
+                                     c.variable_update_period, c.random_steps)  # fmt: skip
 
     def make_learner(self, networks: SACNetworks, dataset, total_steps: int, tables=None):
         return SACLearner(networks, self.config, dataset)

@@ -42,11 +42,16 @@ class SACConfig:
     layer_norm: bool = False  # True: Acme's LayerNormMLP torsos (CQL's); False: ReLU MLPs
 
     # Acting.
+    # Each actor's first random_steps environment steps act uniformly at random in the box, as
+    # the reference code fills replay before learning starts (min_replay_size).
+    random_steps: int = 10_000
     variable_update_period: int = 1  # actor steps between parameter fetches
 
     def __post_init__(self) -> None:
         check_replay(self)
         check_at_least_one(self, "variable_update_period")
+        if self.random_steps < 0:
+            raise ValueError(f"random_steps must be >= 0, got {self.random_steps}")
         for name in ("policy_learning_rate", "critic_learning_rate", "tau"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -75,6 +80,7 @@ PRESETS: dict[str, dict] = {
         critic_learning_rate=1e-4,
         tau=0.01,
         min_replay_size=5_000,
+        random_steps=5_000,
         samples_per_insert=1024.0,
         policy_sizes=(1024, 1024),
         critic_sizes=(1024, 1024),
@@ -85,6 +91,7 @@ PRESETS: dict[str, dict] = {
         policy_learning_rate=1e-3,
         critic_learning_rate=1e-3,
         min_replay_size=256,
+        random_steps=256,
         policy_sizes=(64, 64),
         critic_sizes=(64, 64),
     ),
@@ -94,6 +101,7 @@ PRESETS: dict[str, dict] = {
         policy_learning_rate=1e-3,
         critic_learning_rate=1e-3,
         min_replay_size=200,
+        random_steps=200,
         samples_per_insert=64.0,
         policy_sizes=(64, 64),
         critic_sizes=(64, 64),

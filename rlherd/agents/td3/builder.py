@@ -38,8 +38,9 @@ class TD3Builder(TransitionReplayBuilder):
         adder: BatchAdder | None,
         variable_source: VariableSource | None,
     ) -> TransitionActor:
-        period = self.config.variable_update_period
-        return TransitionActor.build(policy, adder, seed, variable_source, period)
+        c = self.config
+        return TransitionActor.build(policy, adder, seed, variable_source,
+                                     c.variable_update_period, c.random_steps)  # fmt: skip
 
     def make_learner(self, networks: TD3Networks, dataset, total_steps: int, tables=None):
         return TD3Learner(networks, self.config, dataset)

@@ -41,12 +41,17 @@ class TD3Config:
     layer_norm: bool = False  # True: Acme's LayerNormMLP torsos (D4PG's); False: ReLU MLPs
 
     # Acting.
+    # Each actor's first random_steps environment steps act uniformly at random in the box, as
+    # the reference code fills replay before learning starts (min_replay_size).
+    random_steps: int = 25_000
     sigma: float = 0.1  # std of the Gaussian exploration noise, then clipped to the box
     variable_update_period: int = 1  # actor steps between parameter fetches
 
     def __post_init__(self) -> None:
         check_replay(self)
         check_at_least_one(self, "policy_delay", "variable_update_period")
+        if self.random_steps < 0:
+            raise ValueError(f"random_steps must be >= 0, got {self.random_steps}")
         for name in ("learning_rate", "critic_learning_rate", "tau"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -71,6 +76,7 @@ PRESETS: dict[str, dict] = {
         critic_learning_rate=1e-3,
         discount=0.98,
         min_replay_size=1_000,
+        random_steps=1_000,
         policy_sizes=(64, 64),
         critic_sizes=(64, 64),
     ),
@@ -80,6 +86,7 @@ PRESETS: dict[str, dict] = {
         learning_rate=1e-3,
         critic_learning_rate=1e-3,
         min_replay_size=200,
+        random_steps=200,
         samples_per_insert=64.0,
         policy_sizes=(64, 64),
         critic_sizes=(64, 64),
