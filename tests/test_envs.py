@@ -4,6 +4,7 @@ import pytest
 
 from rlherd import envs
 from rlherd.core import EnvSpec
+from rlherd.errors import ConfigError
 
 
 def test_make_gymnasium_and_spec():
@@ -91,3 +92,33 @@ def test_minatar_channels_first():
     env = envs.make("MinAtar/Breakout-v1")
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 10, 10) and obs.dtype == np.uint8
+
+
+def test_a_control_suite_action_repeat_holds_each_action_and_sums_its_rewards():
+    """``action_repeat=3``: one step is three of the suite's with the same action, rewarded with
+    their sum, and an episode of 1,000 suite steps is 334 steps (the last one cut short)."""
+    env_id = "dm_control/cartpole-swingup-v0"
+    plain, repeated = envs.make(env_id), envs.make(env_id, action_repeat=3)
+    obs, _ = plain.reset(seed=4)
+    obs_r, _ = repeated.reset(seed=4)
+    np.testing.assert_array_equal(obs, obs_r)
+    rng = np.random.default_rng(0)
+    steps = 0
+    while True:
+        action = rng.uniform(-1, 1, size=1).astype(np.float32)
+        total = 0.0
+        for _ in range(3):
+            obs, reward, terminated, truncated, _ = plain.step(action)
+            total += reward
+            if terminated or truncated:
+                break
+        obs_r, reward_r, terminated_r, truncated_r, _ = repeated.step(action)
+        steps += 1
+        np.testing.assert_array_equal(obs, obs_r)
+        assert reward_r == pytest.approx(total) and (terminated, truncated) == (terminated_r,
+                                                                                 truncated_r)
+        if terminated_r or truncated_r:
+            break
+    assert steps == 334
+    with pytest.raises(ConfigError, match="action_repeat must be a whole number >= 1"):
+        envs.make(env_id, action_repeat=1.5)

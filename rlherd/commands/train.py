@@ -335,20 +335,22 @@ def train(
 
 def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: int = 0,
              progress: bool = True, runtime: str = "single", eval_every: int | None = None,
-             eval_episodes: int | None = None,
-             settings: dict[str, Any] | None = None) -> Run:  # fmt: skip
-    """The run of ``agent`` on ``env`` with its default preset (and the runtime ``settings``
-    given), ``total_steps`` long, on ``runtime``, in ``run_dir``: a finished one there (as long
-    or longer) is left as it is, one stopped on its way there (Ctrl-C, SIGTERM) continues from
-    its latest checkpoint, and anything else (no checkpoint, another length, runtime, seed,
-    config or setting, say an older preset's) is trained again from the start. A run of hours
-    can so go in pieces: stop it and call again. The benchmarks train this way."""
+             eval_episodes: int | None = None, settings: dict[str, Any] | None = None,
+             env_kwargs: dict[str, Any] | None = None) -> Run:  # fmt: skip
+    """The run of ``agent`` on ``env`` (made with ``env_kwargs``) with its default preset (and
+    the runtime ``settings`` given), ``total_steps`` long, on ``runtime``, in ``run_dir``: a
+    finished one there (as long or longer) is left as it is, one stopped on its way there
+    (Ctrl-C, SIGTERM) continues from its latest checkpoint, and anything else (no checkpoint,
+    another length, runtime, seed, config, setting or environment option, say an older
+    preset's) is trained again from the start. A run of hours can so go in pieces: stop it and
+    call again. The benchmarks train this way."""
     path, env, settings = Path(run_dir), rl_envs.resolve(env), settings or {}
+    env_kwargs = env_kwargs or {}
     config, _ = resolve_config(agent, env, None, {})
     if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
         record = RunDir(path).read_config()
-        same = (record.agent, record.env, record.runtime, record.seed) == (
-            agent, env, runtime, seed) and _same_config(record, config) and all(
+        same = (record.agent, record.env, record.runtime, record.seed, record.env_kwargs) == (
+            agent, env, runtime, seed, env_kwargs) and _same_config(record, config) and all(
             record.settings.get(k) == v for k, v in settings.items())  # fmt: skip
         summary = RunDir(path).read_summary()
         done = summary.get(RUNTIMES[record.runtime].counts, 0)
@@ -358,7 +360,7 @@ def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: 
             return train(resume=path, progress=progress)
     return train(agent, env, runtime=runtime, total_steps=total_steps, seed=seed, run_dir=path,
                  overwrite=True, progress=progress, eval_every=eval_every,
-                 eval_episodes=eval_episodes, **settings)  # fmt: skip
+                 eval_episodes=eval_episodes, env_kwargs=env_kwargs, **settings)  # fmt: skip
 
 
 def _same_config(record: RunRecord, config: Any) -> bool:

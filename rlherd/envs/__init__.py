@@ -6,7 +6,8 @@ Families, by id:
 - Atari, ``ALE/<Game>-v5``, with DeepMind preprocessing (see :mod:`rlherd.envs.atari`);
 - MinAtar, ``MinAtar/<Game>-v1``, observations as ``[C, 10, 10]`` uint8;
 - the DeepMind Control Suite, ``dm_control/<domain>-<task>-v0`` (Shimmy's Gymnasium bindings),
-  observations flattened into one float32 vector;
+  observations flattened into one float32 vector, with an ``action_repeat`` option
+  (``--env-kwargs '{"action_repeat": 2}'``: each action held for 2 of the suite's steps);
 - OpenSpiel's two-player board games, ``open_spiel/<game>`` (``tic_tac_toe``, ``connect_four``,
   ...), both players in one environment for self-play (see :mod:`rlherd.envs.openspiel`);
 - rlherd's tiny test environments, ``rlherd/Bandit-v0``, ``rlherd/Corridor-v0``,
@@ -50,7 +51,7 @@ from rlherd.envs.ids import (
     split_id,
     target,
 )
-from rlherd.envs.wrappers import ActionMaskObservation, NamedArrays, mask_source
+from rlherd.envs.wrappers import ActionMaskObservation, ActionRepeat, NamedArrays, mask_source
 from rlherd.errors import ConfigError, MissingExtra
 
 __all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "family", "is_mujoco", "make",
@@ -115,14 +116,23 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
             return make_atari(named, render_mode=render_mode, **kwargs)
         if family(named) == "nethack":
             kwargs.setdefault("observation_keys", NETHACK_KEYS)
+        control = named.startswith("dm_control/")
+        repeat = _action_repeat(env_id, kwargs.pop("action_repeat", 1)) if control else 1
         env = _gym_make(named, render_mode, kwargs)
         if named.startswith("MinAtar/"):
             env = _ChannelsFirst(env)
-        if named.startswith("dm_control/"):
-            env = _FlatVector(env)
+        if control:
+            env = _FlatVector(env if repeat == 1 else ActionRepeat(env, repeat))
     env = _standard_observations(env, f"{env_id} {sorted(kwargs.items())}")
     spec_of(env, env_id)  # fail here, with the space named, rather than inside an agent
     return env
+
+
+def _action_repeat(env_id: str, repeat: Any) -> int:
+    """A Control Suite task's ``action_repeat`` option: a whole number of steps, 1 or more."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ConfigError(f"{env_id}: action_repeat must be a whole number >= 1, got {repeat!r}")
+    return repeat
 
 
 def _gym_make(env_id: str, render_mode: str | None, kwargs: dict[str, Any]) -> gym.Env:

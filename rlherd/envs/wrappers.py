@@ -1,6 +1,6 @@
-"""The two wrappers :func:`rlherd.envs.make` puts around environments that need them, so that
-every agent and runtime sees observations one way: an array, or a flat dict of named arrays whose
-``action_mask`` (where the environment has one) says which actions are legal.
+"""The wrappers :func:`rlherd.envs.make` puts around environments that need them. The first two
+make every agent and runtime see observations one way: an array, or a flat dict of named arrays
+whose ``action_mask`` (where the environment has one) says which actions are legal.
 
 - :class:`NamedArrays`: nested ``Dict`` / ``Tuple`` observations as one level of named arrays
   (keys joined by ``"."``), a ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` alone as such a
@@ -10,6 +10,9 @@ every agent and runtime sees observations one way: an array, or a flat dict of n
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
   An array observation becomes ``{"observation": ..., "action_mask": ...}``.
+- :class:`ActionRepeat`: each action held for ``n`` steps of the environment, their rewards
+  summed (the Control Suite's ``action_repeat`` option, the convention of its pixel and state
+  benchmarks).
 """
 
 from __future__ import annotations
@@ -93,3 +96,22 @@ def sample_action(space: gym.Space, obs: Any) -> Any:
     if mask is None:
         return space.sample()
     return space.sample(mask=np.asarray(mask, dtype=np.int8))
+
+
+class ActionRepeat(gym.Wrapper):
+    """Each action held for ``repeat`` steps of the wrapped environment (fewer where its episode
+    ends first), their rewards summed: one step here is ``repeat`` there, as in the Control
+    Suite benchmarks that report environment steps with an action repeat."""
+
+    def __init__(self, env: gym.Env, repeat: int):
+        super().__init__(env)
+        self.repeat = repeat
+
+    def step(self, action: Any):
+        total = 0.0
+        for _ in range(self.repeat):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
