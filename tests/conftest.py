@@ -79,6 +79,28 @@ def reach_expert(obs):
     return np.clip([(obs[1] - obs[0]) / 0.5], -1.0, 1.0).astype(np.float32)  # goal in one step
 
 
+def random_transitions(builder, env_id: str, steps: int, seed: int = 0) -> list:
+    """``builder``'s replay tables (inserts never wait) holding ``steps`` of uniformly random
+    actions in ``env_id``, written by its adder: a real batch for a learner's unit test."""
+    from rlherd import envs as rl_envs
+
+    tables = builder.make_replay_tables(rl_envs.spec_for(env_id), insert_blocking=False)
+    adder = builder.make_adder(tables, 1)
+    env = rl_envs.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    adder.add_first(obs[None], np.ones(1, dtype=bool))
+    for _ in range(steps):
+        action = env.action_space.sample()
+        obs, reward, term, trunc, _ = env.step(action)
+        adder.add(action[None], np.array([reward]), obs[None], np.array([term]),
+                  np.array([trunc]), np.zeros(1, dtype=bool))  # fmt: skip
+        if term or trunc:
+            obs, _ = env.reset()
+            adder.add_first(obs[None], np.ones(1, dtype=bool))
+    return tables
+
+
 def record_scripted(env_id: str, policy, episodes: int, epsilon: float, seed: int, out: str):
     """Write a dataset of ``policy``'s episodes (a uniformly random action with probability
     ``epsilon``) on ``env_id``, as ``rlherd collect`` records a run's."""

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import random_transitions
 
 import rlherd
 from rlherd import envs as rl_envs
@@ -138,19 +139,7 @@ def test_learner_steps_on_a_real_batch_move_every_part(agent):
     the copy period."""
     builder, spec = builder_for(agent, REACH, batch_size=8, target_update_period=2,
                                 min_replay_size=8)  # fmt: skip
-    tables = builder.make_replay_tables(spec, insert_blocking=False)
-    adder = builder.make_adder(tables, 1)
-    env = rl_envs.make(REACH)
-    obs, _ = env.reset(seed=0)
-    adder.add_first(obs[None], np.ones(1, dtype=bool))
-    for _ in range(40):
-        action = env.action_space.sample()
-        obs, reward, term, trunc, _ = env.step(action)
-        adder.add(action[None], np.array([reward]), obs[None], np.array([term]),
-                  np.array([trunc]), np.zeros(1, dtype=bool))  # fmt: skip
-        if term or trunc:
-            obs, _ = env.reset()
-            adder.add_first(obs[None], np.ones(1, dtype=bool))
+    tables = random_transitions(builder, REACH, 40)
     net = builder.make_networks(spec)
     learner = builder.make_learner(net, builder.make_dataset(tables), 1000, tables)
     before = {k: v.clone() for k, v in learner.net.state_dict().items()}

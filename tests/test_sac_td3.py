@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import random_transitions
 
 from rlherd import envs as rl_envs
 from rlherd import types as F
@@ -86,20 +87,7 @@ def _learner(agent: str, **overrides):
     config, _ = resolve_config(agent, REACH, None, dict(batch_size=16, min_replay_size=16,
                                                         **overrides))  # fmt: skip
     builder, spec = BUILDERS[agent](config), rl_envs.spec_for(REACH)
-    tables = builder.make_replay_tables(spec, insert_blocking=False)
-    adder = builder.make_adder(tables, 1)
-    env = rl_envs.make(REACH)
-    obs, _ = env.reset(seed=0)
-    env.action_space.seed(0)
-    adder.add_first(obs[None], np.ones(1, dtype=bool))
-    for _ in range(64):
-        action = env.action_space.sample()
-        obs, reward, term, trunc, _ = env.step(action)
-        adder.add(action[None], np.array([reward]), obs[None], np.array([term]),
-                  np.array([trunc]), np.zeros(1, dtype=bool))  # fmt: skip
-        if term or trunc:
-            obs, _ = env.reset()
-            adder.add_first(obs[None], np.ones(1, dtype=bool))
+    tables = random_transitions(builder, REACH, 64)
     torch.manual_seed(0)
     net = builder.make_networks(spec)
     return builder.make_learner(net, builder.make_dataset(tables), 1_000, tables)

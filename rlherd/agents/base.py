@@ -31,6 +31,20 @@ def check_at_least_one(config: Any, *names: str) -> None:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
 
 
+def check_positive(config: Any, *names: str) -> None:
+    """Learning rates, averaging rates: above 0."""
+    for name in names:
+        if getattr(config, name) <= 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(config, name)}")
+
+
+def check_non_negative(config: Any, *names: str) -> None:
+    """Counts and scales that may be 0 (off), never below."""
+    for name in names:
+        if getattr(config, name) < 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
+
+
 def check_replay(config: Any) -> None:
     """The fields :class:`TransitionReplayBuilder` reads."""
     check_at_least_one(config, "n_step", "batch_size", "replay_size", "min_replay_size")

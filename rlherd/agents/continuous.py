@@ -1,10 +1,17 @@
-"""What the continuous-control agents on replay (D4PG, DDPG, MPO, DMPO) share: their presets'
-names, which one a task gets (:func:`preset_for`), its default budget and the runtime settings it
-suggests. Each agent's ``PRESETS`` set its own fields under these names."""
+"""What the continuous-control agents on replay (D4PG, DDPG, TD3, SAC, MPO, DMPO) share: their
+presets' names, which one a task gets (:func:`preset_for`), its default budget and the runtime
+settings it suggests, and their actor (:class:`ContinuousBuilder`). Each agent's ``PRESETS`` set
+its own fields under these names."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rlherd import envs as rl_envs
+from rlherd.agents.acting import TransitionActor
+from rlherd.agents.base import TransitionReplayBuilder
+from rlherd.core import EnvSpec, VariableSource
+from rlherd.replay import BatchAdder
 
 DEFAULT_TOTAL_STEPS: dict[str, int] = {
     "control": 1_000_000,
@@ -30,3 +37,26 @@ def preset_for(env_id: str) -> str:
     if family in ("control", "toy"):
         return family
     return "mujoco" if rl_envs.is_mujoco(env_id) else "classic"
+
+
+class ContinuousBuilder(TransitionReplayBuilder):
+    """A continuous-control agent on replay: the presets above, and an actor that acts with the
+    agent's policy (whose exploration is its own: noise or sampling), fetching parameters every
+    ``variable_update_period`` steps, uniformly at random for its first ``random_steps``. The
+    config has those two fields besides :class:`TransitionReplayBuilder`'s."""
+
+    default_total_steps = DEFAULT_TOTAL_STEPS
+    runtime_defaults = RUNTIME_DEFAULTS
+    preset_for = staticmethod(preset_for)
+
+    def make_actor(
+        self,
+        seed: int,
+        policy: Any,
+        spec: EnvSpec,
+        adder: BatchAdder | None,
+        variable_source: VariableSource | None,
+    ) -> TransitionActor:
+        c = self.config
+        return TransitionActor.build(policy, adder, seed, variable_source,
+                                     c.variable_update_period, c.random_steps)  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one
+from rlherd.agents.base import check_at_least_one, check_positive
 from rlherd.networks import ObservationConfig
 
 __all__ = ["CQLConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
@@ -46,9 +46,7 @@ class CQLConfig(ObservationConfig):
     def __post_init__(self) -> None:
         check_at_least_one(self, "n_step", "batch_size", "cql_num_samples",
                            "target_update_period")  # fmt: skip
-        for name in ("policy_learning_rate", "critic_learning_rate", "learning_rate", "tau"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        check_positive(self, "policy_learning_rate", "critic_learning_rate", "learning_rate", "tau")
         if self.cql_coefficient is not None and self.cql_coefficient < 0:
             raise ValueError(f"cql_coefficient must be >= 0 (or None), got {self.cql_coefficient}")
         if not 0.0 <= self.discount <= 1.0:

@@ -3,24 +3,19 @@ learner. DDPG is D4PG with a scalar critic: the same builder under another name 
 
 from __future__ import annotations
 
-from rlherd.agents.acting import NoisyDeterministicPolicy, TransitionActor
-from rlherd.agents.base import TransitionReplayBuilder
-from rlherd.agents.continuous import DEFAULT_TOTAL_STEPS, RUNTIME_DEFAULTS, preset_for
+from rlherd.agents.acting import NoisyDeterministicPolicy
+from rlherd.agents.continuous import ContinuousBuilder
 from rlherd.agents.d4pg.config import PRESETS, D4PGConfig
 from rlherd.agents.d4pg.learning import D4PGLearner
 from rlherd.agents.d4pg.networks import make_networks
-from rlherd.core import EnvSpec, VariableSource
+from rlherd.core import EnvSpec
 from rlherd.networks.continuous import ActorCritic
-from rlherd.replay import BatchAdder
 
 
-class D4PGBuilder(TransitionReplayBuilder):
+class D4PGBuilder(ContinuousBuilder):
     name = "d4pg"
     config_class = D4PGConfig
     presets = PRESETS
-    default_total_steps = DEFAULT_TOTAL_STEPS
-    runtime_defaults = RUNTIME_DEFAULTS
-    preset_for = staticmethod(preset_for)
 
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> ActorCritic:
         return make_networks(spec, self.config, self.name).to(device)
@@ -29,17 +24,6 @@ class D4PGBuilder(TransitionReplayBuilder):
         self, networks: ActorCritic, evaluation: bool = False
     ) -> NoisyDeterministicPolicy:
         return NoisyDeterministicPolicy(networks, self.config.sigma, greedy=evaluation)
-
-    def make_actor(
-        self,
-        seed: int,
-        policy: NoisyDeterministicPolicy,
-        spec: EnvSpec,
-        adder: BatchAdder | None,
-        variable_source: VariableSource | None,
-    ) -> TransitionActor:
-        period = self.config.variable_update_period
-        return TransitionActor.build(policy, adder, seed, variable_source, period)
 
     def make_learner(self, networks: ActorCritic, dataset, total_steps: int, tables=None):
         return D4PGLearner(networks, self.config, dataset)

@@ -3,24 +3,19 @@ learner. DMPO is MPO with a categorical critic: the same builder under another n
 
 from __future__ import annotations
 
-from rlherd.agents.acting import GaussianSamplingPolicy, TransitionActor
-from rlherd.agents.base import TransitionReplayBuilder
-from rlherd.agents.continuous import DEFAULT_TOTAL_STEPS, RUNTIME_DEFAULTS, preset_for
+from rlherd.agents.acting import GaussianSamplingPolicy
+from rlherd.agents.continuous import ContinuousBuilder
 from rlherd.agents.mpo.config import PRESETS, MPOConfig
 from rlherd.agents.mpo.learning import MPOLearner
 from rlherd.agents.mpo.networks import make_networks
-from rlherd.core import EnvSpec, VariableSource
+from rlherd.core import EnvSpec
 from rlherd.networks.continuous import ActorCritic
-from rlherd.replay import BatchAdder
 
 
-class MPOBuilder(TransitionReplayBuilder):
+class MPOBuilder(ContinuousBuilder):
     name = "mpo"
     config_class = MPOConfig
     presets = PRESETS
-    default_total_steps = DEFAULT_TOTAL_STEPS
-    runtime_defaults = RUNTIME_DEFAULTS
-    preset_for = staticmethod(preset_for)
 
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> ActorCritic:
         return make_networks(spec, self.config, self.name).to(device)
@@ -29,17 +24,6 @@ class MPOBuilder(TransitionReplayBuilder):
         self, networks: ActorCritic, evaluation: bool = False
     ) -> GaussianSamplingPolicy:
         return GaussianSamplingPolicy(networks, greedy=evaluation)
-
-    def make_actor(
-        self,
-        seed: int,
-        policy: GaussianSamplingPolicy,
-        spec: EnvSpec,
-        adder: BatchAdder | None,
-        variable_source: VariableSource | None,
-    ) -> TransitionActor:
-        period = self.config.variable_update_period
-        return TransitionActor.build(policy, adder, seed, variable_source, period)
 
     def make_learner(self, networks: ActorCritic, dataset, total_steps: int, tables=None):
         return MPOLearner(networks, self.config, dataset)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_replay
+from rlherd.agents.base import (
+    check_at_least_one,
+    check_non_negative,
+    check_positive,
+    check_replay,
+)
 
 
 @dataclass
@@ -50,11 +55,8 @@ class SACConfig:
     def __post_init__(self) -> None:
         check_replay(self)
         check_at_least_one(self, "variable_update_period")
-        if self.random_steps < 0:
-            raise ValueError(f"random_steps must be >= 0, got {self.random_steps}")
-        for name in ("policy_learning_rate", "critic_learning_rate", "tau"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        check_positive(self, "policy_learning_rate", "critic_learning_rate", "tau")
+        check_non_negative(self, "random_steps")
         if self.tau > 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
         if self.entropy_coefficient is not None and self.entropy_coefficient < 0:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_replay
+from rlherd.agents.base import (
+    check_at_least_one,
+    check_non_negative,
+    check_positive,
+    check_replay,
+)
 
 
 @dataclass
@@ -50,16 +55,10 @@ class TD3Config:
     def __post_init__(self) -> None:
         check_replay(self)
         check_at_least_one(self, "policy_delay", "variable_update_period")
-        if self.random_steps < 0:
-            raise ValueError(f"random_steps must be >= 0, got {self.random_steps}")
-        for name in ("learning_rate", "critic_learning_rate", "tau"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        check_positive(self, "learning_rate", "critic_learning_rate", "tau")
+        check_non_negative(self, "policy_noise", "noise_clip", "sigma", "random_steps")
         if self.tau > 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        for name in ("policy_noise", "noise_clip", "sigma"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
 
