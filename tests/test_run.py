@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+import rlherd
 from rlherd.agents.impala import ImpalaConfig
 from rlherd.cli import main
 from rlherd.config import apply_overrides, parse_set
@@ -141,17 +142,24 @@ def test_cli_train_writes_the_run_directory(tmp_path, capsys):
     assert (run_dir / "checkpoints" / "latest").exists()
 
 
-def test_eval_episodes_alone_evaluates_once_at_the_end(tmp_path, capsys):
+@pytest.mark.parametrize("runtime", ["single", "mono"])
+def test_eval_episodes_alone_evaluates_once_at_the_end(runtime, tmp_path):
     """``--eval-episodes N`` without ``--eval-every`` asks for an evaluation: the run gives one,
-    of N episodes, at its end (it once evaluated never, and said nothing)."""
+    of N episodes, at its end (it once evaluated never, and said nothing), with actors in this
+    process or in others; the device runtime, which cannot evaluate while it trains, says so
+    naming the flag."""
     run_dir = tmp_path / "run"
     argv = ["train", "impala", "--env", "rlherd/Bandit-v0", "--total-steps", "640",
-            "--eval-episodes", "7", "--run-dir", str(run_dir), "--no-progress"]  # fmt: skip
+            "--eval-episodes", "7", "--runtime", runtime, "--run-dir", str(run_dir),
+            "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["eval_episodes"] == 7 and summary["eval_return_mean"] is not None
     rows = (run_dir / "metrics" / "evaluator.csv").read_text().strip().splitlines()
-    assert len(rows) == 2 and rows[1].startswith("640,") and rows[1].endswith(",7"), rows
+    assert len(rows) == 2 and int(rows[1].split(",")[0]) >= 640 and rows[1].endswith(",7"), rows
+    with pytest.raises(ConfigError, match="--eval-episodes"):
+        rlherd.train("ppo", "CartPole-v1", runtime="device", eval_episodes=3,
+                     run_dir=tmp_path / "device", progress=False)  # fmt: skip
 
 
 def test_learner_rows_are_step_weighted_means_read_once_per_interval(tmp_path):

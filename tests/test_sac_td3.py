@@ -4,7 +4,6 @@ each learner step moves."""
 import copy
 import math
 
-import numpy as np
 import pytest
 import torch
 from conftest import random_transitions
@@ -113,7 +112,7 @@ def test_td3_updates_the_policy_and_targets_every_policy_delay_critic_updates():
         assert _same(target, _state(learner.target_net, "")) != updated, step
         if updated:  # Polyak: tau of the way toward the networks as they are now
             now = learner.net.state_dict()
-            for k, v in learner.target_net.state_dict().items():
+            for k, v in learner.target_net.named_parameters():
                 torch.testing.assert_close(v, 0.9 * target[k] + 0.1 * now[k])
 
 
@@ -150,46 +149,54 @@ def test_sacs_critics_learn_from_their_own_loss_alone_and_the_targets_follow_by_
 
 def test_a_fixed_temperature_stays_fixed():
     learner = _learner("sac", entropy_coefficient=0.05)
+    log_entropy = learner.log_entropy.item()
     for _ in range(3):
         metrics = learner.step()
+    assert learner.log_entropy.item() == log_entropy  # not tuned
     assert metrics["entropy_coefficient"].item() == pytest.approx(0.05)
 
 
 @pytest.mark.parametrize("agent", ["sac", "td3"])
-def test_an_actor_acts_at_random_for_its_first_random_steps_and_an_evaluator_never(agent):
-    """Uniform actions over the whole box first (the reference code's warm-up), without asking
-    the policy, then the policy's; the count is in the actor's state, so a resumed actor does
-    not warm up again."""
-    config, _ = resolve_config(agent, "Pendulum-v1", None, dict(random_steps=6))
-    builder, spec = BUILDERS[agent](config), rl_envs.spec_for("Pendulum-v1")
-    net = builder.make_networks(spec)
+def test_policies_act_at_random_until_the_learners_first_step_and_evaluation_never(agent):
+    """Uniform actions over the whole box, without running the policy network, until the
+    learner has stepped; the flag saying so is part of the networks' state, so actors that
+    fetch parameters (or a run resumed from a checkpoint) stop warming up with the learner."""
+    learner = _learner(agent)
+    builder, net = BUILDERS[agent](learner.config), learner.net
     calls = []
+    net.policy.register_forward_hook(lambda *_: calls.append(1))
+    acting, greedy = builder.make_policy(net), builder.make_policy(net, evaluation=True)
+    spec = rl_envs.spec_for(REACH)
+    obs, first = torch.zeros(64, *spec.obs_shape), torch.zeros(64, dtype=torch.bool)
+    generator = torch.Generator().manual_seed(0)
+    warm = acting(obs, first, (), generator)[0]["action"]
+    assert not calls and warm.shape == (64, *spec.action_shape)
+    low, high = net.action_low, net.action_high
+    assert (warm >= low).all() and (warm <= high).all()
+    assert (warm.min(0).values < low + 0.1 * (high - low)).all()  # the whole box, both ends
+    assert (warm.max(0).values > high - 0.1 * (high - low)).all()
+    greedy(obs, first, (), generator)
+    assert calls == [1]  # evaluation acts with the network from the start
+    learner.step()
+    fresh = builder.make_networks(spec)
+    fresh.load_state_dict(learner.policy_state())
+    assert bool(fresh.learning) and bool(net.learning)
+    calls.clear()
+    acting(obs, first, (), generator)
+    assert calls == [1]
 
-    def counted(policy):
-        class Counted(type(policy)):
-            def __call__(self, *args):
-                calls.append(len(args[0]))
-                return super().__call__(*args)
 
-        policy.__class__ = Counted
-        return policy
-
-    def actor(seed, evaluation=False):
-        adder = None if evaluation else builder.make_adder(tables, 2)
-        policy = counted(builder.make_policy(net, evaluation=evaluation))
-        return builder.make_actor(seed, policy, spec, adder, None)
-
-    tables = builder.make_replay_tables(spec, insert_blocking=False)
-    learning, evaluator = actor(0), actor(0, evaluation=True)
-    obs = np.zeros((2, *spec.obs_shape), dtype=np.float32)
-    warm = np.concatenate([learning.select_action(obs) for _ in range(3)])  # 6 steps of 2 envs
-    assert not calls and warm.shape == (6, 1)
-    assert warm.min() < -1.0 and warm.max() > 1.0 and len(set(warm[:, 0].tolist())) == 6
-    learning.select_action(obs)
-    assert calls == [2]
-    resumed = actor(1)
-    resumed.load_state_dict(learning.state_dict())
-    resumed.select_action(obs)
-    assert calls == [2, 2]
-    evaluator.select_action(obs)
-    assert calls == [2, 2, 2]
+@pytest.mark.parametrize(
+    "agent, overrides, message",
+    [
+        ("sac", dict(tau=1.5), "tau must be in"),
+        ("sac", dict(entropy_coefficient=-0.1), "entropy_coefficient must be >= 0"),
+        ("sac", dict(policy_learning_rate=0.0), "policy_learning_rate must be > 0"),
+        ("td3", dict(noise_clip=-0.5), "noise_clip must be >= 0"),
+        ("td3", dict(policy_delay=0), "policy_delay must be >= 1"),
+        ("td3", dict(discount=1.5), "discount must be in"),
+    ],
+)
+def test_bad_configs_name_the_field(agent, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_config(agent, REACH, None, overrides)

@@ -92,19 +92,45 @@ class GaussianSamplingPolicy(FeedForwardPolicy):
         return {F.ACTION: self.net.to_env(action)}, state
 
 
-class NoisyDeterministicPolicy(FeedForwardPolicy):
+class WarmUpPolicy(FeedForwardPolicy):
+    """What SAC's and TD3's policies share: with ``warm_up``, they act uniformly at random in
+    the action box until their network's ``learning`` flag says the learner has taken its first
+    step (:class:`~rlherd.networks.continuous.TwinCritics`), as the reference code fills replay
+    with random actions before learning starts. The flag travels with the parameters, so it
+    holds for every actor of every runtime (poly's central inference included), and a resumed
+    run or a restarted actor, whose learner has stepped, does not warm up again."""
+
+    def __init__(self, net: torch.nn.Module, greedy: bool = False, warm_up: bool = False):
+        super().__init__(net, greedy)
+        self.warm_up = warm_up and not greedy
+
+    def random_actions(self, obs, generator: torch.Generator) -> torch.Tensor | None:
+        """Uniform actions in the environment's box while warming up; None after."""
+        if not self.warm_up or bool(self.net.learning):
+            return None
+        shape = (F.obs_len(obs), self.net.action_low.numel())
+        uniform = torch.rand(shape, generator=generator, device=self.device)
+        return self.net.to_env(uniform * 2.0 - 1.0)
+
+
+class NoisyDeterministicPolicy(WarmUpPolicy):
     """A :class:`~rlherd.core.Policy` for a deterministic policy in the canonical box (D4PG, DDPG,
     TD3): ``pi(obs) + sigma * N(0, 1)``, clipped to the box and rescaled to the environment's
     bounds (Acme's ``ClippedGaussian`` then ``ClipToSpec``). The noise draws from the caller's
     generator, so a :class:`TransitionActor` (or poly's batched inference) decides whose random
     stream exploration consumes. ``greedy`` (evaluation) acts with ``pi(obs)`` alone."""
 
-    def __init__(self, net: torch.nn.Module, sigma: float, greedy: bool = False):
-        super().__init__(net, greedy)
+    def __init__(
+        self, net: torch.nn.Module, sigma: float, greedy: bool = False, warm_up: bool = False
+    ):
+        super().__init__(net, greedy, warm_up)
         self.sigma = sigma
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
+        random = self.random_actions(obs, generator)
+        if random is not None:
+            return {F.ACTION: random}, state
         action = self.net.policy(to_device(obs, self.device))
         if not self.greedy and self.sigma > 0:
             noise = torch.randn(action.shape, generator=generator, device=self.device)
@@ -112,12 +138,15 @@ class NoisyDeterministicPolicy(FeedForwardPolicy):
         return {F.ACTION: self.net.to_env(action)}, state
 
 
-class TanhGaussianSamplingPolicy(FeedForwardPolicy):
+class TanhGaussianSamplingPolicy(WarmUpPolicy):
     """A :class:`~rlherd.core.Policy`: ``tanh(mean + std * N(0, 1))`` from the caller's
     generator, rescaled to the environment's bounds; ``greedy`` (evaluation): ``tanh(mean)``."""
 
     @torch.no_grad()
     def __call__(self, obs, first, state, generator):
+        random = self.random_actions(obs, generator)
+        if random is not None:
+            return {F.ACTION: random}, state
         mean, log_std = self.net.policy(to_device(obs, self.device))
         u = mean
         if not self.greedy:
@@ -210,38 +239,24 @@ class TransitionActor:
         adder: BatchAdder | None,
         seed: int,
         client: VariableClient | None = None,
-        random_steps: int = 0,
     ):
         self.policy, self.adder, self.client = policy, adder, client
         self.generator = torch.Generator(getattr(policy, "device", "cpu")).manual_seed(seed)
-        self.random_steps = random_steps if adder is not None else 0  # an evaluator never
-        self.steps = 0  # environment steps acted (each row of a batch is one)
 
     @classmethod
     def build(cls, policy, adder: BatchAdder | None, seed: int,
-              variable_source: VariableSource | None, update_period: int,
-              random_steps: int = 0) -> TransitionActor:
+              variable_source: VariableSource | None, update_period: int) -> TransitionActor:
         """What a builder's ``make_actor`` returns: parameters come from ``variable_source``
-        (fetched every ``update_period`` steps) into ``policy.net``; none: the policy's own.
-        With ``random_steps``, the actor's first that many environment steps act uniformly at
-        random in the action box (``policy.net`` rescales from ``[-1, 1]``: the continuous
-        agents'), as SAC's and TD3's reference code fill replay before learning."""
+        (fetched every ``update_period`` steps) into ``policy.net``; none: the policy's own."""
         client = None
         if variable_source is not None:
             client = VariableClient(variable_source, policy.net, "policy", update_period)
-        return cls(policy, adder, seed, client, random_steps)
+        return cls(policy, adder, seed, client)
 
     @torch.no_grad()
     def select_action(self, obs: np.ndarray) -> np.ndarray:
         obs = F.map_obs(as_tensor, obs)
-        rows = F.obs_len(obs)
-        self.steps += rows
-        if self.steps <= self.random_steps:
-            net = self.policy.net
-            uniform = torch.rand((rows, net.action_low.numel()), generator=self.generator,
-                                 device=self.generator.device)  # fmt: skip
-            return net.to_env(uniform * 2.0 - 1.0).cpu().numpy()
-        first = torch.zeros(rows, dtype=torch.bool)
+        first = torch.zeros(F.obs_len(obs), dtype=torch.bool)
         outputs, _ = self.policy(obs, first, (), self.generator)
         return outputs[F.ACTION].cpu().numpy()
 
@@ -259,10 +274,9 @@ class TransitionActor:
 
     def state_dict(self) -> dict[str, Any]:
         adder = self.adder.state_dict() if self.adder is not None else None
-        return dict(generator=self.generator.get_state(), adder=adder, steps=self.steps)
+        return dict(generator=self.generator.get_state(), adder=adder)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.generator.set_state(state["generator"])
-        self.steps = state.get("steps", self.random_steps)  # older checkpoints: past warm-up
         if self.adder is not None:
             self.adder.load_state_dict(state["adder"])

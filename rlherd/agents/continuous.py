@@ -42,8 +42,7 @@ def preset_for(env_id: str) -> str:
 class ContinuousBuilder(TransitionReplayBuilder):
     """A continuous-control agent on replay: the presets above, and an actor that acts with the
     agent's policy (whose exploration is its own: noise or sampling), fetching parameters every
-    ``variable_update_period`` steps, uniformly at random for its first ``random_steps``. The
-    config has those two fields besides :class:`TransitionReplayBuilder`'s."""
+    ``variable_update_period`` steps (a config field besides :class:`TransitionReplayBuilder`'s)."""
 
     default_total_steps = DEFAULT_TOTAL_STEPS
     runtime_defaults = RUNTIME_DEFAULTS
@@ -57,6 +56,5 @@ class ContinuousBuilder(TransitionReplayBuilder):
         adder: BatchAdder | None,
         variable_source: VariableSource | None,
     ) -> TransitionActor:
-        c = self.config
-        return TransitionActor.build(policy, adder, seed, variable_source,
-                                     c.variable_update_period, c.random_steps)  # fmt: skip
+        period = self.config.variable_update_period
+        return TransitionActor.build(policy, adder, seed, variable_source, period)

@@ -269,7 +269,9 @@ class ActorCritic(ActionBounds, nn.Module):
 class TwinCritics(ActionBounds, nn.Module):
     """A ``policy`` and two critics, ``q1`` and ``q2`` (the smaller of the two is the target:
     clipped double Q, Fujimoto et al. 2018), from a config's ``policy_sizes``, ``critic_sizes``
-    and ``layer_norm``; subclasses say which policy."""
+    and ``layer_norm``; subclasses say which policy. ``learning``, a flag the learner sets at
+    its first step, travels to the actors with the parameters: until then an agent that warms
+    up acts at random (:class:`rlherd.agents.acting.WarmUpPolicy`)."""
 
     discrete = False
     policy_class: type[nn.Module]
@@ -282,6 +284,7 @@ class TwinCritics(ActionBounds, nn.Module):
         self.q1 = Critic(dim, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
         self.q2 = Critic(dim, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
         self.register_bounds(spec)
+        self.register_buffer("learning", torch.zeros((), dtype=torch.bool))
 
 
 class SACNetworks(TwinCritics):

@@ -184,6 +184,14 @@ class RunContext:
         if self.recorder.tick():
             self.write_checkpoint(state)
 
+    def finish(self, state: Callable[[], dict[str, Any]], source: Any) -> None:
+        """The run's end: an evaluation due by now is run with ``source``'s parameters (actors in
+        other threads or processes may have crossed the last evaluation's step after the last
+        tick read the counters), unless the run was stopped; then the final checkpoint."""
+        if self.evaluator is not None and not self.stop.is_set():
+            self.evaluator.maybe_run(source)
+        self.write_checkpoint(state)
+
     def write_checkpoint(self, state: Callable[[], dict[str, Any]]) -> None:
         """Write ``state()`` as a checkpoint; the recorder hears how long gathering and writing
         it took (it keeps checkpoints to a small share of the run, and the summary with them).

@@ -255,7 +255,8 @@ def spec(record: RunRecord) -> None:
     specs from the device environment, so they have none before it starts)."""
     make_device(record.env, 1, "cpu", **record.env_kwargs)
     if record.eval_every:
-        raise ConfigError("--eval-every is not supported on the device runtime; use rlherd eval")
+        raise ConfigError("evaluations during training (--eval-every, --eval-episodes) are not "
+                          "supported on the device runtime; use rlherd eval RUN after it")
 
 
 def evaluate(

@@ -393,7 +393,7 @@ def run(ctx: RunContext) -> None:
                                full_slots=pool.full.qsize())  # fmt: skip
             ctx.recorder.learner(metrics)
             ctx.tick(state, learner)
-        ctx.write_checkpoint(state)
+        ctx.finish(state, learner)
     finally:
         pool.close()
         if hasattr(dataset, "close"):

@@ -414,7 +414,7 @@ def run(ctx: RunContext) -> None:
             ctx.tick(state, learner)
         if actors.fatal:
             raise actors.fatal[0]
-        ctx.write_checkpoint(state)
+        ctx.finish(state, learner)
     finally:
         ctx.stop.set()
         if queue is not None:

@@ -87,7 +87,7 @@ def run(ctx: RunContext) -> None:
         while not ctx.recorder.done() and not ctx.stop.is_set():
             loop.step()
             ctx.tick(state, learner)
-        ctx.write_checkpoint(state)
+        ctx.finish(state, learner)
         if settings.record_dataset and ctx.recorder.done():
             about = dict(env=ctx.env_id, env_kwargs=ctx.env_kwargs, seed=ctx.seed,
                          policy=f"training episodes of {ctx.builder.name}")  # fmt: skip

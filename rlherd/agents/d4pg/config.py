@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_critic, check_non_negative, check_replay
+from rlherd.agents.base import check_at_least_one, check_critic, check_replay
 
 
 @dataclass
@@ -50,15 +50,11 @@ class D4PGConfig:
     # Acting.
     sigma: float = 0.3  # std of the Gaussian noise added to actions in [-1, 1], then clipped
     variable_update_period: int = 1  # actor steps between parameter fetches
-    # Each actor's first random_steps environment steps act uniformly at random in the box
-    # (SAC's and TD3's warm-up); Acme's agents act with the policy from the first step.
-    random_steps: int = 0
 
     def __post_init__(self) -> None:
         check_replay(self)
         check_critic(self)
         check_at_least_one(self, "target_update_period", "variable_update_period")
-        check_non_negative(self, "random_steps")
         if self.sigma < 0:
             raise ValueError(f"sigma must be >= 0, got {self.sigma}")
         if self.dqda_clip is not None and self.dqda_clip <= 0:

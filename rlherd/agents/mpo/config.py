@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_critic, check_non_negative, check_replay
+from rlherd.agents.base import check_at_least_one, check_critic, check_replay
 
 
 @dataclass
@@ -58,15 +58,11 @@ class MPOConfig:
     policy_min_scale: float = 1e-6
 
     variable_update_period: int = 1  # actor steps between parameter fetches
-    # Each actor's first random_steps environment steps act uniformly at random in the box
-    # (SAC's and TD3's warm-up); Acme's agents act with the policy from the first step.
-    random_steps: int = 0
 
     def __post_init__(self) -> None:
         check_replay(self)
         check_critic(self)
         check_at_least_one(self, "num_samples", "target_update_period", "variable_update_period")
-        check_non_negative(self, "random_steps")
         for name in ("epsilon", "epsilon_mean", "epsilon_stddev", "dual_learning_rate",
                      "policy_init_scale"):  # fmt: skip
             if getattr(self, name) <= 0:

@@ -23,7 +23,7 @@ class SACBuilder(ContinuousBuilder):
     def make_policy(
         self, networks: SACNetworks, evaluation: bool = False
     ) -> TanhGaussianSamplingPolicy:
-        return TanhGaussianSamplingPolicy(networks, greedy=evaluation)
+        return TanhGaussianSamplingPolicy(networks, evaluation, self.config.random_warm_up)
 
     def make_learner(self, networks: SACNetworks, dataset, total_steps: int, tables=None):
         return SACLearner(networks, self.config, dataset)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from rlherd.agents.base import (
     check_at_least_one,
-    check_non_negative,
     check_positive,
     check_replay,
 )
@@ -47,16 +46,15 @@ class SACConfig:
     layer_norm: bool = False  # True: Acme's LayerNormMLP torsos (CQL's); False: ReLU MLPs
 
     # Acting.
-    # Each actor's first random_steps environment steps act uniformly at random in the box, as
-    # the reference code fills replay before learning starts (min_replay_size).
-    random_steps: int = 10_000
+    # Act uniformly at random in the box until the learner's first step (once min_replay_size
+    # transitions are in), as the reference code fills replay before learning starts.
+    random_warm_up: bool = True
     variable_update_period: int = 1  # actor steps between parameter fetches
 
     def __post_init__(self) -> None:
         check_replay(self)
         check_at_least_one(self, "variable_update_period")
         check_positive(self, "policy_learning_rate", "critic_learning_rate", "tau")
-        check_non_negative(self, "random_steps")
         if self.tau > 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
         if self.entropy_coefficient is not None and self.entropy_coefficient < 0:
@@ -76,14 +74,13 @@ PRESETS: dict[str, dict] = {
     # Yarats and Kostrikov's pytorch_sac does (the state SAC of the DrQ paper). That code also
     # widens the networks to (1024, 1024) with batches of 1,024: 16 times the arithmetic of an
     # update here, hours per 100k steps on a CPU (set policy_sizes, critic_sizes, batch_size).
-    "control": dict(min_replay_size=5_000, random_steps=5_000),
+    "control": dict(min_replay_size=5_000),
     # Pendulum and other short tasks: RL Zoo's SAC on Pendulum-v1 (Adam at 1e-3, learning from
     # 100 transitions; the rest the defaults), with (64, 64) networks as D4PG's preset has.
     "classic": dict(
         policy_learning_rate=1e-3,
         critic_learning_rate=1e-3,
         min_replay_size=256,
-        random_steps=256,
         policy_sizes=(64, 64),
         critic_sizes=(64, 64),
     ),
@@ -93,7 +90,6 @@ PRESETS: dict[str, dict] = {
         policy_learning_rate=1e-3,
         critic_learning_rate=1e-3,
         min_replay_size=200,
-        random_steps=200,
         samples_per_insert=64.0,
         policy_sizes=(64, 64),
         critic_sizes=(64, 64),

@@ -57,7 +57,7 @@ class SACLearner(NetworkLearner):
         self.optimizers = dict(
             policy=adam(net.policy.parameters(), config.policy_learning_rate),
             critic=adam([*net.q1.parameters(), *net.q2.parameters()], config.critic_learning_rate),
-            duals=adam([self.log_entropy, *duals], config.critic_learning_rate),
+            duals=adam([*duals, self.log_entropy], config.critic_learning_rate),
         )
         self.num_steps = 0
 
@@ -108,6 +108,7 @@ class SACLearner(NetworkLearner):
         for o in self.optimizers.values():
             o.step()
         self.num_steps += 1
+        net.learning.fill_(True)  # actors stop warming up (they fetch it with the parameters)
         with torch.no_grad():
             online = [*net.q1.parameters(), *net.q2.parameters()]
             targets = [*target.q1.parameters(), *target.q2.parameters()]

@@ -4,5 +4,6 @@ every other critic update."""
 
 from rlherd.agents.td3.builder import TD3Builder
 from rlherd.agents.td3.config import TD3Config
+from rlherd.agents.td3.learning import TD3Learner
 
-__all__ = ["TD3Builder", "TD3Config"]
+__all__ = ["TD3Builder", "TD3Config", "TD3Learner"]

@@ -23,7 +23,8 @@ class TD3Builder(ContinuousBuilder):
     def make_policy(
         self, networks: TD3Networks, evaluation: bool = False
     ) -> NoisyDeterministicPolicy:
-        return NoisyDeterministicPolicy(networks, self.config.sigma, greedy=evaluation)
+        c = self.config
+        return NoisyDeterministicPolicy(networks, c.sigma, evaluation, c.random_warm_up)
 
     def make_learner(self, networks: TD3Networks, dataset, total_steps: int, tables=None):
         return TD3Learner(networks, self.config, dataset)

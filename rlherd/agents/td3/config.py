@@ -46,9 +46,9 @@ class TD3Config:
     layer_norm: bool = False  # True: Acme's LayerNormMLP torsos (D4PG's); False: ReLU MLPs
 
     # Acting.
-    # Each actor's first random_steps environment steps act uniformly at random in the box, as
-    # the reference code fills replay before learning starts (min_replay_size).
-    random_steps: int = 25_000
+    # Act uniformly at random in the box until the learner's first step (once min_replay_size
+    # transitions are in), as the reference code fills replay before learning starts.
+    random_warm_up: bool = True
     sigma: float = 0.1  # std of the Gaussian exploration noise, then clipped to the box
     variable_update_period: int = 1  # actor steps between parameter fetches
 
@@ -56,7 +56,7 @@ class TD3Config:
         check_replay(self)
         check_at_least_one(self, "policy_delay", "variable_update_period")
         check_positive(self, "learning_rate", "critic_learning_rate", "tau")
-        check_non_negative(self, "policy_noise", "noise_clip", "sigma", "random_steps")
+        check_non_negative(self, "policy_noise", "noise_clip", "sigma")
         if self.tau > 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
         if not 0.0 <= self.discount <= 1.0:
@@ -75,7 +75,6 @@ PRESETS: dict[str, dict] = {
         critic_learning_rate=1e-3,
         discount=0.98,
         min_replay_size=1_000,
-        random_steps=1_000,
         policy_sizes=(64, 64),
         critic_sizes=(64, 64),
     ),
@@ -85,7 +84,6 @@ PRESETS: dict[str, dict] = {
         learning_rate=1e-3,
         critic_learning_rate=1e-3,
         min_replay_size=200,
-        random_steps=200,
         samples_per_insert=64.0,
         policy_sizes=(64, 64),
         critic_sizes=(64, 64),
