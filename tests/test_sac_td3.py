@@ -177,6 +177,17 @@ def test_policies_act_at_random_until_the_learners_first_step_and_evaluation_nev
     assert (warm.max(0).values > high - 0.1 * (high - low)).all()
     greedy(obs, first, (), generator)
     assert calls == [1]  # evaluation acts with the network from the start
+    # An actor with a network of its own, fetching from the learner, and one that only acts.
+    own = builder.make_networks(spec)
+    own_calls = []
+    own.policy.register_forward_hook(lambda *_: own_calls.append(1))
+    adder = builder.make_adder([learner.dataset.table], 1)
+    actor = builder.make_actor(0, builder.make_policy(own), spec, adder, learner)
+    sampling = builder.make_actor(0, builder.make_policy(own), spec, None, None)
+    sampling.select_action(obs.numpy())
+    assert own_calls == [1]  # only acting (rlherd eval --sample): never warms up
+    actor.select_action(obs.numpy())
+    assert own_calls == [1]
     learner.step()
     fresh = builder.make_networks(spec)
     fresh.load_state_dict(learner.policy_state())
@@ -184,6 +195,19 @@ def test_policies_act_at_random_until_the_learners_first_step_and_evaluation_nev
     calls.clear()
     acting(obs, first, (), generator)
     assert calls == [1]
+    actor.update(wait=True)
+    actor.select_action(obs.numpy())
+    assert own_calls == [1, 1] and bool(own.learning)
+
+
+def test_networks_saved_before_the_warm_up_flag_load_as_learning():
+    """CQL's continuous networks are SAC's, and its runs from before the flag have none."""
+    config, _ = resolve_config("cql", REACH, None, {})
+    builder, spec = BUILDERS["cql"](config), rl_envs.spec_for(REACH)
+    old = {k: v for k, v in builder.make_networks(spec).state_dict().items() if k != "learning"}
+    net = builder.make_networks(spec)
+    net.load_state_dict(old)  # strict
+    assert bool(net.learning)
 
 
 @pytest.mark.parametrize(

@@ -251,6 +251,8 @@ class TransitionActor:
         client = None
         if variable_source is not None:
             client = VariableClient(variable_source, policy.net, "policy", update_period)
+        if adder is None and isinstance(policy, WarmUpPolicy):
+            policy.warm_up = False  # an actor that only acts (rlherd eval --sample) never warms up
         return cls(policy, adder, seed, client)
 
     @torch.no_grad()

@@ -284,7 +284,13 @@ class TwinCritics(ActionBounds, nn.Module):
         self.q1 = Critic(dim, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
         self.q2 = Critic(dim, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
         self.register_bounds(spec)
-        self.register_buffer("learning", torch.zeros((), dtype=torch.bool))
+        # A float (0 or 1), as every other tensor here: one dtype keeps parameter copies fused.
+        self.register_buffer("learning", torch.zeros(()))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """Networks saved before the flag existed (CQL's) come from learners that had stepped."""
+        state_dict.setdefault(prefix + "learning", torch.ones(()))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 
 class SACNetworks(TwinCritics):

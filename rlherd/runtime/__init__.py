@@ -185,10 +185,11 @@ class RunContext:
             self.write_checkpoint(state)
 
     def finish(self, state: Callable[[], dict[str, Any]], source: Any) -> None:
-        """The run's end: an evaluation due by now is run with ``source``'s parameters (actors in
-        other threads or processes may have crossed the last evaluation's step after the last
-        tick read the counters), unless the run was stopped; then the final checkpoint."""
-        if self.evaluator is not None and not self.stop.is_set():
+        """The run's end: an evaluation due within the run is run with ``source``'s parameters
+        (actors in other threads or processes may have crossed its step after the last tick read
+        the counters), unless the run was stopped; then the final checkpoint."""
+        due = self.evaluator is not None and self.evaluator.next_at <= self.recorder.total_steps
+        if due and not self.stop.is_set():
             self.evaluator.maybe_run(source)
         self.write_checkpoint(state)
 

@@ -108,7 +108,7 @@ class SACLearner(NetworkLearner):
         for o in self.optimizers.values():
             o.step()
         self.num_steps += 1
-        net.learning.fill_(True)  # actors stop warming up (they fetch it with the parameters)
+        net.learning.fill_(1.0)  # actors stop warming up (they fetch it with the parameters)
         with torch.no_grad():
             online = [*net.q1.parameters(), *net.q2.parameters()]
             targets = [*target.q1.parameters(), *target.q2.parameters()]

@@ -54,7 +54,7 @@ class TD3Learner(NetworkLearner):
         critic_loss.backward()
         critic.step()
         self.num_steps += 1
-        net.learning.fill_(True)  # actors stop warming up (they fetch it with the parameters)
+        net.learning.fill_(1.0)  # actors stop warming up (they fetch it with the parameters)
         if self.num_steps % c.policy_delay == 0:
             self.policy_loss = self.update_policy(obs)
         return dict(critic_loss=critic_loss.detach(), policy_loss=self.policy_loss,
