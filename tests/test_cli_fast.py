@@ -63,13 +63,15 @@ def test_the_torch_free_names_are_the_registries():
 
 def test_train_help_lists_agents_runtimes_and_setting_flags(capsys):
     from rlherd import cli
+    from rlherd.agents import BUILDERS
     from rlherd.runtime import settings
 
     with pytest.raises(SystemExit) as exit_:
         cli.main(["train", "--help"])
     assert exit_.value.code == 0
     text = capsys.readouterr().out
-    assert "{bc,cql," in text and "r2d3}" in text
+    first, last = sorted(BUILDERS)[0], sorted(BUILDERS)[-1]
+    assert f"{{{first}," in text and f"{last}}}" in text
     assert "{single,mono,poly,distributed,device,offline}" in text
     for name in settings.all_fields():
         assert f"--{name.replace('_', '-')}" in text
