@@ -44,6 +44,8 @@ TINY = {
     "tune": {"--trials": 2, "--jobs": 2, "--total-steps": 1000, "--eval-every": 500,
              "--eval-episodes": 1},
 }  # fmt: skip
+# (--eval-episodes is added to a train command that evaluates: with --eval-every, a dataset, or
+# as the run it resumes did.)
 ADDED = {"train": ["--total-steps", "--eval-episodes"], "check-env": ["--seconds"],
          "package": ["--episodes"], "report": ["--reps"], "plot": ["--reps"],
          "tune": ["--total-steps", "--eval-every", "--eval-episodes"]}  # fmt: skip
@@ -73,7 +75,10 @@ def tiny_budget(args: list[str]) -> list[str]:
             seen.add(flag)
         else:
             out.append(arg)
+    evaluates = any(f in rest for f in ("--eval-every", "--dataset", "--resume"))
     for flag in ADDED.get(command, []):
+        if flag == "--eval-episodes" and command == "train" and not evaluates:
+            continue  # given alone, it would ask for an evaluation the command does not make
         if flag not in seen:
             limit = RESUMED_STEPS if flag == "--total-steps" and "--resume" in rest else tiny[flag]
             out += [flag, str(limit)]
@@ -171,6 +176,7 @@ def test_tiny_budget_cuts_every_budget_flag():
                                  "--num-actors", "2", "--eval-every", "100", "--eval-episodes",
                                  "1", "--no-progress"]  # fmt: skip
     assert tiny_budget(["train", "--resume", "runs/x"])[3:5] == ["--total-steps", "400"]
+    assert "--eval-episodes" not in tiny_budget(["train", "ppo", "--runtime", "device"])
     assert tiny_budget(["train", "bc", "--dataset", "d"])[4:6] == ["--total-steps", "50"]
     assert tiny_budget(["eval", "runs/x", "--episodes", "200"]) == ["eval", "runs/x",
                                                                     "--episodes", "1"]  # fmt: skip

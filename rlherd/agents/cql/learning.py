@@ -20,7 +20,7 @@ from rlherd import types as F
 from rlherd.agents.cql.config import CQLConfig
 from rlherd.agents.cql.networks import DiscreteQ
 from rlherd.agents.learning import NetworkLearner, adam, copy_parameters
-from rlherd.agents.sac.learning import SACLearner
+from rlherd.agents.soft_actor_critic import SACLearner
 from rlherd.losses.offline import cql_gap_continuous, cql_gap_discrete, cql_lagrange_loss
 from rlherd.losses.td import double_q_learning_td, huber
 from rlherd.networks.continuous import SACNetworks, tanh_gaussian_log_prob, tanh_gaussian_sample

@@ -6,6 +6,6 @@ continuous actions too."""
 
 from rlherd.agents.sac.builder import SACBuilder
 from rlherd.agents.sac.config import SACConfig
-from rlherd.agents.sac.learning import SACLearner
+from rlherd.agents.soft_actor_critic import SACLearner
 
 __all__ = ["SACBuilder", "SACConfig", "SACLearner"]

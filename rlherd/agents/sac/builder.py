@@ -7,7 +7,7 @@ from __future__ import annotations
 from rlherd.agents.acting import TanhGaussianSamplingPolicy
 from rlherd.agents.continuous import ContinuousBuilder
 from rlherd.agents.sac.config import PRESETS, SACConfig
-from rlherd.agents.sac.learning import SACLearner
+from rlherd.agents.soft_actor_critic import SACLearner
 from rlherd.core import EnvSpec
 from rlherd.networks.continuous import SACNetworks
 

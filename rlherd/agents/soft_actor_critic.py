@@ -1,7 +1,10 @@
-"""SAC's learner (Haarnoja et al. 2018): twin critics learned toward the smaller of their
-Polyak-averaged targets at the policy's next action, less the temperature times its
-log-density; a tanh-Gaussian policy that maximises the smaller critic plus its entropy; a
-temperature tuned toward a target entropy (:mod:`rlherd.losses.actor_critic`).
+"""SAC's learner (Haarnoja et al. 2018), which two agents share: SAC's (``rlherd/agents/sac``)
+and CQL's for continuous actions (``rlherd/agents/cql``), so it lives here, outside both folders.
+
+Twin critics learned toward the smaller of their Polyak-averaged targets at the policy's next
+action, less the temperature times its log-density; a tanh-Gaussian policy that maximises the
+smaller critic plus its entropy; a temperature tuned toward a target entropy
+(:mod:`rlherd.losses.actor_critic`).
 
 CQL's continuous learner is this one with a penalty on the critics and a policy that clones the
 dataset first: it overrides :meth:`SACLearner.critic_penalty` and :meth:`SACLearner.policy_value`.
