@@ -106,7 +106,9 @@ class WarmUpPolicy(FeedForwardPolicy):
 
     def random_actions(self, obs, generator: torch.Generator) -> torch.Tensor | None:
         """Uniform actions in the environment's box while warming up; None after."""
-        if not self.warm_up or bool(self.net.learning):
+        if self.warm_up and bool(self.net.learning):
+            self.warm_up = False  # learning started: no need to read the flag again
+        if not self.warm_up:
             return None
         shape = (F.obs_len(obs), self.net.action_low.numel())
         uniform = torch.rand(shape, generator=generator, device=self.device)
@@ -251,8 +253,6 @@ class TransitionActor:
         client = None
         if variable_source is not None:
             client = VariableClient(variable_source, policy.net, "policy", update_period)
-        if adder is None and isinstance(policy, WarmUpPolicy):
-            policy.warm_up = False  # an actor that only acts (rlherd eval --sample) never warms up
         return cls(policy, adder, seed, client)
 
     @torch.no_grad()

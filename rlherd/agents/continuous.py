@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlherd import envs as rl_envs
-from rlherd.agents.acting import TransitionActor
+from rlherd.agents.acting import TransitionActor, WarmUpPolicy
 from rlherd.agents.base import TransitionReplayBuilder
 from rlherd.core import EnvSpec, VariableSource
 from rlherd.replay import BatchAdder
@@ -56,5 +56,7 @@ class ContinuousBuilder(TransitionReplayBuilder):
         adder: BatchAdder | None,
         variable_source: VariableSource | None,
     ) -> TransitionActor:
+        if adder is None and isinstance(policy, WarmUpPolicy):
+            policy.warm_up = False  # an actor that only acts (rlherd eval --sample) never warms up
         period = self.config.variable_update_period
         return TransitionActor.build(policy, adder, seed, variable_source, period)

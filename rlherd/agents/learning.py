@@ -450,6 +450,14 @@ def copy_parameters(target: torch.nn.Module, source: torch.nn.Module) -> None:
                  [*source.parameters(), *source.buffers()])  # fmt: skip
 
 
+def polyak_average(targets: Iterable[torch.Tensor], sources: Iterable[torch.Tensor],
+                   tau: float) -> None:
+    """Move each target tensor ``tau`` of the way toward its source (Polyak averaging, SAC's and
+    TD3's target networks), as one foreach call."""
+    with torch.no_grad():
+        torch._foreach_lerp_(list(targets), list(sources), tau)
+
+
 class SupportPlacer:
     """Places a categorical critic's atoms (D4PG, DMPO) and watches whether they fit the task.
 

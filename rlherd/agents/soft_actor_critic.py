@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from rlherd import types as F
-from rlherd.agents.learning import NetworkLearner, adam
+from rlherd.agents.learning import NetworkLearner, adam, polyak_average
 from rlherd.losses.actor_critic import (
     sac_policy_loss,
     soft_td_target,
@@ -112,10 +112,8 @@ class SACLearner(NetworkLearner):
             o.step()
         self.num_steps += 1
         net.learning.fill_(1.0)  # actors stop warming up (they fetch it with the parameters)
-        with torch.no_grad():
-            online = [*net.q1.parameters(), *net.q2.parameters()]
-            targets = [*target.q1.parameters(), *target.q2.parameters()]
-            torch._foreach_lerp_(targets, online, c.tau)
+        polyak_average([*target.q1.parameters(), *target.q2.parameters()],
+                       [*net.q1.parameters(), *net.q2.parameters()], c.tau)
         total = (critic_loss + penalty + policy_loss).detach()
         return dict(critic_loss=critic_loss.detach(), policy_loss=policy_loss.detach(),
                     entropy_coefficient=alpha, log_pi=log_pi.detach().mean(),

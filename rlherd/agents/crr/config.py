@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one
+from rlherd.agents.base import check_at_least_one, check_positive
 
 __all__ = ["CRRConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
 
@@ -39,9 +39,7 @@ class CRRConfig:
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, "
                              f"got {self.weighting!r}")  # fmt: skip
-        for name in ("learning_rate", "beta", "ratio_upper_bound"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        check_positive(self, "learning_rate", "beta", "ratio_upper_bound")
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
 

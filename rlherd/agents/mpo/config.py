@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_critic, check_replay
+from rlherd.agents.base import check_at_least_one, check_critic, check_positive, check_replay
 
 
 @dataclass
@@ -63,10 +63,8 @@ class MPOConfig:
         check_replay(self)
         check_critic(self)
         check_at_least_one(self, "num_samples", "target_update_period", "variable_update_period")
-        for name in ("epsilon", "epsilon_mean", "epsilon_stddev", "dual_learning_rate",
-                     "policy_init_scale"):  # fmt: skip
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        check_positive(self, "epsilon", "epsilon_mean", "epsilon_stddev", "dual_learning_rate",
+                       "policy_init_scale")  # fmt: skip
         if self.epsilon_penalty is not None and self.epsilon_penalty <= 0:
             raise ValueError(f"epsilon_penalty must be > 0 or None, got {self.epsilon_penalty}")
 

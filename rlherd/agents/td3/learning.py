@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from rlherd import types as F
-from rlherd.agents.learning import NetworkLearner, adam
+from rlherd.agents.learning import NetworkLearner, adam, polyak_average
 from rlherd.agents.td3.config import TD3Config
 from rlherd.losses.actor_critic import smoothed_target_action, soft_td_target, twin_critic_loss
 from rlherd.networks.continuous import TD3Networks
@@ -67,7 +67,5 @@ class TD3Learner(NetworkLearner):
         optimizer.zero_grad(set_to_none=True)
         policy_loss.backward(inputs=list(self.net.policy.parameters()))
         optimizer.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(list(self.target_net.parameters()), list(self.net.parameters()),
-                                 self.config.tau)  # fmt: skip
+        polyak_average(self.target_net.parameters(), self.net.parameters(), self.config.tau)
         return policy_loss.detach()
