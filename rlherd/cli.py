@@ -211,6 +211,33 @@ def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
                       help="fix an agent config field or runtime setting in every trial (it "
                       "leaves the search space)")
 
+    sweep = sub.add_parser("bsuite", help="sweep an agent over bsuite ids (parallel, resumable); "
+                           "writes a run per id and bsuite's CSVs")
+    sweep.add_argument("agent", choices=sorted(AGENTS), help="agent to sweep")
+    sweep.add_argument("--experiments", nargs="+", metavar="NAME",
+                       help="bsuite experiments (deep_sea, memory_len, ...; default: all)")
+    sweep.add_argument("--ids", nargs="+", metavar="ID",
+                       help="ids among them (deep_sea/0 ...), or 'subset': 5 per experiment, "
+                       "spread from its easiest setting to its hardest (default: all)")
+    sweep.add_argument("--jobs", type=int, metavar="N",
+                       help="runs at once (default: as many as the cores hold)")
+    sweep.add_argument("--out", required=True, metavar="DIR",
+                       help="the sweep's folder: one run per id, csv/ for bsuite's loader; "
+                       "sweeping into it again keeps finished ids and continues the rest")
+    sweep.add_argument("--total-episodes", type=int, metavar="N",
+                       help="episodes per id instead of bsuite's budget (a smoke test: bsuite's "
+                       "scores need its budget)")
+    sweep.add_argument("--preset", help="the agent's preset (default: the one it picks)")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="an agent config field or runtime setting for every id")
+    sweep.add_argument("--no-progress", action="store_true")
+
+    bsreport = sub.add_parser("bsuite-report", help="score bsuite sweeps with bsuite's own "
+                              "analysis: per-experiment scores, radar and bar plots, a table")
+    bsreport.add_argument("dirs", nargs="+", metavar="DIR", help="sweeps (rlherd bsuite --out)")
+    bsreport.add_argument("-o", "--output", default="bsuite-report", metavar="DIR",
+                          help="where the plots and tables go (default: bsuite-report)")
+
 
 _METAVARS = {"int": "N", "int | None": "N", "float": "X", "str": "TEXT", "dict": "JSON"}
 
@@ -431,6 +458,14 @@ def main(argv: list[str] | None = None) -> int:
             from rlherd.commands.export import export
 
             print(export(args.run_dir, args.format, args.stochastic, args.output, args.best))
+        elif args.command == "bsuite":
+            from rlherd.commands.bsuite import command
+
+            return command(args, parse_set(args.set))
+        elif args.command == "bsuite-report":
+            from rlherd.commands.bsuite import report_command
+
+            return report_command(args)
         elif args.command == "tune":
             from rlherd.commands.tune import tune
 

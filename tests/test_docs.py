@@ -43,12 +43,14 @@ TINY = {
     "plot": {"--reps": 20},
     "tune": {"--trials": 2, "--jobs": 2, "--total-steps": 1000, "--eval-every": 500,
              "--eval-episodes": 1},
+    "bsuite": {"--total-episodes": 5, "--jobs": 2},
 }  # fmt: skip
 # (--eval-episodes is added to a train command that evaluates: with --eval-every, a dataset, or
 # as the run it resumes did.)
 ADDED = {"train": ["--total-steps", "--eval-episodes"], "check-env": ["--seconds"],
          "package": ["--episodes"], "report": ["--reps"], "plot": ["--reps"],
-         "tune": ["--total-steps", "--eval-every", "--eval-episodes"]}  # fmt: skip
+         "tune": ["--total-steps", "--eval-every", "--eval-episodes"],
+         "bsuite": ["--total-episodes"]}  # fmt: skip
 TINY_SEEDS = 2  # --seeds 1-5 trains its first two seeds
 RESUMED_STEPS = 400  # a resumed tiny run trains on to here, so that it resumes something
 OFFLINE_STEPS = 50  # learner steps of a run on a dataset (CQL's take 0.1 s each)
@@ -82,7 +84,7 @@ def tiny_budget(args: list[str]) -> list[str]:
         if flag not in seen:
             limit = RESUMED_STEPS if flag == "--total-steps" and "--resume" in rest else tiny[flag]
             out += [flag, str(limit)]
-    if command in ("train", "collect") and "--no-progress" not in out:
+    if command in ("train", "collect", "bsuite") and "--no-progress" not in out:
         out.append("--no-progress")
     return out
 

@@ -173,7 +173,7 @@ def run_seeds(
     group = [SeedProcess(k, parent / f"seed-{k}", [*argv, "--seed", str(k), "--run-dir",
                                                    str(parent / f"seed-{k}")])
              for k in seeds]  # fmt: skip
-    return _run_group(parent, group, _threads(argv), jobs, progress, f"{agent} {env}")
+    return run_group(parent, group, _threads(argv), jobs, progress, f"{agent} {env}")
 
 
 def resume_seeds(parent: str | Path, argv: list[str], jobs: int | None, progress: bool) -> SeedRuns:
@@ -187,7 +187,7 @@ def resume_seeds(parent: str | Path, argv: list[str], jobs: int | None, progress
     group = [SeedProcess(k, path, ["--resume", str(path), *argv]) for k, path in paths.items()]
     threads = max(int(read_json(path / "config.json").get("settings", {}).get("torch_threads", 1))
                   for path in paths.values())  # fmt: skip
-    return _run_group(parent, group, threads, jobs, progress, f"resume {parent}")
+    return run_group(parent, group, threads, jobs, progress, f"resume {parent}")
 
 
 def seed_dirs(parent: Path) -> dict[int, Path]:
@@ -242,17 +242,18 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
-def _run_group(parent: Path, group: list[SeedProcess], threads: int, jobs: int | None,
-               progress: bool, label: str) -> SeedRuns:  # fmt: skip
-    """Start the seeds, at most ``jobs`` at once (default: as many as fit the cores at
-    ``threads`` torch threads each), wait for them and gather their runs."""
+def run_group(parent: Path, group: list[SeedProcess], threads: int, jobs: int | None,
+              progress: bool, label: str, unit: str = "seeds") -> SeedRuns:  # fmt: skip
+    """Start the runs of ``group`` (seeds, or a bsuite sweep's ids: ``unit``), at most
+    ``jobs`` at once (default: as many as fit the cores at ``threads`` torch threads each), wait
+    for them and gather their runs."""
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     jobs = min(len(group), jobs or max(1, _cores() // threads))
     env = {**os.environ}
     env.setdefault("OMP_NUM_THREADS", str(threads))  # numpy's BLAS too keeps to its share
     waiting, running = list(group), []
-    with _Signals() as signals, _GroupProgress(label, group, progress) as bar:
+    with _Signals() as signals, _GroupProgress(label, group, progress, unit) as bar:
         try:
             while running or (waiting and not signals.received):
                 while waiting and len(running) < jobs and not signals.received:
@@ -352,7 +353,7 @@ class _GroupProgress:
     """One progress bar for the group: the share of all seeds' steps done (from each seed's
     summary.json, rewritten as it runs), how many seeds are done, and their mean return."""
 
-    def __init__(self, label: str, group: list[SeedProcess], show: bool):
+    def __init__(self, label: str, group: list[SeedProcess], show: bool, unit: str = "seeds"):
         self.group, self.progress = group, None
         if show:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -360,7 +361,7 @@ class _GroupProgress:
             self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                                      TextColumn("{task.fields[info]}"))  # fmt: skip
-            self.task = self.progress.add_task(f"{label}, {len(group)} seeds", total=len(group),
+            self.task = self.progress.add_task(f"{label}, {len(group)} {unit}", total=len(group),
                                                info="")  # fmt: skip
 
     def __enter__(self) -> _GroupProgress:
@@ -381,7 +382,9 @@ class _GroupProgress:
         done, returns = 0.0, []
         for seed in self.group:
             summary = _summary(seed.path)
-            if summary.get("runtime") in RUNTIMES and summary.get("total_steps"):
+            if summary.get("total_episodes"):  # episodes end the run (a bsuite id's)
+                done += min(1.0, summary.get("episodes", 0) / summary["total_episodes"])
+            elif summary.get("runtime") in RUNTIMES and summary.get("total_steps"):
                 counted = summary.get(RUNTIMES[summary["runtime"]].counts, 0)
                 done += min(1.0, counted / summary["total_steps"])
             if summary.get("final_return_mean") is not None:

@@ -20,6 +20,7 @@ from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of, run_spec
 from rlherd.config import apply_overrides, to_json
+from rlherd.envs.bsuite import RESULTS, STEP_BOUND, episode_budget
 from rlherd.errors import ConfigError
 from rlherd.run.callbacks import Callbacks, RunInfo, check_callbacks
 from rlherd.run.evaluation import Evaluator, Snapshots
@@ -127,6 +128,22 @@ def default_runtime(agent: str, env: str, given: dict[str, Any]) -> str:
     able = runtimes_for(BUILDERS[agent].needs | environment_needs(env))
     takes = [name for name in able if set(given) <= settings_mod.names(RUNTIMES[name].settings)]
     return takes[0] if given and len(takes) == 1 else next(iter(RUNTIMES))
+
+
+def _bsuite_settings(env: str, runtime: str, given: dict[str, Any],
+                     env_kwargs: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """A bsuite id's run as bsuite counts it: one environment, whose episodes bsuite's CSV
+    logger counts (:mod:`rlherd.envs.bsuite`), on the single runtime, for bsuite's episode
+    budget unless ``total_episodes`` is given."""
+    why = "bsuite counts each id's episodes, and writes its CSV, in one environment"
+    if runtime != "single":
+        raise ConfigError(f"{env}: {why}; train it on the single runtime (drop --runtime)")
+    if given.get("num_envs", 1) != 1:
+        raise ConfigError(f"{env}: {why}; drop --num-envs")
+    if "results_dir" in env_kwargs or "overwrite" in env_kwargs:
+        raise ConfigError(f"{env}: the run writes bsuite's CSV in its own {RESULTS}/ folder; "
+                          "drop results_dir and overwrite from --env-kwargs")  # fmt: skip
+    return {"num_envs": 1, "total_episodes": episode_budget(env), **given}
 
 
 def default_run_dir(agent: str, env: str) -> Path:
@@ -293,9 +310,12 @@ def train(
                 "players; train it with mcts (its openspiel preset sets two_player=True)"
             )
         suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
+        bsuite = rl_envs.family(env) == "bsuite"
+        if bsuite:
+            given = _bsuite_settings(env, runtime, given, env_kwargs or {})
         settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
         if total_steps is None:
-            total_steps = BUILDERS[agent].default_total_steps[preset]
+            total_steps = STEP_BOUND if bsuite else BUILDERS[agent].default_total_steps[preset]
         eval_every = eval_every or _default_eval_every(runtime, total_steps, eval_episodes_given)
         record = RunRecord(agent=agent, env=env, runtime=runtime, seed=seed,
                            total_steps=total_steps, preset=preset, env_kwargs=env_kwargs or {},
@@ -436,6 +456,7 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
         log_interval_s=settings.log_interval_s,
         checkpoint_interval_s=settings.checkpoint_interval_s,
         counts=RUNTIMES[record.runtime].counts,
+        total_episodes=settings.total_episodes,
     )
     if checkpoint is not None:
         recorder.load_state_dict(checkpoint["recorder"])

@@ -5,6 +5,8 @@ Families, by id:
 - Gymnasium ids (``CartPole-v1``, ``HalfCheetah-v5``, ...), built with ``gymnasium.make``;
 - Atari, ``ALE/<Game>-v5``, with DeepMind preprocessing (see :mod:`rlherd.envs.atari`);
 - MinAtar, ``MinAtar/<Game>-v1``, observations as ``[C, 10, 10]`` uint8;
+- the Behaviour Suite, ``bsuite/<experiment>/<n>`` (``bsuite/deep_sea/0``), each one of bsuite's
+  sweep settings, logging bsuite's CSV where asked (see :mod:`rlherd.envs.bsuite`);
 - the DeepMind Control Suite, ``dm_control/<domain>-<task>-v0`` (Shimmy's Gymnasium bindings),
   observations flattened into one float32 vector, with an ``action_repeat`` option
   (``--env-kwargs '{"action_repeat": 2}'``: each action held for 2 of the suite's steps);
@@ -40,6 +42,7 @@ import numpy as np
 from rlherd.core import EnvSpec
 from rlherd.envs import toy
 from rlherd.envs.atari import make_atari, make_atari_vector
+from rlherd.envs.bsuite import make_bsuite
 from rlherd.envs.ids import (
     MULTI_AGENT,
     check_id,
@@ -110,6 +113,8 @@ def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.E
     kind, named = target(env_id) if ":" in env_id else ("id", env_id)
     if kind == "factory":
         env = _call_factory(named, env_id, render_mode, kwargs)
+    elif family(named) == "bsuite":
+        env = make_bsuite(named, **kwargs)
     else:
         check_id(named)
         if named.startswith("ALE/"):

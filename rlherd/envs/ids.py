@@ -3,7 +3,8 @@ run records so that every process can make the same environment.
 
 - A registered Gymnasium id (``CartPole-v1``), one of an optional family rlherd registers when
   it is installed (``ALE/...``, ``MinAtar/...``, ``dm_control/...``), or an OpenSpiel game
-  (``open_spiel/<game>``, registered on first use).
+  (``open_spiel/<game>``, registered on first use), or a bsuite id (``bsuite/deep_sea/0``,
+  made by :mod:`rlherd.envs.bsuite`).
 - A bare id of one of :data:`PACKAGES` (``MiniGrid-*``, ``NetHack*``): its package is imported
   first, and the run records ``module:id``.
 - ``module:Env-v0`` (Gymnasium's own form): ``module`` is imported, then the id made.
@@ -30,7 +31,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlherd.envs import openspiel
+from rlherd.envs import bsuite, openspiel
 from rlherd.errors import ConfigError, MissingExtra
 
 
@@ -98,9 +99,11 @@ def split_id(env_id: str) -> tuple[str, str]:
 
 def family(env_id: str) -> str:
     """The family of an id, which picks an agent's preset: atari, minatar, control (the DeepMind
-    Control Suite), openspiel, pettingzoo (a PettingZoo game), toy, minigrid, nethack, toytext
-    (Gymnasium's toy text) or classic (anything else)."""
+    Control Suite), openspiel, pettingzoo (a PettingZoo game), toy, minigrid, nethack, bsuite,
+    toytext (Gymnasium's toy text) or classic (anything else)."""
     module, name = split_id(env_id)
+    if is_bsuite(env_id):
+        return "bsuite"
     for prefix, kind in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("rlherd/", "toy"),
                          ("dm_control/", "control"), ("open_spiel/", "openspiel"),
                          (PETTINGZOO, "pettingzoo")):  # fmt: skip
@@ -113,6 +116,11 @@ def family(env_id: str) -> str:
     if name in gym.registry and "toy_text" in str(gym.spec(name).entry_point):
         return "toytext"
     return "classic"
+
+
+def is_bsuite(env_id: str) -> bool:
+    """A bsuite sweep id, ``bsuite/<experiment>/<n>`` (not Shimmy's ``bsuite/<experiment>-v0``)."""
+    return env_id.startswith(bsuite.PREFIX) and env_id.count("/") == 2
 
 
 def is_mujoco(env_id: str) -> bool:
@@ -158,6 +166,9 @@ def _import(module: str, env_id: str, install: str | None = None) -> Any:
 def check_id(env_id: str) -> None:
     if env_id in gym.registry:
         return
+    if is_bsuite(env_id):  # made by rlherd.envs.bsuite, not Gymnasium's registry
+        bsuite.bsuite_id(env_id)
+        return
     if env_id.startswith(openspiel.PREFIX):  # any OpenSpiel game, registered on first use
         openspiel.register(env_id)
         return
@@ -182,7 +193,7 @@ def check_id(env_id: str) -> None:
         if close
         else " Known families: Gymnasium ids (CartPole-v1), ALE/<Game>-v5, MinAtar/<Game>-v1,"
         " dm_control/<domain>-<task>-v0, open_spiel/<game>, pettingzoo/<module>, MiniGrid-*,"
-        " NetHack*,"
+        " NetHack*, bsuite/<experiment>/<n>,"
         " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0, rlherd/DeepSea-v0,"
         " rlherd/MaskedCartPole-v1; any other package's ids as module:Env-v0."
     )
@@ -234,6 +245,9 @@ def resolve(env: str | Callable[..., gym.Env]) -> str:
         raise ConfigError(f"env must be an id or an environment factory, not {env!r}")
     if env in MULTI_AGENT or env.startswith((openspiel.PREFIX, PETTINGZOO)):
         return env  # the module the id names is imported where the game is made
+    if is_bsuite(env):
+        bsuite.bsuite_id(env)
+        return env
     if ":" in env:
         target(env)
         return env

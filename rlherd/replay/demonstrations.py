@@ -8,8 +8,11 @@ as Acme's DQfD and R2D3 mix their datasets. ``SOURCE`` is:
 
 - a Minari dataset id (``rlherd eval RUN --record-episodes N --out ID`` or ``rlherd collect``
   records one from a trained policy; ``minari download`` fetches published ones);
-- ``expert`` or ``expert:N``: N episodes (default 10) of the environment's scripted expert, for
-  environments that have one (``rlherd/DeepSea-v0``'s optimal policy; ``rlherd/Corridor-v0``).
+- ``expert`` or ``expert:N``: N episodes of the environment's scripted expert, for
+  environments that have one (``rlherd/DeepSea-v0``'s optimal policy; ``rlherd/Corridor-v0``;
+  bsuite's deep sea ids). Without N: the environment's own recipe where it has one (bsuite's
+  deep sea: the Acme paper's, 1 episode, or ``size * 10`` of the stochastic one with 80%
+  successful), else 10.
 
 Demonstration items never get new priorities (their keys are -1 in the batch) and weigh 1 in
 the importance-weighted loss; ``data["demonstration"]`` marks them for losses that treat them
@@ -40,12 +43,13 @@ def demonstration_count(batch_size: int, ratio: float) -> int:
     return min(max(1, round(ratio * batch_size)), batch_size - 1)
 
 
-def expert_episodes(env_id: str, env_kwargs: dict[str, Any], episodes: int,
+def expert_episodes(env_id: str, env_kwargs: dict[str, Any], episodes: int | None,
                     seed: int) -> list[offline.Episode]:  # fmt: skip
     """``episodes`` episodes of ``env_id``'s scripted expert: the ``expert_action()`` of its
-    unwrapped environment."""
+    unwrapped environment. Left out, they are as many as its ``expert_demonstrations()`` says
+    (bsuite's deep sea: the Acme paper's), with the share of successful ones it gives, or
+    :data:`EXPERT_EPISODES`."""
     from rlherd import envs as rl_envs
-    from rlherd.replay.recording import record_episodes
 
     env = rl_envs.make(env_id, **env_kwargs)
     expert = getattr(env.unwrapped, "expert_action", None)
@@ -56,9 +60,36 @@ def expert_episodes(env_id: str, env_kwargs: dict[str, Any], episodes: int,
             "from a trained run with `rlherd eval RUN --record-episodes N --out ID` and pass "
             "--demonstrations ID"
         )
-    recorded = record_episodes(env, lambda obs, first: expert(), episodes, seed=seed)
-    env.close()
-    return recorded
+    share = None
+    if episodes is None:
+        recipe = getattr(env.unwrapped, "expert_demonstrations", lambda: (EXPERT_EPISODES, None))
+        episodes, share = recipe()
+    try:
+        return _recorded(env, lambda obs, first: expert(), episodes, share, seed)
+    finally:
+        env.close()
+
+
+def _recorded(env: Any, act: Callable, episodes: int, share: float | None,
+              seed: int) -> list[offline.Episode]:  # fmt: skip
+    """``episodes`` episodes of ``act``; with ``share``, that share of them (rounded) with a
+    positive return and the rest without, drawn until both counts are filled."""
+    from rlherd.replay.recording import record_episodes
+
+    if share is None:
+        return record_episodes(env, act, episodes, seed=seed)
+    wanted = {True: round(share * episodes), False: episodes - round(share * episodes)}
+    kept: list[offline.Episode] = []
+    for attempt in range(1000 * episodes):
+        if not any(wanted.values()):
+            return kept
+        episode = record_episodes(env, act, 1, seed=seed + attempt)[0]
+        success = float(np.sum(episode.rewards)) > 0
+        if wanted[success]:
+            wanted[success] -= 1
+            kept.append(episode)
+    raise ConfigError(f"the expert's episodes were not {share:.0%} successful within "
+                      f"{1000 * episodes} tries")  # fmt: skip
 
 
 def load(source: str, spec: EnvSpec, env_id: str, env_kwargs: dict[str, Any],
@@ -67,10 +98,10 @@ def load(source: str, spec: EnvSpec, env_id: str, env_kwargs: dict[str, Any],
     name, _, count = source.partition(":")
     if name == EXPERT:
         try:
-            episodes = int(count) if count else EXPERT_EPISODES
+            episodes = int(count) if count else None
         except ValueError:
             raise ConfigError(f"--demonstrations {source!r}: write expert:N, N a number") from None
-        if episodes < 1:
+        if episodes is not None and episodes < 1:
             raise ConfigError(f"--demonstrations {source!r}: N must be >= 1")
         return expert_episodes(env_id, env_kwargs, episodes, seed)
     dataset = offline.load_dataset(source)

@@ -73,11 +73,13 @@ class Recorder:
         log_interval_s: float = 5.0,
         checkpoint_interval_s: float = 60.0,
         counts: str = "actor_steps",
+        total_episodes: int = 0,
     ):
         self.rundir = rundir
         self.counts = counts
         self.meta = meta
         self.total_steps = total_steps
+        self.total_episodes = total_episodes
         self.log_interval_s = log_interval_s
         self.checkpoint_every_s = checkpoint_interval_s  # as set; the interval may be longer
         self.checkpoint_interval_s = checkpoint_interval_s
@@ -108,8 +110,8 @@ class Recorder:
                 TimeRemainingColumn(),
                 TextColumn("{task.fields[info]}"),
             )
-            self._task = self._progress.add_task(
-                f"{meta['agent']} {meta['env']}", total=total_steps, info=""
+            self._task = self._progress.add_task(  # episodes, where they end the run
+                f"{meta['agent']} {meta['env']}", total=total_episodes or total_steps, info=""
             )
             self._progress.start()
 
@@ -236,7 +238,10 @@ class Recorder:
 
     # the main loop ---------------------------------------------------------------------------
     def done(self) -> bool:
-        return self.counters[self.counts] >= self.total_steps
+        """The run's budget is spent: its steps, or its episodes where it has a number of them."""
+        counts = self.counters
+        episodes_done = 0 < self.total_episodes <= counts["episodes"]
+        return counts[self.counts] >= self.total_steps or episodes_done
 
     def tick(self) -> bool:
         """Log if due; return True when a checkpoint is due."""
@@ -281,6 +286,7 @@ class Recorder:
                 **{f"final_return_mean_{k}": float(np.mean(v))
                    for k, v in self.policy_returns.items()},
                 total_steps=self.total_steps,
+                **({"total_episodes": self.total_episodes} if self.total_episodes else {}),
                 **self.extra,
             )  # fmt: skip
             summary["wall_time_s"] = round(summary["wall_time_s"], 2)
@@ -298,7 +304,8 @@ class Recorder:
             for name in self.policy_returns:
                 info += f"  {name} {summary[f'final_return_mean_{name}']:.2f}"
             info += f"  loss {loss:.3f}" if loss is not None else ""
-            self._progress.update(self._task, completed=summary[self.counts], info=info)
+            done = summary["episodes"] if self.total_episodes else summary[self.counts]
+            self._progress.update(self._task, completed=done, info=info)
         return summary
 
     def close(self) -> dict[str, Any]:

@@ -211,7 +211,16 @@ class RunContext:
         return self.recorder.total_steps * (self.spec.agents if self.spec is not None else 1)
 
     def make_envs(self, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
-        return make_envs(self.env_id, self.env_kwargs, self.settings, num_envs, workers)
+        """The run's training environments; a bsuite id's logs bsuite's CSV in the run's
+        ``bsuite/`` folder (:mod:`rlherd.envs.bsuite`; the train command allows it one)."""
+        from rlherd import envs as rl_envs
+        from rlherd.envs.bsuite import RESULTS
+
+        kwargs = self.env_kwargs
+        if rl_envs.family(self.env_id) == "bsuite":
+            results = self.recorder.rundir.path / RESULTS
+            kwargs = dict(kwargs, results_dir=str(results), overwrite=self.checkpoint is not None)
+        return make_envs(self.env_id, kwargs, self.settings, num_envs, workers)
 
 
 def make_envs(

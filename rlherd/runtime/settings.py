@@ -27,6 +27,7 @@ class Common:
     torch_threads: int = 1  # intra-op threads; more than the free cores made training 10x slower
     checkpoint_interval_s: float = 60.0  # between checkpoints (more if one takes >5% of it)
     log_interval_s: float = 5.0  # seconds between summary.json / progress bar updates
+    total_episodes: int = 0  # also end the run after this many episodes (0: steps alone end it)
     policies: str = ""  # multi-agent: agents -> policies: shared, independent, NAME=PATTERN,...
     policy_overrides: dict = field(default_factory=dict)  # agent config fields per policy
     agent_index: bool = False  # multi-agent: each agent observes its index (one-hot) too
@@ -38,6 +39,9 @@ class Common:
         """Raise :class:`ConfigError` for values this runtime cannot run with (subclasses add
         their fields' checks to their bases')."""
         at_least_one(self, "torch_threads", "opponent_every", "opponent_pool")
+        if self.total_episodes < 0:
+            raise ConfigError(f"total_episodes must be >= 0 (0: no limit), got "
+                              f"{self.total_episodes}")  # fmt: skip
         if not 0.0 <= self.opponent_latest <= 1.0:
             raise ConfigError(f"opponent_latest is a probability, got {self.opponent_latest}")
         if self.device.startswith("cuda") and not self.learner_may_be_elsewhere():

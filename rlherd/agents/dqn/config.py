@@ -201,6 +201,32 @@ PRESETS: dict[str, dict] = {
         epsilon_end=0.05,
         epsilon_decay_steps=50_000,
     ),
+    # bsuite (bsuite/<experiment>/<n>): Acme's bsuite DQN, untuned as the Acme paper ran it
+    # (examples/bsuite/run_dqn.py with acme/agents/tf/dqn/agent.py's defaults): an MLP of
+    # (50, 50), 5-step double Q-learning, batch 256, Adam at 1e-3, target copies every 100
+    # learner steps, prioritized replay (0.6, importance exponent 0.2) learning from 1,000
+    # transitions, 32 samples per insert, a constant epsilon of 0.05, no dueling head. Not
+    # Acme's: Acme's learner clips rewards to [-1, 1] and rlherd's does not; replay holds 100,000
+    # transitions, not a million (memory, with several ids at once); the importance exponent
+    # anneals toward 1 over the run's step bound (10M), so it stays near Acme's fixed 0.2.
+    "bsuite": dict(
+        n_step=5,
+        batch_size=256,
+        learning_rate=1e-3,
+        adam_eps=1e-8,
+        target_update_period=100,
+        replay_size=100_000,
+        min_replay_size=1_000,
+        samples_per_insert=32.0,
+        prioritized=True,
+        priority_exponent=0.6,
+        importance_beta=0.2,
+        torso="mlp",
+        hidden_sizes=(50, 50),
+        dueling=False,
+        epsilon_start=0.05,
+        epsilon_end=0.05,
+    ),
 }
 
 # PettingZoo games with one shared Q-network, every agent a row (rlherd.envs.pettingzoo): the
@@ -255,6 +281,10 @@ DQFD_PRESETS: dict[str, dict] = {
         hidden_sizes=(64, 64),
     ),
 }
+# Acme's bsuite DQfD (examples/offline/run_dqfd.py): its bsuite DQN with uniform replay and 8
+# samples per insert, half of each batch demonstrations (the Acme paper's, section 4.8: see
+# rlherd.envs.bsuite_env.DeepSea).
+DQFD_PRESETS["bsuite"] = dict(PRESETS["bsuite"], prioritized=False, samples_per_insert=8.0)
 DQFD_DEFAULT_TOTAL_STEPS = {**DEFAULT_TOTAL_STEPS, "toy": 100_000}
 DEMONSTRATIONS = dict(demonstrations="expert", demonstration_ratio=0.5)  # Acme's bsuite DQfD
 DQFD_RUNTIME_DEFAULTS = {name: {**RUNTIME_DEFAULTS.get(name, {}), **DEMONSTRATIONS}

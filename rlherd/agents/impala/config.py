@@ -147,6 +147,24 @@ PRESETS: dict[str, dict] = {
         learning_rate=3e-3,
         hidden_sizes=(32,),
     ),
+    # bsuite: Acme's bsuite IMPALA, untuned as the Acme paper ran it (examples/bsuite/
+    # run_impala.py with acme/agents/tf/impala's defaults): an MLP of (50, 50) and an LSTM of 20,
+    # sequences of 3 steps, batches of 16, Adam at 1e-3 (no decay), entropy cost 0.01, baseline
+    # cost 0.5, no reward clipping. rlherd's gradients are clipped at 40 (Acme's are not).
+    "bsuite": dict(
+        unroll_length=3,
+        batch_size=16,
+        optimizer="adam",
+        learning_rate=1e-3,
+        lr_decay=False,
+        entropy_cost=0.01,
+        baseline_cost=0.5,
+        reward_clip=None,
+        torso="mlp",
+        hidden_sizes=(50, 50),
+        use_lstm=True,
+        lstm_size=20,
+    ),
 }
 
 # PettingZoo games with one shared policy, every agent a row (rlherd.envs.pettingzoo): the

@@ -84,6 +84,9 @@ class MCTSConfig(ObservationConfig):
 PRESETS: dict[str, dict] = {
     # bsuite-like toys (DeepSea, the corridor): Acme's settings as they are.
     "toy": {},
+    # bsuite: Acme's bsuite MCTS (examples/bsuite/run_mcts.py), with the simulator model (the
+    # Acme paper's Figure 10: "MCTS has access to a perfect simulator").
+    "bsuite": {},
     # CartPole and friends. Returns reach 1 / (1 - discount) = 100, and the exploration weight
     # is scaled to them (at Acme's 1 the search never tries a second action). With Acme's
     # bsuite network and learner the value stayed at half the true returns and the cart drifted

@@ -304,6 +304,9 @@ PRESETS: dict[str, dict] = {
     # rlherd's tiny test environments.
     "toy": dict(batch_size=4, unroll_length=16, minibatches=2, epochs=4, learning_rate=3e-3),
 }
+# bsuite: Acme has no PPO there; the toy preset, rlherd's choice for tiny tasks, untuned on
+# bsuite as the paper's agents were.
+PRESETS["bsuite"] = PRESETS["toy"]
 PRESETS["mujoco"] = PRESETS["cleanrl"]
 
 

@@ -119,6 +119,32 @@ PRESETS: dict[str, dict] = {
 # (a gap of ~0.18) with target copies every 50 learner steps, as the other agents' toy presets
 # copy, 4 of 4 mono runs held 0.95 from 6,000 steps to 12,000 without one lost episode.
 PRESETS["toy"] = {**PRESETS["classic"], "discount": 0.9, "target_update_period": 50}
+# bsuite: Acme has no bsuite R2D2 example; these are its R2D2's defaults (acme/agents/tf/r2d2:
+# discount 0.99, batch 32, Adam at 1e-3, target copies every 100 learner steps, priorities
+# 0.6 / importance 0.2 / max weight 0.9, learning from 1,000 sequences' worth, 32 samples per
+# insert, 5-step returns with value rescaling) with the bsuite-sized sequences and network of
+# its own test (r2d2/agent_test.py: burn-in 2, trace 6, a sequence every 4 steps; an LSTM of 20
+# and an MLP of 50). Not Acme's: each episode draws its epsilon from the ladder (0.1 to 0.001),
+# where Acme's TF R2D2 keeps 0.01; replay holds 100,000 steps' sequences.
+PRESETS["bsuite"] = dict(
+    discount=0.99,
+    burn_in=2,
+    trace_length=6,
+    sequence_period=4,
+    batch_size=32,
+    learning_rate=1e-3,
+    target_update_period=100,
+    priority_exponent=0.6,
+    importance_sampling_exponent=0.2,
+    replay_size=100_000,
+    min_replay_size=1_000,
+    samples_per_insert=32.0,
+    torso="mlp",
+    hidden_sizes=(50,),
+    lstm_size=20,
+    head_size=50,
+    variable_update_period=1,
+)
 
 DEFAULT_TOTAL_STEPS: dict[str, int] = {"atari": 10_000_000, "classic": 300_000, "toy": 300_000}
 

@@ -1,0 +1,261 @@
+"""``rlherd bsuite`` and ``rlherd bsuite-report``: an agent swept over the Behaviour Suite, and the
+sweeps scored by bsuite's own analysis code.
+
+A sweep trains one run per bsuite id (``rlherd train AGENT --env bsuite/<experiment>/<n>``, each
+for bsuite's episode budget: :mod:`rlherd.envs.bsuite`) in ``OUT/<experiment>-<n>/``, as
+parallel processes that fit the cores (those of ``rlherd train --seeds``). Each run's training
+environment writes bsuite's CSV in the run's ``bsuite/`` folder, and ``OUT/csv/`` links them all
+(``bsuite.logging.csv_load.load_bsuite("OUT/csv")`` reads a sweep unchanged). Sweeping again
+into the same ``OUT`` keeps finished ids, continues stopped ones from their checkpoints and
+starts the rest.
+
+The whole suite is 468 ids, days of CPU for an agent. :data:`SUBSET_SIZE` ids of each experiment,
+spread evenly across its settings (its sizes, lengths or noise scales, from easiest to hardest;
+:func:`subset`), make the ``--ids subset`` sweep. A score over a subset is not the full suite's
+(deep sea's is the share of its sizes solved): compare agents on the same ids only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlherd.commands.seeds import SeedProcess, SeedRuns, run_group, train_argv
+from rlherd.envs import bsuite as bs
+from rlherd.errors import ConfigError, MissingExtra
+from rlherd.run.rundir import RunDir, read_json
+
+SUBSET_SIZE = 5  # ids per experiment in the documented subset
+CSV_DIR = "csv"  # a sweep's folder of links to its runs' CSVs
+
+
+def subset(env_ids: list[str]) -> list[str]:
+    """:data:`SUBSET_SIZE` ids of each experiment among ``env_ids`` (bsuite's sweep order, which
+    runs from the easiest setting to the hardest), evenly spaced, the first and last included."""
+    by_experiment: dict[str, list[str]] = {}
+    for env_id in env_ids:
+        by_experiment.setdefault(env_id.split("/")[1], []).append(env_id)
+    chosen = []
+    for members in by_experiment.values():
+        picks = np.linspace(0, len(members) - 1, min(SUBSET_SIZE, len(members)))
+        chosen += [members[i] for i in sorted(set(np.round(picks).astype(int).tolist()))]
+    return chosen
+
+
+def select(experiments: list[str] | None, ids: list[str] | None) -> list[str]:
+    """The sweep's ids: ``ids`` (``deep_sea/0``, or ``subset``) within ``experiments`` (all of
+    bsuite's if none)."""
+    pool = bs.ids(experiments)
+    if not ids:
+        return pool
+    if ids == ["subset"]:
+        return subset(pool)
+    chosen = [i if i.startswith(bs.PREFIX) else bs.PREFIX + i for i in ids]
+    for env_id in chosen:
+        bs.bsuite_id(env_id)  # an unknown id: one line with the close ones
+    outside = [i for i in chosen if i not in pool]
+    if outside:
+        raise ConfigError(f"{outside[0]} is not among --experiments {' '.join(experiments or [])}")
+    return chosen
+
+
+def run_path(out: Path, env_id: str) -> Path:
+    """``OUT/deep_sea-0`` for ``bsuite/deep_sea/0``."""
+    return out / env_id[len(bs.PREFIX):].replace("/", "-")
+
+
+def _finished(path: Path) -> bool:
+    """Whether the run in ``path`` played its whole episode budget."""
+    try:
+        summary = read_json(path / "summary.json")
+    except (OSError, ValueError):
+        return False
+    return 0 < summary.get("total_episodes", 0) <= summary.get("episodes", 0)
+
+
+def _check_owner(agent: str, env_id: str, path: Path) -> None:
+    """Refuse a sweep into a folder whose run for ``env_id`` is another agent's."""
+    if (path / "config.json").exists():
+        record = RunDir(path).read_config()
+        if record.agent != agent or record.env != env_id:
+            raise ConfigError(f"{path} holds {record.agent} on {record.env}, not {agent}: "
+                              "sweep each agent into an --out of its own")  # fmt: skip
+
+
+def _argv(agent: str, env_id: str, path: Path, train_kwargs: dict[str, Any]) -> list[str]:
+    """The ``rlherd train`` arguments of one id: a new run, or the stopped one continued."""
+    if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
+        return ["--resume", str(path)]
+    return [*train_argv(agent, env_id, train_kwargs), "--run-dir", str(path), "--overwrite"]
+
+
+def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = None,
+          progress: bool = True, **train_kwargs: Any) -> tuple[SeedRuns, list[str]]:  # fmt: skip
+    """Train ``agent`` on each of ``env_ids`` not yet finished in ``out``, in parallel processes
+    (at most ``jobs`` at once); ``train_kwargs`` are :func:`rlherd.train`'s, given to every new
+    run. Returns the group's outcome and the ids it found finished (and left as they were)."""
+    out = Path(out)
+    if not env_ids:
+        raise ConfigError("the sweep names no bsuite id")
+    for env_id in env_ids:
+        _check_owner(agent, env_id, run_path(out, env_id))
+    done = [i for i in env_ids if _finished(run_path(out, i))]
+    group = [SeedProcess(k, run_path(out, i), _argv(agent, i, run_path(out, i), train_kwargs))
+             for k, i in enumerate(env_ids) if i not in done]  # fmt: skip
+    threads = int(train_kwargs.get("torch_threads", 1))
+    result = SeedRuns(out)
+    if group:
+        out.mkdir(parents=True, exist_ok=True)
+        result = run_group(out, group, threads, jobs, progress, f"{agent} bsuite", unit="ids")
+    link_csvs(out)
+    return result, done
+
+
+def link_csvs(out: Path) -> None:
+    """``OUT/csv/``: a link to each finished run's bsuite CSV, the folder bsuite's loader reads."""
+    folder = out / CSV_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    for csv in sorted(out.glob(f"*/{bs.RESULTS}/*.csv")):
+        if not _finished(csv.parent.parent):
+            continue
+        link = folder / csv.name
+        link.unlink(missing_ok=True)
+        link.symlink_to(Path("..") / csv.relative_to(out))
+
+
+# ------------------------------------------------------------------------------------- report
+@contextlib.contextmanager
+def pandas_1() -> Iterator[None]:
+    """pandas 1's behaviour, which bsuite's analysis code (0.3.6, its last release) was written
+    for, while that code runs: ``Series.append`` and ``Series.iteritems`` (removed in pandas 2)
+    and a groupby mean that skips the columns of text (pandas 2 fails on them). Only pandas'
+    API changes; bsuite's scoring is its own."""
+    import pandas as pd
+    from pandas.core.groupby import DataFrameGroupBy
+
+    mean = DataFrameGroupBy.mean
+    patches = {
+        (pd.Series, "append"): lambda self, other, **_: pd.concat([self, other]),
+        (pd.Series, "iteritems"): pd.Series.items,
+        (DataFrameGroupBy, "mean"): lambda self, numeric_only=True, **kw: mean(
+            self, numeric_only=numeric_only, **kw),
+    }  # fmt: skip
+    saved = {key: key[0].__dict__.get(key[1]) for key in patches}
+    for (cls, name), value in patches.items():
+        setattr(cls, name, value)
+    try:
+        yield
+    finally:
+        for (cls, name), value in saved.items():
+            if value is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, value)
+
+
+def _agent_names(dirs: list[Path]) -> list[str]:
+    """Each sweep's label: its agent (from a run's config), or its folder where two share one."""
+    agents = []
+    for d in dirs:
+        configs = sorted(d.glob("*/config.json"))
+        if not configs:
+            raise ConfigError(f"{d} holds no bsuite run (rlherd bsuite AGENT --out {d} makes one)")
+        agents.append(read_json(configs[0])["agent"])
+    return agents if len(set(agents)) == len(agents) else [d.name for d in dirs]
+
+
+def report(dirs: list[str | Path], out: str | Path) -> Any:
+    """Score each sweep in ``dirs`` with bsuite's analysis (``bsuite.experiments.
+    summary_analysis``): writes ``OUT/scores.csv`` (per experiment and agent), ``OUT/radar.png``
+    (the capability radar of Osband et al.'s Figure 1 and the Acme paper's Figure 10),
+    ``OUT/bars.png`` (scores per experiment) and ``OUT/scores.md`` (a table). Returns the table
+    of scores (experiments as rows, agents as columns)."""
+    try:
+        from bsuite.experiments import summary_analysis
+        from bsuite.logging import csv_load
+    except ImportError as e:
+        raise MissingExtra(f"bsuite-report needs the bsuite package: {bs.INSTALL}") from e
+    dirs = [Path(d) for d in dirs]
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError(f"{d} is not a directory; give the --out of rlherd bsuite sweeps")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    # bsuite's plots ask for serif fonts a bare machine lacks: one warning per text, not news.
+    logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory() as tmp, pandas_1():
+        folders = {}
+        for name, d in zip(_agent_names(dirs), dirs, strict=True):
+            folders[name] = Path(tmp) / name
+            folders[name].mkdir()
+            csvs = [c for c in d.glob(f"*/{bs.RESULTS}/*.csv") if _finished(c.parent.parent)]
+            if not csvs:
+                raise ConfigError(f"{d} has no finished bsuite run; sweep it first")
+            for csv in csvs:
+                (folders[name] / csv.name).symlink_to(csv.resolve())
+        data, sweep_vars = csv_load.load_bsuite({k: str(v) for k, v in folders.items()})
+        scores = summary_analysis.bsuite_score(data, sweep_vars)
+        summary = summary_analysis.ave_score_by_tag(scores, sweep_vars)
+        radar = summary_analysis.bsuite_radar_plot(summary, sweep_vars)
+        radar.savefig(out / "radar.png", bbox_inches="tight", dpi=120)
+        bars = summary_analysis.bsuite_bar_plot_compare(scores, sweep_vars)
+        bars.save(out / "bars.png", verbose=False, width=10, height=6, dpi=120)
+    table = scores.pivot_table(index="bsuite_env", columns="agent_name", values="score")
+    table.to_csv(out / "scores.csv")
+    (out / "scores.md").write_text(markdown(table))
+    return table
+
+
+def markdown(table: Any) -> str:
+    """A scores table (experiments by agents) as Markdown."""
+    lines = ["| experiment | " + " | ".join(table.columns) + " |",
+             "|---|" + "---:|" * len(table.columns)]  # fmt: skip
+    for name, row in table.iterrows():
+        lines.append(f"| {name} | " + " | ".join(f"{v:.3f}" for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------- CLI
+def command(args: Any, overrides: dict[str, Any]) -> int:
+    """``rlherd bsuite``: sweep, print each id's outcome, and say how to score the sweep."""
+    env_ids = select(args.experiments, args.ids)
+    kwargs = dict(overrides)
+    if args.total_episodes is not None:
+        kwargs["total_episodes"] = args.total_episodes
+    if args.preset is not None:
+        kwargs["preset"] = args.preset
+    result, done = sweep(args.agent, env_ids, args.out, args.jobs, not args.no_progress,
+                         **kwargs)  # fmt: skip
+    names = {k: i for k, i in enumerate(i for i in env_ids if i not in done)}
+    for run in result.runs:
+        print(json.dumps({"env": run.config.env, "run_dir": str(run.path), **run.summary}))
+    for k, line in result.failed.items():
+        print(f"rlherd: error: {names[k]} failed: {line} (output: "
+              f"{run_path(Path(args.out), names[k])}.log)", file=sys.stderr)  # fmt: skip
+    if done:
+        print(f"{len(done)} of {len(env_ids)} ids were finished already and kept", file=sys.stderr)
+    if result.stopped:
+        print(f"rlherd: interrupted; the same command continues the sweep in {args.out}",
+              file=sys.stderr)  # fmt: skip
+        return 128 + result.signal
+    if result.failed:
+        return 1
+    print(f"bsuite CSVs: {Path(args.out) / CSV_DIR}; score the sweep with `rlherd bsuite-report "
+          f"{args.out} -o report`", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+def report_command(args: Any) -> int:
+    table = report(args.dirs, args.output)
+    print(markdown(table), end="")
+    print(f"written: {Path(args.output) / 'radar.png'}, bars.png, scores.csv, scores.md",
+          file=sys.stderr)  # fmt: skip
+    return 0

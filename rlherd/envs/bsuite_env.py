@@ -1,0 +1,55 @@
+"""bsuite's environments as rlherd makes them: Shimmy's Gymnasium binding, deep sea with its
+optimal policy as a scripted expert, and bsuite's logging wrapper made picklable. (A module of
+its own: it imports bsuite, which :mod:`rlherd.envs.bsuite` imports only when a bsuite id is
+made.)"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from bsuite.utils import wrappers
+from shimmy.bsuite_compatibility import BSuiteCompatibilityV0
+
+
+class Logging(wrappers.Logging):
+    """bsuite's :class:`~bsuite.utils.wrappers.Logging`, which a checkpoint can pickle with its
+    rows and counters: bsuite's delegates unknown attributes to the environment it wraps, so
+    unpickling one, which looks up ``__setstate__`` before that environment is set, recursed
+    without end."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+class BSuite(BSuiteCompatibilityV0):
+    """Shimmy's Gymnasium binding of a bsuite environment, whose copies do not log."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BSuite:
+        """A copy is the environment without bsuite's logger: copies are what MCTS's simulator
+        searches with, and their imagined episodes must not reach bsuite's CSV. (Shimmy's
+        binding hands unknown attributes to what it wraps, so without this method ``deepcopy``
+        found the logger's environment's, and returned a bare bsuite environment.)"""
+        inner = self._env._env if isinstance(self._env, Logging) else self._env
+        return type(self)(copy.deepcopy(inner, memo))
+
+
+class DeepSea(BSuite):
+    """deep sea and deep sea stochastic, with their optimal policy as a scripted expert
+    (``--demonstrations expert``, the Acme paper's demonstrations for DQfD and R2D3): always
+    right, whichever action that is in the current cell (each cell draws its own mapping).
+
+    ``--demonstrations expert`` alone takes the paper's demonstrations (section 4.8, and Acme's
+    ``dqfd/bsuite_demonstrations.py``): one episode of deep sea; ``size * 10`` of the stochastic
+    one, 80% of them successful (a positive return) and 20% not, as its windy moves and noisy
+    rewards make them."""
+
+    def expert_demonstrations(self) -> tuple[int, float | None]:
+        """How many expert episodes ``--demonstrations expert`` takes, and the share of them that
+        must be successful (None: as they come)."""
+        sea = getattr(self._env, "raw_env", self._env)
+        return (1, None) if sea._deterministic else (sea._size * 10, 0.8)
+
+    def expert_action(self) -> int:
+        sea = getattr(self._env, "raw_env", self._env)  # under bsuite's logging wrapper, if any
+        return int(sea._action_mapping[sea._row, sea._column])

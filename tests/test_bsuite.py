@@ -1,0 +1,171 @@
+"""The Behaviour Suite: bsuite ids made through the bsuite package, runs logged in bsuite's CSV
+format, resumable sweeps and bsuite's own scoring."""
+
+import signal
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import rlherd
+from rlherd import envs as rl_envs
+from rlherd.commands import bsuite as sweeps
+from rlherd.envs.bsuite import STEP_BOUND
+from rlherd.errors import ConfigError
+
+pytest.importorskip("bsuite")
+from bsuite.logging import csv_load  # noqa: E402
+
+
+def csv_of(run_dir) -> pd.DataFrame:
+    """The bsuite CSV a run wrote, read by bsuite's own loader."""
+    data, _ = csv_load.load_bsuite({"agent": str(run_dir / "bsuite")})
+    return data
+
+
+def test_bsuite_ids_are_bsuites_own():
+    env = rl_envs.make("bsuite/deep_sea/0")
+    spec = rl_envs.spec_of(env, "bsuite/deep_sea/0")
+    assert spec.obs.shape == (10, 10) and spec.num_actions == 2  # deep sea of size 10
+    assert rl_envs.family("bsuite/deep_sea/0") == "bsuite"
+    assert rl_envs.resolve("bsuite/memory_len/3") == "bsuite/memory_len/3"
+    with pytest.raises(ConfigError, match="Did you mean: bsuite/deep_sea/0"):
+        rl_envs.make("bsuite/deep_see/0")
+    with pytest.raises(ConfigError, match="takes no options"):
+        rl_envs.make("bsuite/deep_sea/0", size=12)
+    with pytest.raises(ConfigError, match="Did you mean: memory_len"):
+        sweeps.select(["memory_lenn"], None)
+
+
+def test_a_bsuite_run_stops_at_its_episode_budget_and_writes_bsuites_csv(tmp_path):
+    run = rlherd.train("dqn", "bsuite/catch/0", run_dir=tmp_path / "run", total_episodes=25,
+                       progress=False)  # fmt: skip
+    assert run.summary["episodes"] == 25
+    data = csv_of(tmp_path / "run")
+    assert data["episode"].max() == 25  # bsuite's count: its logger sits in the training env
+    assert (data["bsuite_env"] == "catch").all() and data["steps"].max() == 25 * 9
+    # The evaluation environment logs nothing: a second writer would corrupt bsuite's counts.
+    rlherd.train("dqn", "bsuite/catch/0", run_dir=tmp_path / "evaluated", total_episodes=10,
+                 eval_episodes=3, progress=False)  # fmt: skip
+    assert csv_of(tmp_path / "evaluated")["episode"].max() == 10
+
+
+def test_bsuites_budget_is_the_default(tmp_path):
+    with pytest.raises(ConfigError, match="single runtime"):
+        rlherd.train("dqn", "bsuite/catch/0", runtime="mono", progress=False)
+    with pytest.raises(ConfigError, match="drop --num-envs"):
+        rlherd.train("dqn", "bsuite/catch/0", num_envs=2, progress=False)
+    with pytest.raises(ConfigError, match="results_dir"):
+        rlherd.train("dqn", "bsuite/catch/0", env_kwargs={"results_dir": "x"}, progress=False)
+    run = rlherd.train("dqn", "bsuite/deep_sea/0", run_dir=tmp_path / "run", total_steps=50,
+                       progress=False)  # fmt: skip
+    assert run.summary["total_episodes"] == 10_000  # bsuite's budget for deep sea
+    assert rlherd.train("dqn", "bsuite/deep_sea/0", run_dir=tmp_path / "unbounded",
+                        total_steps=None, progress=False, total_episodes=2
+                        ).config.total_steps == STEP_BOUND  # fmt: skip
+
+
+def test_a_stopped_bsuite_run_continues_its_csv(tmp_path, interrupt_at):
+    interrupt_at(100)
+    run = rlherd.train("dqn", "bsuite/catch/0", run_dir=tmp_path / "run", total_episodes=30,
+                       progress=False)  # fmt: skip
+    assert run.stopped and run.summary["episodes"] < 30
+    run = rlherd.train(resume=tmp_path / "run", progress=False)
+    data = csv_of(tmp_path / "run")
+    # One stream: the restored environment's logger goes on counting where it was.
+    assert data["episode"].is_monotonic_increasing and data["episode"].max() == 30
+    assert data["steps"].max() == 30 * 9
+
+
+def test_the_subset_spreads_across_each_experiment():
+    chosen = sweeps.select(["deep_sea", "bandit"], ["subset"])
+    deep = [i for i in chosen if "/deep_sea/" in i]
+    assert deep == ["bsuite/deep_sea/0", "bsuite/deep_sea/5", "bsuite/deep_sea/10",
+                    "bsuite/deep_sea/15", "bsuite/deep_sea/20"]  # sizes 10 to 50  # fmt: skip
+    assert len(chosen) == 2 * sweeps.SUBSET_SIZE
+    assert sweeps.select(None, ["deep_sea/3"]) == ["bsuite/deep_sea/3"]
+    with pytest.raises(ConfigError, match="not among --experiments"):
+        sweeps.select(["catch"], ["deep_sea/3"])
+
+
+def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrupt_at):
+    out = tmp_path / "sweep"
+    result, kept = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False,
+                                total_episodes=12)  # fmt: skip
+    assert not result.failed and kept == []
+    finished = (out / "catch-0" / "summary.json").stat().st_mtime_ns
+    interrupt_at(60, signal.SIGTERM)  # catch/1 stopped on its way, as a killed sweep leaves it
+    stopped = rlherd.train("dqn", "bsuite/catch/1", run_dir=sweeps.run_path(out, "bsuite/catch/1"),
+                           total_episodes=12, progress=False)  # fmt: skip
+    assert stopped.stopped
+    result, kept = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out,
+                                progress=False, total_episodes=12)  # fmt: skip
+    assert kept == ["bsuite/catch/0"] and not result.failed
+    assert (out / "catch-0" / "summary.json").stat().st_mtime_ns == finished  # not redone
+    data = csv_of(out / "catch-1")
+    assert data["episode"].is_monotonic_increasing and data["episode"].max() == 12
+    # bsuite's loader reads the sweep's csv/ folder as it is.
+    data, _ = csv_load.load_bsuite({"dqn": str(out / sweeps.CSV_DIR)})
+    assert sorted(data["bsuite_id"].unique()) == ["catch/0", "catch/1"]
+    with pytest.raises(ConfigError, match="an --out of its own"):
+        sweeps.sweep("ppo", ["bsuite/catch/0", "bsuite/catch/2"], out, progress=False)
+
+
+def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
+    for agent in ("dqn", "impala"):
+        result, _ = sweeps.sweep(agent, ["bsuite/bandit/0", "bsuite/deep_sea/0"],
+                                 tmp_path / agent, progress=False, total_episodes=30)  # fmt: skip
+        assert not result.failed
+    table = sweeps.report([tmp_path / "dqn", tmp_path / "impala"], tmp_path / "report")
+    assert list(table.columns) == ["dqn", "impala"]
+    assert list(table.index) == ["bandit", "deep_sea"]
+    assert np.isfinite(table.to_numpy()).all()
+    for name in ("radar.png", "bars.png", "scores.csv", "scores.md"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+    assert not hasattr(pd.Series, "append")  # pandas is given back as it was
+
+
+def test_mnist_without_its_download_is_one_line(monkeypatch):
+    from urllib.error import URLError
+
+    from bsuite.utils import datasets
+
+    def offline(url, *args, **kwargs):  # a machine without MNIST that cannot reach it
+        raise URLError("no network")
+
+    monkeypatch.setattr(datasets, "_download", offline)
+    with pytest.raises(ConfigError, match="needs MNIST, which bsuite downloads into /tmp/mnist"):
+        rl_envs.make("bsuite/mnist/0")
+
+
+def test_deep_seas_expert_gives_the_acme_papers_demonstrations():
+    from rlherd.replay.demonstrations import expert_episodes
+
+    (one,) = expert_episodes("bsuite/deep_sea/0", {}, None, seed=0)  # one is enough (4.8)
+    assert np.sum(one.rewards) == pytest.approx(0.99)  # the optimal return: it always goes right
+    windy = expert_episodes("bsuite/deep_sea_stochastic/0", {}, None, seed=0)
+    returns = np.array([np.sum(e.rewards) for e in windy])
+    assert len(windy) == 10 * 10  # size * 10
+    assert (returns > 0).sum() == 80  # 80% successful, though the expert succeeds far less often
+    assert len(expert_episodes("bsuite/deep_sea_stochastic/0", {}, 3, seed=0)) == 3
+    with pytest.raises(ConfigError, match="no scripted expert"):
+        expert_episodes("bsuite/catch/0", {}, None, seed=0)
+
+
+def test_copies_searched_by_mcts_never_reach_bsuites_csv(tmp_path):
+    import copy
+
+    env = rl_envs.make("bsuite/bandit/0", results_dir=str(tmp_path))
+    env.reset(seed=0)
+    env.step(0)  # one real episode: the CSV's first row
+    for _ in range(5):  # imagined episodes, as a search steps copies of the environment
+        imagined = copy.deepcopy(env)
+        imagined.reset()
+        imagined.step(1)
+    data, _ = csv_load.load_bsuite({"agent": str(tmp_path)})
+    assert data["episode"].tolist() == [1]
+    run = rlherd.train("mcts", "bsuite/catch/0", run_dir=tmp_path / "run", total_episodes=12,
+                       progress=False)  # fmt: skip
+    data = csv_of(tmp_path / "run")
+    assert data["episode"].max() == 12 and data["steps"].max() == 12 * 9
+    assert run.summary["episodes"] == 12
