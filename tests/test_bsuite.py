@@ -169,3 +169,52 @@ def test_copies_searched_by_mcts_never_reach_bsuites_csv(tmp_path):
     data = csv_of(tmp_path / "run")
     assert data["episode"].max() == 12 and data["steps"].max() == 12 * 9
     assert run.summary["episodes"] == 12
+
+
+@pytest.mark.slow
+def test_demonstrations_solve_deep_sea_where_dqn_does_not(tmp_path):
+    """Figure 11's claim on bsuite's smallest deep sea (size 10), at 500 of its 10,000 episodes,
+    judged by bsuite's own analysis: DQfD with the paper's one demonstration solves it, and DQN,
+    which must find the treasure by itself (once in 2^10 episodes of random actions), does not.
+    (Measured: DQfD solved it from episode 400, DQN had not reached it at 500.)"""
+    from bsuite.experiments.deep_sea import analysis
+
+    scores = {}
+    for agent in ("dqfd", "dqn"):
+        rlherd.train(agent, "bsuite/deep_sea/0", run_dir=tmp_path / agent, total_episodes=500,
+                     seed=0, progress=False)  # fmt: skip
+        with sweeps.pandas_1():
+            scores[agent] = analysis.score(csv_of(tmp_path / agent))
+    assert scores == {"dqfd": 1.0, "dqn": 0.0}
+
+
+def test_a_failed_id_is_one_line_naming_it(tmp_path, capsys):
+    from rlherd.cli import main
+
+    out = tmp_path / "sweep"
+    assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(out), "--total-episodes", "3",
+                 "--no-progress"]) == 0  # fmt: skip
+    # A finished id is kept, and the next one, given a config it refuses, fails: named by its id.
+    code = main(["bsuite", "dqn", "--ids", "catch/0", "catch/1", "--out", str(out),
+                 "--total-episodes", "3", "--no-progress", "--set", "n_step=0"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "rlherd: error: bsuite/catch/1 failed:" in err and "n_step" in err
+    assert "1 of 2 ids were finished already and kept" in err
+
+
+@pytest.mark.slow
+def test_r2d2_remembers_where_dqn_cannot(tmp_path):
+    """Figure 10's memory claim on bsuite's memory_len of length 5, at 1,000 of its 10,000
+    episodes, judged by bsuite's own analysis: R2D2's LSTM carries the context to the query
+    (measured: nearly every episode perfect from episode 400), DQN, which sees one step, stays
+    at chance."""
+    from bsuite.experiments.memory_len import analysis
+
+    scores = {}
+    for agent in ("r2d2", "dqn"):
+        rlherd.train(agent, "bsuite/memory_len/4", run_dir=tmp_path / agent,
+                     total_episodes=1_000, seed=0, progress=False)  # fmt: skip
+        with sweeps.pandas_1():
+            scores[agent] = analysis.score(csv_of(tmp_path / agent))
+    assert scores == {"r2d2": 1.0, "dqn": 0.0}

@@ -234,7 +234,7 @@ def command(args: Any, overrides: dict[str, Any]) -> int:
         kwargs["preset"] = args.preset
     result, done = sweep(args.agent, env_ids, args.out, args.jobs, not args.no_progress,
                          **kwargs)  # fmt: skip
-    names = {k: i for k, i in enumerate(i for i in env_ids if i not in done)}
+    names = dict(enumerate(env_ids))  # the group's runs are numbered by their place here
     for run in result.runs:
         print(json.dumps({"env": run.config.env, "run_dir": str(run.path), **run.summary}))
     for k, line in result.failed.items():

@@ -160,3 +160,5 @@ RUNTIME_DEFAULTS: dict[str, dict] = {
 DEMONSTRATIONS = dict(demonstrations="expert", demonstration_ratio=0.25)
 R2D3_RUNTIME_DEFAULTS = {name: {**settings, **DEMONSTRATIONS}
                          for name, settings in RUNTIME_DEFAULTS.items()}  # fmt: skip
+# bsuite's deep sea: half of each batch, as Acme's bsuite DQfD and its R2D3 test mix them.
+R2D3_RUNTIME_DEFAULTS["bsuite"] = dict(DEMONSTRATIONS, demonstration_ratio=0.5)
