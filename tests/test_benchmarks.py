@@ -33,3 +33,13 @@ def test_learner_steps_old_sum_tree_samples_as_todays_prioritized_replay():
         slots, probabilities = selector.sample(2_000, np.random.default_rng(0))
         assert set(slots.tolist()) == {0, 1, 3, 4}
         np.testing.assert_allclose(probabilities, expected[slots])
+
+
+def test_sac_td3_updates_drives_todays_learners():
+    """benchmarks/sac_td3_updates.py's rlherd path: its table (a fixed dataset, no rate limit)
+    feeds SAC's and TD3's learners as a run does. (Its Stable-Baselines3 path needs the bench
+    extra, which the test install leaves out.)"""
+    bench = load("sac_td3_updates")
+    data = bench.random_transitions("Pendulum-v1", 600)
+    for agent in ("sac", "td3"):
+        bench.rlherd_updates(agent, "Pendulum-v1", data)(3)

@@ -218,3 +218,11 @@ def test_r2d2_remembers_where_dqn_cannot(tmp_path):
         with sweeps.pandas_1():
             scores[agent] = analysis.score(csv_of(tmp_path / agent))
     assert scores == {"r2d2": 1.0, "dqn": 0.0}
+
+
+def test_a_report_of_runs_too_short_for_bsuites_analysis_is_one_line(tmp_path):
+    result, _ = sweeps.sweep("dqn", ["bsuite/deep_sea_stochastic/0"], tmp_path / "dqn",
+                             progress=False, total_episodes=5)  # fmt: skip
+    assert not result.failed
+    with pytest.raises(ConfigError, match="fewer episodes than bsuite's budget"):
+        sweeps.report([tmp_path / "dqn"], tmp_path / "report")  # its analysis starts at 100

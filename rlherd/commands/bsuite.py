@@ -161,6 +161,15 @@ def pandas_1() -> Iterator[None]:
                 setattr(cls, name, value)
 
 
+def _shortened(sweep_dir: Path) -> bool:
+    """Whether any run of a sweep was given fewer episodes than bsuite's budget for its id."""
+    for summary in sweep_dir.glob("*/summary.json"):
+        run = read_json(summary)
+        if run.get("total_episodes", 0) < bs.episode_budget(run["env"]):
+            return True
+    return False
+
+
 def _agent_names(dirs: list[Path]) -> list[str]:
     """Each sweep's label: its agent (from a run's config), or its folder where two share one."""
     agents = []
@@ -202,7 +211,16 @@ def report(dirs: list[str | Path], out: str | Path) -> Any:
             for csv in csvs:
                 (folders[name] / csv.name).symlink_to(csv.resolve())
         data, sweep_vars = csv_load.load_bsuite({k: str(v) for k, v in folders.items()})
-        scores = summary_analysis.bsuite_score(data, sweep_vars)
+        try:
+            scores = summary_analysis.bsuite_score(data, sweep_vars)
+        except (ValueError, KeyError) as e:
+            if not any(_shortened(d) for d in dirs):
+                raise
+            raise ConfigError(
+                f"bsuite's analysis cannot score these runs ({type(e).__name__}: {e}); they ran "
+                "fewer episodes than bsuite's budget (--total-episodes), too few for some of its "
+                "experiments (deep_sea_stochastic's starts at episode 100)"
+            ) from e
         summary = summary_analysis.ave_score_by_tag(scores, sweep_vars)
         radar = summary_analysis.bsuite_radar_plot(summary, sweep_vars)
         radar.savefig(out / "radar.png", bbox_inches="tight", dpi=120)

@@ -1,0 +1,102 @@
+"""The Acme paper's bsuite experiments (section 4.7, Figure 10; section 4.8, Figure 11), as
+``rlherd bsuite`` sweeps scored by bsuite's own analysis (``rlherd bsuite-report``).
+
+- ``--figure 10``: DQN, R2D2, IMPALA, MCTS (with its perfect simulator) and PPO on the documented
+  subset (``--ids subset``: 5 ids of each experiment, from easiest to hardest; see
+  docs/guides/bsuite.md), each agent's ``bsuite`` preset, bsuite's episode budgets. The claims
+  checked: R2D2 above DQN on memory (``memory_len``, ``memory_size``), and MCTS at the top on
+  exploration (``deep_sea``).
+- ``--figure 11``: DQN, DQfD, R2D2 and R2D3 on the subset's ``deep_sea`` and
+  ``deep_sea_stochastic`` ids, DQfD and R2D3 with the paper's demonstrations. The claim: DQfD
+  and R2D3 solve ids that DQN and R2D2 do not.
+
+Sweeps stay in ``--out/<figure>/<agent>``: running the same command again keeps finished ids and
+continues stopped ones, so the hours a figure takes can go in pieces. The mnist experiments need
+MNIST in /tmp/mnist (bsuite downloads it on first use); ``--skip mnist mnist_noise mnist_scale``
+leaves them out where it cannot.
+
+Prints one JSON line per agent (ids finished, wall time of this invocation's sweep, machine),
+one per experiment and agent (bsuite's score), one per claim (whether it holds), and writes the
+report (radar, bars, scores) to ``--out/<figure>/report``.
+Usage: python benchmarks/bsuite_figures.py --figure 10 [--agents dqn r2d2 ...] [--jobs 2]
+       [--out runs/bsuite] [--skip EXPERIMENT ...] [--total-episodes N (a smoke test)]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rlherd.commands import bsuite as sweeps
+from rlherd.run.provenance import machine
+
+AGENTS = {"10": ["dqn", "r2d2", "impala", "mcts", "ppo"], "11": ["dqn", "dqfd", "r2d2", "r2d3"]}
+EXPERIMENTS = {"10": None, "11": ["deep_sea", "deep_sea_stochastic"]}
+MEMORY = ("memory_len", "memory_size")
+
+
+def claims(figure: str, table) -> list[dict]:
+    """The paper's qualitative claims, each with whether bsuite's scores (``table``: experiments
+    by agents) bear it out."""
+    out = []
+    agents = set(table.columns)
+    if figure == "10":
+        if {"dqn", "r2d2"} <= agents:
+            for experiment in MEMORY:
+                if experiment in table.index:
+                    r2d2, dqn = table.loc[experiment, "r2d2"], table.loc[experiment, "dqn"]
+                    out.append(dict(claim=f"r2d2 above dqn on {experiment}", holds=bool(r2d2 > dqn),
+                                    r2d2=r2d2, dqn=dqn))  # fmt: skip
+        if "mcts" in agents and "deep_sea" in table.index:
+            row = table.loc["deep_sea"]
+            top = bool(row["mcts"] >= row.max())
+            out.append(dict(claim="mcts at the top on deep_sea", holds=top, scores=row.to_dict()))
+    else:
+        for experiment in EXPERIMENTS["11"]:
+            if experiment not in table.index:
+                continue
+            row = table.loc[experiment]
+            without = max(row.get("dqn", 0.0), row.get("r2d2", 0.0))
+            for agent in ("dqfd", "r2d3"):
+                if agent in row:
+                    out.append(dict(claim=f"{agent} solves {experiment} ids dqn and r2d2 do not",
+                                    holds=bool(row[agent] > without), scores=row.to_dict()))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--figure", choices=list(AGENTS), required=True)
+    parser.add_argument("--agents", nargs="+", help="default: the figure's")
+    parser.add_argument("--jobs", type=int, help="runs at once (default: as the cores hold)")
+    parser.add_argument("--out", default="runs/bsuite")
+    parser.add_argument("--skip", nargs="+", default=[], metavar="EXPERIMENT")
+    parser.add_argument("--total-episodes", type=int, help="per id: a smoke test, not a figure")
+    args = parser.parse_args()
+    pool = sweeps.select(EXPERIMENTS[args.figure], ["subset"])
+    ids = [i for i in pool if i.split("/")[1] not in args.skip]
+    out = Path(args.out) / f"figure{args.figure}"
+    extra = {} if args.total_episodes is None else {"total_episodes": args.total_episodes}
+    for agent in args.agents or AGENTS[args.figure]:
+        start = time.perf_counter()
+        result, kept = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False, **extra)
+        print(json.dumps(dict(bench="bsuite", figure=args.figure, agent=agent, ids=len(ids),
+                              finished_before=len(kept), finished_now=len(result.runs),
+                              failed=result.failed, wall_time_s=round(time.perf_counter() - start),
+                              machine=machine())), flush=True)  # fmt: skip
+        if result.stopped:
+            raise SystemExit(f"stopped; the same command continues the sweep in {out / agent}")
+    dirs = [out / a for a in args.agents or AGENTS[args.figure]]
+    table = sweeps.report(dirs, out / "report")
+    for experiment, row in table.iterrows():
+        print(json.dumps(dict(bench="bsuite", figure=args.figure, experiment=experiment,
+                              **{k: round(float(v), 3) for k, v in row.items()})))  # fmt: skip
+    for claim in claims(args.figure, table):
+        print(json.dumps(dict(bench="bsuite", figure=args.figure, **claim), default=float))
+
+
+if __name__ == "__main__":
+    main()
