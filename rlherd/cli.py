@@ -227,9 +227,12 @@ def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--total-episodes", type=int, metavar="N",
                        help="episodes per id instead of bsuite's budget (a smoke test: bsuite's "
                        "scores need its budget)")
+    sweep.add_argument("--seed", type=int, default=0,
+                       help="bsuite/EXPERIMENT/N runs with seed SEED + N (default: 0)")
     sweep.add_argument("--preset", help="the agent's preset (default: the one it picks)")
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="an agent config field or runtime setting for every id")
+                       help="an agent config field or runtime setting (torch_threads=2) for "
+                       "every id")
     sweep.add_argument("--no-progress", action="store_true")
 
     bsreport = sub.add_parser("bsuite-report", help="score bsuite sweeps with bsuite's own "

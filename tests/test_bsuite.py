@@ -1,6 +1,7 @@
 """The Behaviour Suite: bsuite ids made through the bsuite package, runs logged in bsuite's CSV
 format, resumable sweeps and bsuite's own scoring."""
 
+import shutil
 import signal
 
 import numpy as np
@@ -12,6 +13,7 @@ from rlherd import envs as rl_envs
 from rlherd.commands import bsuite as sweeps
 from rlherd.envs.bsuite import STEP_BOUND
 from rlherd.errors import ConfigError
+from rlherd.run.rundir import RunDir
 
 pytest.importorskip("bsuite")
 from bsuite.logging import csv_load  # noqa: E402
@@ -96,19 +98,93 @@ def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrup
     finished = (out / "catch-0" / "summary.json").stat().st_mtime_ns
     interrupt_at(60, signal.SIGTERM)  # catch/1 stopped on its way, as a killed sweep leaves it
     stopped = rlherd.train("dqn", "bsuite/catch/1", run_dir=sweeps.run_path(out, "bsuite/catch/1"),
-                           total_episodes=12, progress=False)  # fmt: skip
+                           total_episodes=12, seed=1, progress=False)  # fmt: skip
     assert stopped.stopped
+    (out / "catch-1" / "kept").touch()  # a new run (--overwrite) would start in an empty folder
     result, kept = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out,
                                 progress=False, total_episodes=12)  # fmt: skip
     assert kept == ["bsuite/catch/0"] and not result.failed
     assert (out / "catch-0" / "summary.json").stat().st_mtime_ns == finished  # not redone
+    assert (out / "catch-1" / "kept").exists()  # continued, not started again
     data = csv_of(out / "catch-1")
     assert data["episode"].is_monotonic_increasing and data["episode"].max() == 12
     # bsuite's loader reads the sweep's csv/ folder as it is.
     data, _ = csv_load.load_bsuite({"dqn": str(out / sweeps.CSV_DIR)})
     assert sorted(data["bsuite_id"].unique()) == ["catch/0", "catch/1"]
-    with pytest.raises(ConfigError, match="an --out of its own"):
-        sweeps.sweep("ppo", ["bsuite/catch/0", "bsuite/catch/2"], out, progress=False)
+
+
+def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
+    out = tmp_path / "sweep"
+    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    with pytest.raises(ConfigError, match="holds a sweep of dqn with other agent"):
+        sweeps.sweep("ppo", ["bsuite/catch/2"], out, progress=False, total_episodes=3)
+    # Its finished ids would be kept as they are: a full budget, or other fields, are refused.
+    with pytest.raises(ConfigError, match="other settings"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False)
+    with pytest.raises(ConfigError, match="other settings"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3,
+                     learning_rate=0.5)  # fmt: skip
+    rlherd.train("ppo", "bsuite/catch/3", run_dir=tmp_path / "mixed" / "catch-3",
+                 total_episodes=2, progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="holds runs of ppo"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "mixed", progress=False)
+    # An id every run would refuse is refused once, before any process starts.
+    with pytest.raises(ConfigError, match="n_step"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "bad", progress=False, n_step=0)
+    assert not (tmp_path / "bad").exists()
+    assert sweeps.select(None, ["deep_sea/0", "bsuite/deep_sea/0"]) == ["bsuite/deep_sea/0"]
+
+
+def test_replicates_differ_by_their_seed_and_each_seed_reaches_every_layer(tmp_path):
+    def returns(env_id: str, seed: int, logged: bool) -> list[float]:
+        kwargs = {"results_dir": str(tmp_path / f"logged-{len(made)}")} if logged else {}
+        made.append(env_id)
+        env = rl_envs.make(env_id, **kwargs)
+        env.reset(seed=seed)
+        env.action_space.seed(0)
+        rewards = []
+        for _ in range(60):
+            _, reward, term, trunc, _ = env.step(env.action_space.sample())
+            rewards.append(reward)
+            if term or trunc:
+                env.reset()
+        return rewards
+
+    made = []
+    # The sweep seeds bsuite/catch/N with N: its replicates are not one run.
+    out = tmp_path / "sweep"
+    sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
+                 total_episodes=10)  # fmt: skip
+    seeds = [RunDir(out / f"catch-{n}").read_config().seed for n in (0, 1)]
+    assert seeds == [0, 1]
+    assert not csv_of(out / "catch-0").equals(csv_of(out / "catch-1"))
+    # bsuite's reward noise, a layer between Shimmy and the environment, takes the seed too.
+    noisy = "bsuite/catch_noise/0"
+    assert returns(noisy, 3, logged=True) == returns(noisy, 3, logged=True)
+    assert returns(noisy, 3, logged=True) == returns(noisy, 3, logged=False)
+
+
+def test_a_resumed_bsuite_run_writes_where_its_folder_is_now(tmp_path, interrupt_at,
+                                                             monkeypatch):  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    interrupt_at(100)
+    rlherd.train("dqn", "bsuite/catch/0", run_dir="relative", total_episodes=30, progress=False)
+    (tmp_path / "relative").rename(tmp_path / "moved")
+    monkeypatch.chdir("/")
+    rlherd.train(resume=tmp_path / "moved", progress=False)
+    assert csv_of(tmp_path / "moved")["episode"].max() == 30
+
+
+def test_a_bsuite_run_without_its_environment_snapshot_is_refused(tmp_path, interrupt_at,
+                                                                  monkeypatch):  # fmt: skip
+    interrupt_at(100)
+    rlherd.train("dqn", "bsuite/catch/0", run_dir=tmp_path / "run", total_episodes=30,
+                 progress=False)  # fmt: skip
+    monkeypatch.setenv("RLHERD_SNAPSHOT_KEY", str(tmp_path / "another-machines.key"))
+    refused = pytest.raises(ConfigError, match="continues bsuite's CSV only with its environment")
+    with pytest.warns(UserWarning, match="not written on this machine"), refused:
+        rlherd.train(resume=tmp_path / "run", progress=False)
+    assert csv_of(tmp_path / "run")["episode"].max() < 30  # left as it was, not begun again
 
 
 def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
@@ -123,6 +199,12 @@ def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
     for name in ("radar.png", "bars.png", "scores.csv", "scores.md"):
         assert (tmp_path / "report" / name).stat().st_size > 0
     assert not hasattr(pd.Series, "append")  # pandas is given back as it was
+    notes = sweeps.notes([tmp_path / "dqn", tmp_path / "impala"])
+    assert len(notes) == 2 and "fewer episodes than bsuite's budget" in notes[0]
+    # Two sweeps of one agent in folders of one name are told apart by their parents'.
+    shutil.copytree(tmp_path / "dqn", tmp_path / "again" / "dqn", symlinks=True)
+    table = sweeps.report([tmp_path / "dqn", tmp_path / "again" / "dqn"], tmp_path / "twice")
+    assert set(table.columns) == {f"{tmp_path.name}-dqn", "again-dqn"}
 
 
 def test_mnist_without_its_download_is_one_line(monkeypatch):
@@ -191,15 +273,14 @@ def test_demonstrations_solve_deep_sea_where_dqn_does_not(tmp_path):
 def test_a_failed_id_is_one_line_naming_it(tmp_path, capsys):
     from rlherd.cli import main
 
-    out = tmp_path / "sweep"
-    assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(out), "--total-episodes", "3",
-                 "--no-progress"]) == 0  # fmt: skip
-    # A finished id is kept, and the next one, given a config it refuses, fails: named by its id.
-    code = main(["bsuite", "dqn", "--ids", "catch/0", "catch/1", "--out", str(out),
-                 "--total-episodes", "3", "--no-progress", "--set", "n_step=0"])  # fmt: skip
+    out, sweep = tmp_path / "sweep", ["--total-episodes", "3", "--no-progress"]
+    assert main(["bsuite", "dqfd", "--ids", "deep_sea/0", "--out", str(out), *sweep]) == 0
+    # A finished id is kept, and the next one fails in its own run (catch has no expert to
+    # give DQfD its demonstrations): named by its id, not by its place among the unfinished.
+    code = main(["bsuite", "dqfd", "--ids", "deep_sea/0", "catch/0", "--out", str(out), *sweep])
     err = capsys.readouterr().err
     assert code == 1
-    assert "rlherd: error: bsuite/catch/1 failed:" in err and "n_step" in err
+    assert "rlherd: error: bsuite/catch/0 failed:" in err and "no scripted expert" in err
     assert "1 of 2 ids were finished already and kept" in err
 
 

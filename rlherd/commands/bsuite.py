@@ -29,12 +29,15 @@ from typing import Any
 import numpy as np
 
 from rlherd.commands.seeds import SeedProcess, SeedRuns, run_group, train_argv
+from rlherd.commands.train import resolve_config, split_overrides
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.rundir import RunDir, read_json
+from rlherd.runtime import settings as settings_mod
 
 SUBSET_SIZE = 5  # ids per experiment in the documented subset
 CSV_DIR = "csv"  # a sweep's folder of links to its runs' CSVs
+SWEEP_FILE = "sweep.json"  # what a sweep's folder was swept with: agent, seed, settings
 
 
 def subset(env_ids: list[str]) -> list[str]:
@@ -58,7 +61,7 @@ def select(experiments: list[str] | None, ids: list[str] | None) -> list[str]:
         return pool
     if ids == ["subset"]:
         return subset(pool)
-    chosen = [i if i.startswith(bs.PREFIX) else bs.PREFIX + i for i in ids]
+    chosen = list(dict.fromkeys(i if i.startswith(bs.PREFIX) else bs.PREFIX + i for i in ids))
     for env_id in chosen:
         bs.bsuite_id(env_id)  # an unknown id: one line with the close ones
     outside = [i for i in chosen if i not in pool]
@@ -81,39 +84,70 @@ def _finished(path: Path) -> bool:
     return 0 < summary.get("total_episodes", 0) <= summary.get("episodes", 0)
 
 
-def _check_owner(agent: str, env_id: str, path: Path) -> None:
-    """Refuse a sweep into a folder whose run for ``env_id`` is another agent's."""
-    if (path / "config.json").exists():
-        record = RunDir(path).read_config()
-        if record.agent != agent or record.env != env_id:
-            raise ConfigError(f"{path} holds {record.agent} on {record.env}, not {agent}: "
-                              "sweep each agent into an --out of its own")  # fmt: skip
+def _claim(out: Path, request: dict[str, Any]) -> None:
+    """Record the sweep ``request`` (agent, seed, settings) in ``OUT/sweep.json``, or refuse one
+    that differs from what the folder's runs were swept with: its finished ids would be kept,
+    and its stopped ones continued, with the old settings."""
+    path = out / SWEEP_FILE
+    if path.exists():
+        before = read_json(path)
+        if before != request:
+            changed = sorted(k for k in {**before, **request} if before.get(k) != request.get(k))
+            raise ConfigError(
+                f"{out} holds a sweep of {before.get('agent')} with other "
+                f"{', '.join(changed)} ({ {k: before.get(k) for k in changed} }); sweep into "
+                "another --out, or give the same settings to continue it"
+            )
+        return
+    others = {read_json(c).get("agent") for c in out.glob("*/config.json")} - {request["agent"]}
+    if others:
+        raise ConfigError(f"{out} holds runs of {', '.join(sorted(others))}: sweep each agent "
+                          "into an --out of its own")  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(request, indent=1, sort_keys=True))
 
 
-def _argv(agent: str, env_id: str, path: Path, train_kwargs: dict[str, Any]) -> list[str]:
+def _check(agent: str, env_id: str, settings: dict[str, Any]) -> None:
+    """Refuse, once and before any process starts, an agent, preset, field or setting that
+    every id's run would refuse."""
+    given = dict(settings)
+    preset = given.pop("preset", None)
+    fields, runtime_settings = split_overrides(agent, given)
+    resolve_config(agent, env_id, preset, fields)
+    settings_mod.resolve("single", {}, {"num_envs": 1, **runtime_settings})
+
+
+def _argv(agent: str, env_id: str, path: Path, seed: int,
+          settings: dict[str, Any]) -> list[str]:  # fmt: skip
     """The ``rlherd train`` arguments of one id: a new run, or the stopped one continued."""
     if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
         return ["--resume", str(path)]
-    return [*train_argv(agent, env_id, train_kwargs), "--run-dir", str(path), "--overwrite"]
+    return [*train_argv(agent, env_id, settings), "--seed", str(seed), "--run-dir", str(path),
+            "--overwrite"]  # fmt: skip
 
 
 def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = None,
-          progress: bool = True, **train_kwargs: Any) -> tuple[SeedRuns, list[str]]:  # fmt: skip
+          progress: bool = True, seed: int = 0,
+          **settings: Any) -> tuple[SeedRuns, list[str]]:  # fmt: skip
     """Train ``agent`` on each of ``env_ids`` not yet finished in ``out``, in parallel processes
-    (at most ``jobs`` at once); ``train_kwargs`` are :func:`rlherd.train`'s, given to every new
-    run. Returns the group's outcome and the ids it found finished (and left as they were)."""
+    (at most ``jobs`` at once), ``bsuite/<experiment>/<n>`` with seed ``seed + n`` (bsuite's
+    replicates of a setting differ by their seed alone); ``settings`` are :func:`rlherd.train`'s
+    (``preset``, ``total_episodes``, agent fields, runtime settings), the same for every id and
+    every sweep into ``out``. Returns the group's outcome and the ids it found finished (and
+    left as they were)."""
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
-    for env_id in env_ids:
-        _check_owner(agent, env_id, run_path(out, env_id))
+    _check(agent, env_ids[0], settings)
+    _claim(out, {"agent": agent, "seed": seed, "settings": settings})
     done = [i for i in env_ids if _finished(run_path(out, i))]
-    group = [SeedProcess(k, run_path(out, i), _argv(agent, i, run_path(out, i), train_kwargs))
+    group = [SeedProcess(k, run_path(out, i),
+                         _argv(agent, i, run_path(out, i), seed + int(i.rsplit("/", 1)[1]),
+                               settings))
              for k, i in enumerate(env_ids) if i not in done]  # fmt: skip
-    threads = int(train_kwargs.get("torch_threads", 1))
+    threads = int(settings.get("torch_threads", 1))
     result = SeedRuns(out)
     if group:
-        out.mkdir(parents=True, exist_ok=True)
         result = run_group(out, group, threads, jobs, progress, f"{agent} bsuite", unit="ids")
     link_csvs(out)
     return result, done
@@ -161,24 +195,52 @@ def pandas_1() -> Iterator[None]:
                 setattr(cls, name, value)
 
 
-def _shortened(sweep_dir: Path) -> bool:
-    """Whether any run of a sweep was given fewer episodes than bsuite's budget for its id."""
-    for summary in sweep_dir.glob("*/summary.json"):
+def _shortened(sweep_dir: Path) -> list[str]:
+    """The ids of a sweep that were given fewer episodes than bsuite's budget."""
+    short = []
+    for summary in sorted(sweep_dir.glob("*/summary.json")):
         run = read_json(summary)
         if run.get("total_episodes", 0) < bs.episode_budget(run["env"]):
-            return True
-    return False
+            short.append(run["env"])
+    return short
+
+
+def _finished_ids(sweep_dir: Path) -> set[str]:
+    return {read_json(s)["env"] for s in sweep_dir.glob("*/summary.json") if _finished(s.parent)}
 
 
 def _agent_names(dirs: list[Path]) -> list[str]:
-    """Each sweep's label: its agent (from a run's config), or its folder where two share one."""
+    """Each sweep's label: its agent, or where two share one, its folder (with its parent's
+    name where those are alike too)."""
     agents = []
     for d in dirs:
+        swept = d / SWEEP_FILE
         configs = sorted(d.glob("*/config.json"))
-        if not configs:
+        if not swept.exists() and not configs:
             raise ConfigError(f"{d} holds no bsuite run (rlherd bsuite AGENT --out {d} makes one)")
-        agents.append(read_json(configs[0])["agent"])
-    return agents if len(set(agents)) == len(agents) else [d.name for d in dirs]
+        agents.append(read_json(swept if swept.exists() else configs[0])["agent"])
+    for names in (agents, [d.name for d in dirs], [f"{d.parent.name}-{d.name}" for d in dirs]):
+        if len(set(names)) == len(names):
+            return names
+    return [f"sweep{k}" for k in range(len(dirs))]
+
+
+def notes(dirs: list[str | Path]) -> list[str]:
+    """What a reader of a report of ``dirs`` must know: sweeps cut short of bsuite's budget, and
+    sweeps that finished different ids (bsuite's scores compare only on the same ones)."""
+    dirs = [Path(d) for d in dirs]
+    out = []
+    for d in dirs:
+        short = _shortened(d)
+        if short:
+            out.append(f"{d}: {len(short)} ids ran fewer episodes than bsuite's budget "
+                       f"({short[0]}, ...); their scores are not bsuite's")  # fmt: skip
+    finished = [_finished_ids(d) for d in dirs]
+    if any(f != finished[0] for f in finished):
+        out.append("the sweeps finished different ids (" + ", ".join(
+            f"{d}: {len(f)}" for d, f in zip(dirs, finished, strict=True)) + "); compare "
+            "agents on the same ids")  # fmt: skip
+    return out
 
 
 def report(dirs: list[str | Path], out: str | Path) -> Any:
@@ -215,7 +277,7 @@ def report(dirs: list[str | Path], out: str | Path) -> Any:
             scores = summary_analysis.bsuite_score(data, sweep_vars)
         except (ValueError, KeyError) as e:
             if not any(_shortened(d) for d in dirs):
-                raise
+                raise  # not bsuite's budget cut short: a fault to see whole
             raise ConfigError(
                 f"bsuite's analysis cannot score these runs ({type(e).__name__}: {e}); they ran "
                 "fewer episodes than bsuite's budget (--total-episodes), too few for some of its "
@@ -251,7 +313,7 @@ def command(args: Any, overrides: dict[str, Any]) -> int:
     if args.preset is not None:
         kwargs["preset"] = args.preset
     result, done = sweep(args.agent, env_ids, args.out, args.jobs, not args.no_progress,
-                         **kwargs)  # fmt: skip
+                         args.seed, **kwargs)  # fmt: skip
     names = dict(enumerate(env_ids))  # the group's runs are numbered by their place here
     for run in result.runs:
         print(json.dumps({"env": run.config.env, "run_dir": str(run.path), **run.summary}))
@@ -273,6 +335,8 @@ def command(args: Any, overrides: dict[str, Any]) -> int:
 
 def report_command(args: Any) -> int:
     table = report(args.dirs, args.output)
+    for note in notes(args.dirs):
+        print(f"rlherd: note: {note}", file=sys.stderr)
     print(markdown(table), end="")
     print(f"written: {Path(args.output) / 'radar.png'}, bars.png, scores.csv, scores.md",
           file=sys.stderr)  # fmt: skip

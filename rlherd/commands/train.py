@@ -201,7 +201,7 @@ def _never_checkpointed(path: Path) -> bool:
     return not any(rundir.checkpoint_dir.glob("ckpt-*.pt"))
 
 
-def _split(agent: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_overrides(agent: str, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(agent fields, runtime settings)`` of ``rlherd.train``'s keyword overrides; a key that
     is neither fails here, with the closest names of both kinds."""
     if agent not in BUILDERS:
@@ -299,7 +299,7 @@ def train(
         seed = 0 if seed is None else seed
         eval_episodes_given = eval_episodes is not None
         eval_episodes = 10 if eval_episodes is None else eval_episodes
-        agent_overrides, given = _split(agent, overrides)
+        agent_overrides, given = split_overrides(agent, overrides)
         runtime = runtime or default_runtime(agent, env, given)
         config, preset = resolve_config(agent, env, preset, agent_overrides)
         check_runtime(agent, runtime)

@@ -6,6 +6,7 @@ made.)"""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from bsuite.utils import wrappers
@@ -23,7 +24,28 @@ class Logging(wrappers.Logging):
 
 
 class BSuite(BSuiteCompatibilityV0):
-    """Shimmy's Gymnasium binding of a bsuite environment, whose copies do not log."""
+    """Shimmy's Gymnasium binding of a bsuite environment: its seed reaches every layer, and its
+    copies do not log."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Shimmy seeds the environment and the innermost one's random generator; bsuite's
+        reward-noise wrappers between them (``*_noise`` experiments) keep their own, which
+        would draw from the operating system's entropy: they get the same generator."""
+        obs, info = super().reset(seed=seed, options=options)
+        if seed is not None:
+            layer = self._env
+            while layer is not None:
+                if "_rng" in vars(layer):
+                    layer._rng = self.np_random
+                layer = vars(layer).get("_env")
+        return obs, info
+
+    def log_to(self, results_dir: Path) -> None:
+        """Write bsuite's CSV into ``results_dir`` from now on (a resumed run's folder, where it
+        is now)."""
+        if isinstance(self._env, Logging):
+            logger = self._env._logger
+            logger._save_path = str(results_dir / Path(logger._save_path).name)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BSuite:
         """A copy is the environment without bsuite's logger: copies are what MCTS's simulator

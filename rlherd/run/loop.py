@@ -165,12 +165,13 @@ class EnvironmentLoop:
                     episodes=self.episodes.state_dict(),
                     **{k: getattr(self, k) for k in keys})  # fmt: skip
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore; where the environments could not be saved (ale-py), or their snapshot was
-        not sealed by this machine's key (a colleague's run), keep the fresh ones, whose
-        episodes all begin at the next step. An unsealed snapshot is never unpickled."""
+    def load_state_dict(self, state: dict[str, Any]) -> bool:
+        """Restore, and say whether the environments were restored too; where they could not be
+        saved (ale-py), or their snapshot was not sealed by this machine's key (a colleague's
+        run), keep the fresh ones, whose episodes all begin at the next step. An unsealed
+        snapshot is never unpickled."""
         if state["envs"] is None:
-            return
+            return False
         envs = unseal(state["envs"])
         if envs is None:
             warnings.warn(
@@ -180,13 +181,14 @@ class EnvironmentLoop:
                 SnapshotNotice,
                 stacklevel=2,
             )
-            return
+            return False
         self.envs.close()
         self.envs = pickle.loads(envs)
         self.bind()
         self.episodes.load_state_dict(state["episodes"])
         for k in ("obs", "beginning", "resetting"):
             setattr(self, k, state[k])
+        return True
 
 
 def simulate(

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlherd import registry
-from rlherd.errors import TrainingDiverged
+from rlherd.errors import ConfigError, TrainingDiverged
 from rlherd.runtime import settings as s
 
 if TYPE_CHECKING:
@@ -218,9 +218,29 @@ class RunContext:
 
         kwargs = self.env_kwargs
         if rl_envs.family(self.env_id) == "bsuite":
-            results = self.recorder.rundir.path / RESULTS
+            results = self.recorder.rundir.path.resolve() / RESULTS
             kwargs = dict(kwargs, results_dir=str(results), overwrite=self.checkpoint is not None)
         return make_envs(self.env_id, kwargs, self.settings, num_envs, workers)
+
+    def resumed_envs(self, envs: gym.vector.VectorEnv, restored: bool) -> None:
+        """A resumed run's environments, ``restored`` from its checkpoint or fresh. A bsuite
+        id's CSV is one stream of its episodes, which only the restored environment (its logger
+        within) can continue: fresh ones would start it again at episode 1 under a run that goes
+        on counting. Its logger writes to the run's folder as it is now (moved, or named from
+        another working directory)."""
+        from rlherd import envs as rl_envs
+        from rlherd.envs.bsuite import RESULTS
+
+        if rl_envs.family(self.env_id) != "bsuite":
+            return
+        if not restored:
+            raise ConfigError(
+                f"{self.recorder.rundir.path} continues bsuite's CSV only with its environment "
+                "snapshot, which was not written on this machine (or could not be saved); train "
+                "the id again in a new run directory"
+            )
+        for env in envs.envs:
+            env.unwrapped.log_to(self.recorder.rundir.path.resolve() / RESULTS)
 
 
 def make_envs(

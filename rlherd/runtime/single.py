@@ -72,7 +72,8 @@ def run(ctx: RunContext) -> None:
         actor.load_state_dict(ctx.checkpoint["actor"])
         actor.update(wait=True)
         load_tables(checkpointed, ctx.checkpoint["tables"])
-        loop.load_state_dict(ctx.checkpoint["loop"])
+        restored = loop.load_state_dict(ctx.checkpoint["loop"])
+        ctx.resumed_envs(loop.envs, restored)  # the restored ones, where they were
         set_rng_state(ctx.checkpoint["rng"])
         if settings.record_dataset:
             algorithm.load_state_dict(ctx.checkpoint["recording"])

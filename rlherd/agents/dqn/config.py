@@ -205,7 +205,8 @@ PRESETS: dict[str, dict] = {
     # (examples/bsuite/run_dqn.py with acme/agents/tf/dqn/agent.py's defaults): an MLP of
     # (50, 50), 5-step double Q-learning, batch 256, Adam at 1e-3, target copies every 100
     # learner steps, prioritized replay (0.6, importance exponent 0.2) learning from 1,000
-    # transitions, 32 samples per insert, a constant epsilon of 0.05, no dueling head. Not
+    # transitions, 32 samples per insert, a constant epsilon of 0.05, no dueling head, gradients
+    # clipped at a norm of 1e10 (Acme's "no clipping"). Not
     # Acme's: Acme's learner clips rewards to [-1, 1] and rlherd's does not; replay holds 100,000
     # transitions, not a million (memory, with several ids at once); the importance exponent
     # anneals toward 1 over the run's step bound (10M), so it stays near Acme's fixed 0.2.
@@ -226,6 +227,7 @@ PRESETS: dict[str, dict] = {
         dueling=False,
         epsilon_start=0.05,
         epsilon_end=0.05,
+        grad_norm_clip=1e10,
     ),
 }
 

@@ -123,9 +123,11 @@ PRESETS["toy"] = {**PRESETS["classic"], "discount": 0.9, "target_update_period":
 # discount 0.99, batch 32, Adam at 1e-3, target copies every 100 learner steps, priorities
 # 0.6 / importance 0.2 / max weight 0.9, learning from 1,000 sequences' worth, 32 samples per
 # insert, 5-step returns with value rescaling) with the bsuite-sized sequences and network of
-# its own test (r2d2/agent_test.py: burn-in 2, trace 6, a sequence every 4 steps; an LSTM of 20
-# and an MLP of 50). Not Acme's: each episode draws its epsilon from the ladder (0.1 to 0.001),
-# where Acme's TF R2D2 keeps 0.01; replay holds 100,000 steps' sequences.
+# its own test (r2d2/agent_test.py: burn-in 2, trace 6, a sequence every 4 steps; an LSTM of 20).
+# Not Acme's: that test's network reads the LSTM with an MLP of (50, 50) into Q-values, and
+# rlherd's R2D2 puts an MLP of 50 before the LSTM and a dueling head of 50 after it; each
+# episode draws its epsilon from the ladder (0.1 to 0.001), where Acme's TF R2D2 keeps 0.01;
+# replay holds 100,000 steps' sequences.
 PRESETS["bsuite"] = dict(
     discount=0.99,
     burn_in=2,
