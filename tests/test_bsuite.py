@@ -7,6 +7,7 @@ import signal
 import numpy as np
 import pandas as pd
 import pytest
+from bsuite.logging import csv_load  # the bsuite extra, which the test install has (all)
 
 import rlherd
 from rlherd import envs as rl_envs
@@ -14,9 +15,6 @@ from rlherd.commands import bsuite as sweeps
 from rlherd.envs.bsuite import STEP_BOUND
 from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
-
-pytest.importorskip("bsuite")
-from bsuite.logging import csv_load  # noqa: E402
 
 
 def csv_of(run_dir) -> pd.DataFrame:
