@@ -5,9 +5,11 @@ A sweep trains one run per bsuite id (``rlherd train AGENT --env bsuite/<experim
 for bsuite's episode budget: :mod:`rlherd.envs.bsuite`) in ``OUT/<experiment>-<n>/``, as
 parallel processes that fit the cores (those of ``rlherd train --seeds``). Each run's training
 environment writes bsuite's CSV in the run's ``bsuite/`` folder, and ``OUT/csv/`` links them all
-(``bsuite.logging.csv_load.load_bsuite("OUT/csv")`` reads a sweep unchanged). Sweeping again
-into the same ``OUT`` keeps finished ids, continues stopped ones from their checkpoints and
-starts the rest.
+(``bsuite.logging.csv_load.load_bsuite("OUT/csv")`` reads a sweep unchanged). ``bsuite/<e>/<n>``
+runs with seed ``n``: bsuite's replicates of one setting differ by their seed alone. Sweeping
+again into the same ``OUT`` keeps finished ids, continues stopped ones from their checkpoints
+and starts the rest; ``OUT/sweep.json`` holds the agent, seed and settings the folder was swept
+with, and a sweep with others is refused (its finished ids would stay as they were).
 
 The whole suite is 468 ids, days of CPU for an agent. :data:`SUBSET_SIZE` ids of each experiment,
 spread evenly across its settings (its sizes, lengths or noise scales, from easiest to hardest;
