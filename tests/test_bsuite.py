@@ -286,7 +286,7 @@ def test_a_failed_id_is_one_line_naming_it(tmp_path, capsys):
 def test_r2d2_remembers_where_dqn_cannot(tmp_path):
     """Figure 10's memory claim on bsuite's memory_len of length 5, at 1,000 of its 10,000
     episodes, judged by bsuite's own analysis: R2D2's LSTM carries the context to the query
-    (measured: nearly every episode perfect from episode 400), DQN, which sees one step, stays
+    (measured: nearly every episode perfect from episode 500), DQN, which sees one step, stays
     at chance."""
     from bsuite.experiments.memory_len import analysis
 
