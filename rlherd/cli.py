@@ -228,7 +228,7 @@ def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
                        help="episodes per id instead of bsuite's budget (a smoke test: bsuite's "
                        "scores need its budget)")
     sweep.add_argument("--seed", type=int, default=0,
-                       help="bsuite/EXPERIMENT/N runs with seed SEED + N (default: 0)")
+                       help="bsuite/EXPERIMENT/N runs with seed 1000 * SEED + N (default: 0)")
     sweep.add_argument("--preset", help="the agent's preset (default: the one it picks)")
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="an agent config field or runtime setting (torch_threads=2) for "

@@ -114,22 +114,34 @@ def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrup
 def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
     out = tmp_path / "sweep"
     sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
-    with pytest.raises(ConfigError, match="holds a sweep of dqn with other agent"):
+    with pytest.raises(ConfigError, match="holds a sweep of dqn with another agent"):
         sweeps.sweep("ppo", ["bsuite/catch/2"], out, progress=False, total_episodes=3)
-    # Its finished ids would be kept as they are: a full budget, or other fields, are refused.
-    with pytest.raises(ConfigError, match="other settings"):
+    # Its finished ids would be kept as they are: a full budget, or other fields, are refused...
+    with pytest.raises(ConfigError, match="another settings"):
         sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False)
-    with pytest.raises(ConfigError, match="other settings"):
+    with pytest.raises(ConfigError, match="another config"):
         sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3,
                      learning_rate=0.5)  # fmt: skip
-    rlherd.train("ppo", "bsuite/catch/3", run_dir=tmp_path / "mixed" / "catch-3",
+    # ... but the same sweep written another way is the same sweep (the command line's text).
+    _, kept = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes="3",
+                           learning_rate="0.001", preset="bsuite")  # fmt: skip
+    assert kept == ["bsuite/catch/0"]
+    rlherd.train("ppo", "bsuite/catch/3", run_dir=tmp_path / "older" / "catch-3",
                  total_episodes=2, progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="holds runs of ppo"):
-        sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "mixed", progress=False)
-    # An id every run would refuse is refused once, before any process starts.
+    with pytest.raises(ConfigError, match="without the sweep.json"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "older", progress=False)
+    # An id every run would refuse is refused once, before any process starts...
     with pytest.raises(ConfigError, match="n_step"):
         sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "bad", progress=False, n_step=0)
     assert not (tmp_path / "bad").exists()
+    # ... while a setting the agent's preset makes good is not (DQfD's demonstrations).
+    sweeps.sweep("dqfd", ["bsuite/deep_sea/0"], tmp_path / "dqfd", progress=False,
+                 total_episodes=3, demonstration_ratio=0.25)  # fmt: skip
+    # A sweep whose every id failed before a checkpoint does not hold its folder.
+    result, _ = sweeps.sweep("dqfd", ["bsuite/catch/0"], tmp_path / "failed", progress=False,
+                             total_episodes=3)  # fmt: skip
+    assert result.failed
+    sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "failed", progress=False, total_episodes=3)
     assert sweeps.select(None, ["deep_sea/0", "bsuite/deep_sea/0"]) == ["bsuite/deep_sea/0"]
 
 
@@ -154,7 +166,7 @@ def test_replicates_differ_by_their_seed_and_each_seed_reaches_every_layer(tmp_p
     sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
                  total_episodes=10)  # fmt: skip
     seeds = [RunDir(out / f"catch-{n}").read_config().seed for n in (0, 1)]
-    assert seeds == [0, 1]
+    assert seeds == [0, 1] and sweeps.id_seed(1, "bsuite/catch/19") == 1019
     assert not csv_of(out / "catch-0").equals(csv_of(out / "catch-1"))
     # bsuite's reward noise, a layer between Shimmy and the environment, takes the seed too.
     noisy = "bsuite/catch_noise/0"
@@ -216,6 +228,10 @@ def test_mnist_without_its_download_is_one_line(monkeypatch):
     monkeypatch.setattr(datasets, "_download", offline)
     with pytest.raises(ConfigError, match="needs MNIST, which bsuite downloads into /tmp/mnist"):
         rl_envs.make("bsuite/mnist/0")
+    # Its budget, which a report reads for every id, needs no MNIST.
+    from rlherd.envs.bsuite import episode_budget
+
+    assert episode_budget("bsuite/mnist/0") == 10_000
 
 
 def test_deep_seas_expert_gives_the_acme_papers_demonstrations():

@@ -6,7 +6,8 @@ for bsuite's episode budget: :mod:`rlherd.envs.bsuite`) in ``OUT/<experiment>-<n
 parallel processes that fit the cores (those of ``rlherd train --seeds``). Each run's training
 environment writes bsuite's CSV in the run's ``bsuite/`` folder, and ``OUT/csv/`` links them all
 (``bsuite.logging.csv_load.load_bsuite("OUT/csv")`` reads a sweep unchanged). ``bsuite/<e>/<n>``
-runs with seed ``n``: bsuite's replicates of one setting differ by their seed alone. Sweeping
+runs with its own seed (:func:`id_seed`): bsuite's replicates of one setting differ by their
+seed alone. Sweeping
 again into the same ``OUT`` keeps finished ids, continues stopped ones from their checkpoints
 and starts the rest; ``OUT/sweep.json`` holds the agent, seed and settings the folder was swept
 with, and a sweep with others is refused (its finished ids would stay as they were).
@@ -30,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from rlherd.agents import BUILDERS
 from rlherd.commands.seeds import SeedProcess, SeedRuns, run_group, train_argv
 from rlherd.commands.train import resolve_config, split_overrides
+from rlherd.config import to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.rundir import RunDir, read_json
@@ -40,6 +43,8 @@ from rlherd.runtime import settings as settings_mod
 SUBSET_SIZE = 5  # ids per experiment in the documented subset
 CSV_DIR = "csv"  # a sweep's folder of links to its runs' CSVs
 SWEEP_FILE = "sweep.json"  # what a sweep's folder was swept with: agent, seed, settings
+# rlherd.train's own arguments that a sweep passes on to every id, beside fields and settings.
+TRAIN_ARGUMENTS = ("runtime", "total_steps", "eval_every", "eval_episodes", "env_kwargs")
 
 
 def subset(env_ids: list[str]) -> list[str]:
@@ -72,6 +77,13 @@ def select(experiments: list[str] | None, ids: list[str] | None) -> list[str]:
     return chosen
 
 
+def id_seed(seed: int, env_id: str) -> int:
+    """``bsuite/<experiment>/<n>``'s seed in a sweep of ``seed``: ``1000 * seed + n``. bsuite's
+    replicates of one setting differ by their seed alone (catch's 20), so each id has its own,
+    and no two sweeps' seeds meet (an experiment has at most 23 ids)."""
+    return 1000 * seed + int(env_id.rsplit("/", 1)[1])
+
+
 def run_path(out: Path, env_id: str) -> Path:
     """``OUT/deep_sea-0`` for ``bsuite/deep_sea/0``."""
     return out / env_id[len(bs.PREFIX):].replace("/", "-")
@@ -87,36 +99,42 @@ def _finished(path: Path) -> bool:
 
 
 def _claim(out: Path, request: dict[str, Any]) -> None:
-    """Record the sweep ``request`` (agent, seed, settings) in ``OUT/sweep.json``, or refuse one
-    that differs from what the folder's runs were swept with: its finished ids would be kept,
-    and its stopped ones continued, with the old settings."""
+    """Record the sweep ``request`` (agent, seed, resolved config and settings) in
+    ``OUT/sweep.json``, or refuse one that differs from what the folder's runs were swept with:
+    its finished ids would be kept, and its stopped ones continued, with the old ones. A folder
+    none of whose runs got as far as a checkpoint (a sweep whose every id failed) is free."""
     path = out / SWEEP_FILE
-    if path.exists():
+    started = [c.parent for c in out.glob("*/config.json")
+               if RunDir(c.parent).latest_checkpoint() is not None]  # fmt: skip
+    if started and not path.exists():
+        raise ConfigError(f"{out} holds runs (e.g. {started[0].name}) without the {SWEEP_FILE} "
+                          "that says how they were swept; sweep into another --out")  # fmt: skip
+    if started and read_json(path) != request:
         before = read_json(path)
-        if before != request:
-            changed = sorted(k for k in {**before, **request} if before.get(k) != request.get(k))
-            raise ConfigError(
-                f"{out} holds a sweep of {before.get('agent')} with other "
-                f"{', '.join(changed)} ({ {k: before.get(k) for k in changed} }); sweep into "
-                "another --out, or give the same settings to continue it"
-            )
-        return
-    others = {read_json(c).get("agent") for c in out.glob("*/config.json")} - {request["agent"]}
-    if others:
-        raise ConfigError(f"{out} holds runs of {', '.join(sorted(others))}: sweep each agent "
-                          "into an --out of its own")  # fmt: skip
+        changed = sorted(k for k in {**before, **request} if before.get(k) != request.get(k))
+        raise ConfigError(
+            f"{out} holds a sweep of {before.get('agent')} with another {', '.join(changed)}; "
+            "sweep into another --out, or give the same agent, seed and settings to continue it"
+        )
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(request, indent=1, sort_keys=True))
 
 
-def _check(agent: str, env_id: str, settings: dict[str, Any]) -> None:
-    """Refuse, once and before any process starts, an agent, preset, field or setting that
-    every id's run would refuse."""
-    given = dict(settings)
+def _request(agent: str, env_id: str, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+    """What a sweep of ``agent`` with ``settings`` trains each id with, resolved as ``rlherd
+    train`` resolves it (so ``1e-3`` and ``0.001``, or a preset named and the same one picked,
+    are the same sweep); refuses, once and before any process starts, an agent, preset, field
+    or setting that every id's run would refuse."""
+    given = {k: v for k, v in settings.items() if k not in TRAIN_ARGUMENTS}
     preset = given.pop("preset", None)
     fields, runtime_settings = split_overrides(agent, given)
-    resolve_config(agent, env_id, preset, fields)
-    settings_mod.resolve("single", {}, {"num_envs": 1, **runtime_settings})
+    config, preset = resolve_config(agent, env_id, preset, fields)
+    builder = BUILDERS[agent]
+    resolved = settings_mod.resolve("single", builder.runtime_defaults.get(preset, {}),
+                                    {"num_envs": 1, **runtime_settings}, builder.dataflow)
+    train = {k: v for k, v in settings.items() if k in TRAIN_ARGUMENTS}
+    return json.loads(json.dumps(dict(agent=agent, seed=seed, preset=preset, config=to_json(config),
+                                      settings=to_json(resolved), train=train)))  # fmt: skip
 
 
 def _argv(agent: str, env_id: str, path: Path, seed: int,
@@ -132,20 +150,17 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
           progress: bool = True, seed: int = 0,
           **settings: Any) -> tuple[SeedRuns, list[str]]:  # fmt: skip
     """Train ``agent`` on each of ``env_ids`` not yet finished in ``out``, in parallel processes
-    (at most ``jobs`` at once), ``bsuite/<experiment>/<n>`` with seed ``seed + n`` (bsuite's
-    replicates of a setting differ by their seed alone); ``settings`` are :func:`rlherd.train`'s
-    (``preset``, ``total_episodes``, agent fields, runtime settings), the same for every id and
-    every sweep into ``out``. Returns the group's outcome and the ids it found finished (and
-    left as they were)."""
+    (at most ``jobs`` at once), each id with its own seed (:func:`id_seed`). ``settings`` are
+    :func:`rlherd.train`'s (``preset``, ``total_episodes``, agent fields, runtime settings),
+    the same for every id and every sweep into ``out``. Returns the group's outcome and the ids
+    it found finished (and left as they were)."""
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
-    _check(agent, env_ids[0], settings)
-    _claim(out, {"agent": agent, "seed": seed, "settings": settings})
+    _claim(out, _request(agent, env_ids[0], seed, settings))
     done = [i for i in env_ids if _finished(run_path(out, i))]
     group = [SeedProcess(k, run_path(out, i),
-                         _argv(agent, i, run_path(out, i), seed + int(i.rsplit("/", 1)[1]),
-                               settings))
+                         _argv(agent, i, run_path(out, i), id_seed(seed, i), settings))
              for k, i in enumerate(env_ids) if i not in done]  # fmt: skip
     threads = int(settings.get("torch_threads", 1))
     result = SeedRuns(out)

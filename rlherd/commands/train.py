@@ -140,6 +140,9 @@ def _bsuite_settings(env: str, runtime: str, given: dict[str, Any],
         raise ConfigError(f"{env}: {why}; train it on the single runtime (drop --runtime)")
     if given.get("num_envs", 1) != 1:
         raise ConfigError(f"{env}: {why}; drop --num-envs")
+    if given.get("env_workers", 0):  # its snapshot, which carries the CSV's logger, is not saved
+        raise ConfigError(f"{env}: {why}, in this process, for its checkpoints to keep the "
+                          "logger; drop --env-workers")  # fmt: skip
     if "results_dir" in env_kwargs or "overwrite" in env_kwargs:
         raise ConfigError(f"{env}: the run writes bsuite's CSV in its own {RESULTS}/ folder; "
                           "drop results_dir and overwrite from --env-kwargs")  # fmt: skip

@@ -84,8 +84,13 @@ def _load(name: str) -> Any:
 
 
 def episode_budget(env_id: str) -> int:
-    """The number of episodes bsuite runs ``env_id`` for (its ``bsuite_num_episodes``)."""
-    return int(_load(bsuite_id(env_id)).bsuite_num_episodes)
+    """The number of episodes bsuite runs ``env_id`` for: its experiment's ``NUM_EPISODES``,
+    which bsuite gives its environments as ``bsuite_num_episodes`` (read without making one,
+    which for mnist's would load MNIST)."""
+    import importlib
+
+    experiment = bsuite_id(env_id).split("/")[0]
+    return int(importlib.import_module(f"bsuite.experiments.{experiment}.sweep").NUM_EPISODES)
 
 
 def make_bsuite(env_id: str, results_dir: str | None = None, overwrite: bool = False,

@@ -236,8 +236,8 @@ class RunContext:
         if not restored:
             raise ConfigError(
                 f"{self.recorder.rundir.path} continues bsuite's CSV only with its environment "
-                "snapshot, which was not written on this machine (or could not be saved); train "
-                "the id again in a new run directory"
+                "snapshot, which was not written on this machine (or could not be saved): "
+                "delete the run directory and train the id again (a sweep then starts it anew)"
             )
         for env in envs.envs:
             env.unwrapped.log_to(self.recorder.rundir.path.resolve() / RESULTS)
