@@ -55,6 +55,8 @@ def test_bsuites_budget_is_the_default(tmp_path):
         rlherd.train("dqn", "bsuite/catch/0", runtime="mono", progress=False)
     with pytest.raises(ConfigError, match="drop --num-envs"):
         rlherd.train("dqn", "bsuite/catch/0", num_envs=2, progress=False)
+    with pytest.raises(ConfigError, match="drop --env-workers"):  # its logger must be saved
+        rlherd.train("dqn", "bsuite/catch/0", env_workers=1, progress=False)
     with pytest.raises(ConfigError, match="results_dir"):
         rlherd.train("dqn", "bsuite/catch/0", env_kwargs={"results_dir": "x"}, progress=False)
     run = rlherd.train("dqn", "bsuite/deep_sea/0", run_dir=tmp_path / "run", total_steps=50,
