@@ -15,6 +15,7 @@ from rlherd.commands import bsuite as sweeps
 from rlherd.envs.bsuite import STEP_BOUND
 from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
+from rlherd.runtime import settings as settings_mod
 
 
 def csv_of(run_dir) -> pd.DataFrame:
@@ -57,6 +58,8 @@ def test_bsuites_budget_is_the_default(tmp_path):
         rlherd.train("dqn", "bsuite/catch/0", num_envs=2, progress=False)
     with pytest.raises(ConfigError, match="drop --env-workers"):  # its logger must be saved
         rlherd.train("dqn", "bsuite/catch/0", env_workers=1, progress=False)
+    with pytest.raises(ConfigError, match="plays no episodes of its own"):  # never ignored
+        settings_mod.resolve("offline", {}, {"dataset": "d4rl/x", "total_episodes": 5})
     with pytest.raises(ConfigError, match="results_dir"):
         rlherd.train("dqn", "bsuite/catch/0", env_kwargs={"results_dir": "x"}, progress=False)
     run = rlherd.train("dqn", "bsuite/deep_sea/0", run_dir=tmp_path / "run", total_steps=50,

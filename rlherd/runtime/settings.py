@@ -169,6 +169,9 @@ class Offline(Common):
                 "the offline runtime learns from a dataset: pass --dataset ID (a Minari dataset; "
                 "rlherd collect RUN --episodes N --out ID records one)"
             )
+        if self.total_episodes:
+            raise ConfigError("the offline runtime plays no episodes of its own (--total-steps "
+                              "counts its learner steps): drop --total-episodes")  # fmt: skip
 
 
 # Settings that only one dataflow's agents use (the other's would ignore them).
