@@ -109,8 +109,8 @@ def _claim(out: Path, request: dict[str, Any]) -> None:
     if started and not path.exists():
         raise ConfigError(f"{out} holds runs (e.g. {started[0].name}) without the {SWEEP_FILE} "
                           "that says how they were swept; sweep into another --out")  # fmt: skip
-    if started and read_json(path) != request:
-        before = read_json(path)
+    before = read_json(path) if started else request
+    if before != request:
         changed = sorted(k for k in {**before, **request} if before.get(k) != request.get(k))
         raise ConfigError(
             f"{out} holds a sweep of {before.get('agent')} with another {', '.join(changed)}; "
@@ -158,9 +158,9 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
     _claim(out, _request(agent, env_ids[0], seed, settings))
-    done = [i for i in env_ids if _finished(run_path(out, i))]
-    group = [SeedProcess(k, run_path(out, i),
-                         _argv(agent, i, run_path(out, i), id_seed(seed, i), settings))
+    paths = {i: run_path(out, i) for i in env_ids}
+    done = [i for i in env_ids if _finished(paths[i])]
+    group = [SeedProcess(k, paths[i], _argv(agent, i, paths[i], id_seed(seed, i), settings))
              for k, i in enumerate(env_ids) if i not in done]  # fmt: skip
     threads = int(settings.get("torch_threads", 1))
     result = SeedRuns(out)
@@ -170,13 +170,16 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     return result, done
 
 
+def finished_csvs(out: Path) -> list[Path]:
+    """The bsuite CSV of each finished run in the sweep folder ``out``."""
+    return [c for c in sorted(out.glob(f"*/{bs.RESULTS}/*.csv")) if _finished(c.parent.parent)]
+
+
 def link_csvs(out: Path) -> None:
     """``OUT/csv/``: a link to each finished run's bsuite CSV, the folder bsuite's loader reads."""
     folder = out / CSV_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    for csv in sorted(out.glob(f"*/{bs.RESULTS}/*.csv")):
-        if not _finished(csv.parent.parent):
-            continue
+    for csv in finished_csvs(out):
         link = folder / csv.name
         link.unlink(missing_ok=True)
         link.symlink_to(Path("..") / csv.relative_to(out))
@@ -284,7 +287,7 @@ def report(dirs: list[str | Path], out: str | Path) -> Any:
         for name, d in zip(_agent_names(dirs), dirs, strict=True):
             folders[name] = Path(tmp) / name
             folders[name].mkdir()
-            csvs = [c for c in d.glob(f"*/{bs.RESULTS}/*.csv") if _finished(c.parent.parent)]
+            csvs = finished_csvs(d)
             if not csvs:
                 raise ConfigError(f"{d} has no finished bsuite run; sweep it first")
             for csv in csvs:

@@ -210,15 +210,21 @@ class RunContext:
         learners' schedules (learning-rate decay, annealing) span the whole run."""
         return self.recorder.total_steps * (self.spec.agents if self.spec is not None else 1)
 
-    def make_envs(self, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
-        """The run's training environments; a bsuite id's logs bsuite's CSV in the run's
-        ``bsuite/`` folder (:mod:`rlherd.envs.bsuite`; the train command allows it one)."""
+    def _bsuite_results(self) -> Path | None:
+        """Where a bsuite id's training environment writes bsuite's CSV: the run's ``bsuite/``
+        folder, as it is now (:mod:`rlherd.envs.bsuite`); None for any other id."""
         from rlherd import envs as rl_envs
         from rlherd.envs.bsuite import RESULTS
 
-        kwargs = self.env_kwargs
-        if rl_envs.family(self.env_id) == "bsuite":
-            results = self.recorder.rundir.path.resolve() / RESULTS
+        if rl_envs.family(self.env_id) != "bsuite":
+            return None
+        return self.recorder.rundir.path.resolve() / RESULTS
+
+    def make_envs(self, num_envs: int, workers: int = 0) -> gym.vector.VectorEnv:
+        """The run's training environments; a bsuite id's logs bsuite's CSV (the train command
+        allows it one)."""
+        kwargs, results = self.env_kwargs, self._bsuite_results()
+        if results is not None:
             kwargs = dict(kwargs, results_dir=str(results), overwrite=self.checkpoint is not None)
         return make_envs(self.env_id, kwargs, self.settings, num_envs, workers)
 
@@ -228,10 +234,8 @@ class RunContext:
         within) can continue: fresh ones would start it again at episode 1 under a run that goes
         on counting. Its logger writes to the run's folder as it is now (moved, or named from
         another working directory)."""
-        from rlherd import envs as rl_envs
-        from rlherd.envs.bsuite import RESULTS
-
-        if rl_envs.family(self.env_id) != "bsuite":
+        results = self._bsuite_results()
+        if results is None:
             return
         if not restored:
             raise ConfigError(
@@ -240,8 +244,7 @@ class RunContext:
                 "delete the run directory and train the id again (a sweep then starts it anew)"
             )
         for env in envs.envs:
-            env.unwrapped.log_to(self.recorder.rundir.path.resolve() / RESULTS)
-
+            env.unwrapped.log_to(results)
 
 def make_envs(
     env_id: str, env_kwargs: dict[str, Any], settings: Any, num_envs: int, workers: int = 0
