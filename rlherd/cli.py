@@ -321,11 +321,10 @@ def _portable(file: dict, folder: Path) -> dict:
 
     if "env" in file:
         check_recorded(file["env"], folder)
-    kept = {k: v for k, v in file.get("settings", {}).items() if k not in MACHINE_SETTINGS}
+    here = settings.MACHINE_SETTINGS
+    kept = {k: v for k, v in file.get("settings", {}).items() if k not in here}
     return {**file, "settings": kept}
 
-
-MACHINE_SETTINGS = ("device", "env_servers", "ray_address")  # a recorded run's, not this one's
 
 
 def _callbacks(args: argparse.Namespace) -> list:

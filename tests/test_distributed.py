@@ -107,6 +107,12 @@ def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_pa
     with pytest.raises(ConfigError, match="actor_cpus must be > 0"):
         rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_cpus=0,
                      run_dir=tmp_path / "c", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="join one with --ray-address"):
+        rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_resources={"actors": 1},
+                     run_dir=tmp_path / "d", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="learner_resources maps Ray resource names"):
+        rlherd.train("dqn", CORRIDOR, runtime="distributed", learner_resources={"gpu_box": "1"},
+                     ray_address="auto", run_dir=tmp_path / "e", progress=False)  # fmt: skip
     assert not any(tmp_path.iterdir())
 
 

@@ -99,11 +99,12 @@ def test_resume_refuses_what_it_cannot_honour_and_applies_new_evaluations(
     assert main(["train", "--env", "CartPole-v1", "--resume", run, "--no-progress"]) == 2
     assert "drop --env 'CartPole-v1'" in capsys.readouterr().err
     assert (tmp_path / "run" / "config.json").read_text() == before  # nothing was trained
-    # The run's own values are no change; new evaluations apply to the steps still to come.
+    # The run's own values are no change; new evaluations apply to the steps still to come, and
+    # the machine's settings (the device, the cluster's address) are the resumed run's own.
     monkeypatch.chdir(tmp_path)  # the same directory, named another way, is no change
     assert main(["train", "impala", "--env", "rlherd/Bandit-v0", "--seed", "1", "--resume", run,
                  "--run-dir", "run", "--total-steps", "640", "--eval-every", "160",
-                 "--eval-episodes", "2", "--no-progress"]) == 0  # fmt: skip
+                 "--eval-episodes", "2", "--device", "cpu", "--no-progress"]) == 0  # fmt: skip
     capsys.readouterr()
     evaluations = (tmp_path / "run" / "metrics" / "evaluator.csv").read_text().splitlines()
     assert [row.split(",")[0] for row in evaluations[1:]] == ["480", "640"]

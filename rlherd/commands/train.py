@@ -286,7 +286,8 @@ def train(
         if runtime not in RUNTIMES:
             raise ConfigError(f"{rundir.path / 'config.json'} names runtime {runtime!r}, which "
                               f"this rlherd does not have ({', '.join(RUNTIMES)})")  # fmt: skip
-        settings = settings_mod.resolve(runtime, {}, record.settings)
+        here = {k: v for k, v in overrides.items() if k in settings_mod.MACHINE_SETTINGS}
+        settings = settings_mod.resolve(runtime, {}, {**record.settings, **here})
         total_steps = record.total_steps if total_steps is None else total_steps
         if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
             eval_every = eval_every or _default_eval_every(runtime, total_steps, False)
@@ -407,15 +408,16 @@ def _default_eval_every(runtime: str, total_steps: int, eval_episodes_given: boo
 
 
 def _check_resume_flags(record: RunRecord, overrides: dict[str, Any], **given: Any) -> None:
-    """Refuse what ``--resume`` cannot honour: config and settings changes, another run
-    directory, and an agent, env, runtime or seed other than the run's own (left out, they are
-    the run's)."""
+    """Refuse what ``--resume`` cannot honour: config and settings changes (but for the
+    machine's own: ``MACHINE_SETTINGS``), another run directory, and an agent, env, runtime or
+    seed other than the run's own (left out, they are the run's)."""
     def flag(name: str) -> str:
         return f"--{name.replace('_', '-')}"
 
     settings = settings_mod.all_fields()
     changed = [flag(k) for k in ("preset", "env_kwargs", "overwrite") if given[k]]
-    changed += sorted(flag(k) if k in settings else f"--set {k}" for k in overrides)
+    changed += sorted(flag(k) if k in settings else f"--set {k}" for k in overrides
+                      if k not in settings_mod.MACHINE_SETTINGS)  # fmt: skip
     if given["run_dir"] is not None and Path(given["run_dir"]).resolve() != given["resume"]:
         changed.append("--run-dir (--resume names the run directory)")
     if changed:

@@ -14,15 +14,20 @@ Where it runs: with no address, an embedded Ray on this machine (no dashboard, q
 CPU requests scaled to fit) whose every service listens on loopback only, since Ray's API runs
 the code of whoever reaches it; with ``--ray-address`` or ``RAY_ADDRESS``, an existing cluster
 (``ray start --head`` on one machine, ``ray start --address HEAD:6379`` on the others), named in
-one line on stderr (docs/guides/ray-cluster.md). The learner asks for a GPU when
-``--device cuda``; actors ask for ``actor_cpus`` each.
+one line on stderr (docs/guides/ray-cluster.md). Placement is by Ray's resource requests: the
+learner asks for a CPU, a GPU with ``--device cuda``, and ``--learner-resources``, and the
+replay, counter and evaluator nodes go where it goes (one placement group), so batches never
+cross the network; each actor node asks for ``actor_cpus`` and ``--actor-resources``, e.g.
+``{"actors": 1}`` for the machines started with ``ray start --resources '{"actors": 8}'``.
 
 Faults (Launchpad's users' complaints): an actor node that dies is restarted, with a new seed,
 said in one line on stderr and counted (``actor_restarts`` in summary.json); one whose code
 raises stops the run with its traceback. A dead learner or replay node stops the whole program
 with a message naming it; on every exit, Ctrl-C included, every node is stopped and an embedded
 Ray shut down, and the driver waits until the nodes' processes are gone. ``nodes.json`` in the
-run directory says where each node runs.
+run directory says where each node runs: its process id, its machine's address and its Ray
+node's id. A lost machine is the same fault: its actor nodes restart on the machines left, and
+the learner's is a dead learner.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ try:
     import ray
     from ray._private import ray_constants
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 except ImportError as e:  # the runtime table imports this module only when it is chosen
     raise ConfigError("the distributed runtime needs Ray: pip install 'rlherd[ray]'") from e
 
@@ -201,6 +208,7 @@ class Program:
         self.last_actor_steps: dict[int, int] = {}
         self.per_actor: dict[int, int] = {}  # each actor node's steps, as the counter last said
         self.starting: dict[Any, str] = {}  # restarted nodes' ready() calls -> their names
+        self.placement: Any = None  # the learner's placement group, once asked for
 
     # launching ---------------------------------------------------------------------------------
     def launch(self) -> None:
@@ -214,12 +222,14 @@ class Program:
             make_tables = functools.partial(_queue_table, signature, capacity)
         # Every actor may wait on a limiter, and poll and fetch from the learner, at once.
         threads = 2 * settings.num_actors + 8
-        self.counter = self._start("counter", CounterNode, {})
-        self.replay = self._start("replay", ReplayNode, dict(max_concurrency=threads), make_tables)
         gpus = 1 if settings.device.startswith("cuda") else 0
+        self.group = self._learner_group(gpus)
+        self.counter = self._start("counter", CounterNode, self.group)
+        self.replay = self._start("replay", ReplayNode, dict(self.group, max_concurrency=threads),
+                                  make_tables)  # fmt: skip
         self.learner = self._start(
             "learner", LearnerNode,
-            dict(max_concurrency=threads, num_cpus=self.learner_cpus, num_gpus=gpus),
+            dict(self.group, max_concurrency=threads, num_cpus=self.learner_cpus, num_gpus=gpus),
             self.setup, self.replay, ctx.learner_budget, per_batch,
         )  # fmt: skip
         self.evaluator = None
@@ -239,6 +249,24 @@ class Program:
             self._start_actor(i)
         self._await_ready([f"actor-{i}" for i in range(settings.num_actors)])
 
+    def _learner_group(self, gpus: int) -> dict:
+        """Options that place a node beside the learner: the learner, replay, counter and
+        evaluator share one Ray placement group, on one Ray node that offers the learner's CPU
+        (and GPU) and ``learner_resources``, so batches never cross the network. Raises a
+        :class:`ConfigError` if the cluster has no such node within ``READY_TIMEOUT_S``."""
+        bundle = dict(self.ctx.settings.learner_resources, CPU=self.learner_cpus)
+        if gpus:
+            bundle["GPU"] = gpus
+        self.placement = placement_group([bundle])
+        if not ray.wait([self.placement.ready()], timeout=READY_TIMEOUT_S)[0]:
+            raise ConfigError(
+                f"no Ray node could take the learner within {READY_TIMEOUT_S:.0f}s: it asks for "
+                f"{bundle}, and the cluster has {ray.cluster_resources()}. Start a node that "
+                "offers them (ray start --resources '{...}'), or change --learner-resources "
+                "(or --device)."
+            )
+        return dict(scheduling_strategy=PlacementGroupSchedulingStrategy(self.placement, 0))
+
     def _start(self, name: str, cls: type, options: dict, *args: Any) -> Any:
         options = dict(dict(num_cpus=0, max_restarts=0), **options)
         handle = ray.remote(cls).options(**options).remote(*args)
@@ -247,13 +275,14 @@ class Program:
 
     def _start_evaluator(self) -> None:
         play = self.ctx.evaluator.play
-        self.evaluator = self._start("evaluator", EvaluatorNode, {}, self.setup, play.episodes,
-                                     play.seed, self.learner)  # fmt: skip
+        self.evaluator = self._start("evaluator", EvaluatorNode, self.group, self.setup,
+                                     play.episodes, play.seed, self.learner)  # fmt: skip
 
     def _start_actor(self, i: int) -> None:
         seed = self.seed + 1000 * i + 100_003 * self.restarts
         name = f"actor-{i}"
-        options = dict(num_cpus=self.actor_cpus, max_concurrency=2)
+        options = dict(num_cpus=self.actor_cpus, max_concurrency=2,
+                       resources=self.ctx.settings.actor_resources)  # fmt: skip
         self.actors[i] = self._start(name, ActorNode, options, i, seed, self.setup, self.replay,
                                      self.learner, self.counter)  # fmt: skip
         self.runs[i] = self.actors[i].run.remote()
@@ -268,9 +297,9 @@ class Program:
             raise ConfigError(
                 f"Ray did not start these nodes within {READY_TIMEOUT_S:.0f}s: {late}. The "
                 f"cluster has {ray.cluster_resources()}; actor nodes ask for "
-                f"{self.actor_cpus:.3g} CPU each and the learner for {self.learner_cpus:.3g} "
-                "(and a GPU with --device cuda). Lower --num-actors or --actor-cpus, or add "
-                "machines."
+                f"{self.actor_cpus:.3g} CPU each and {self.ctx.settings.actor_resources or 'no'}"
+                " other resources. Lower --num-actors or --actor-cpus, change --actor-resources,"
+                " or add machines."
             )
         for ref in done:
             self.where[calls[ref]] = self._get(ref)
@@ -448,6 +477,9 @@ class Program:
         for handle in self.nodes.values():
             with contextlib.suppress(Exception):
                 ray.kill(handle, no_restart=True)
+        if self.placement is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(self.placement)
         return [w["pid"] for w in self.where.values() if w["ip"] == here]
 
 

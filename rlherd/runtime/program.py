@@ -61,16 +61,18 @@ class NodeSetup:
 
 
 class Node:
-    """A node's ``ready()`` says where it runs (the run's ``nodes.json``), or raises what its
-    constructor raised: Ray reports a constructor that raises only as a dead actor, which would
-    hide a bad config behind "the node died"."""
+    """A node's ``ready()`` says where it runs (the run's ``nodes.json``: its process, its
+    machine's address, and Ray's id of its Ray node, which tells apart Ray nodes that share a
+    machine), or raises what its constructor raised: Ray reports a constructor that raises only
+    as a dead actor, which would hide a bad config behind "the node died"."""
 
     error: Exception | None = None
 
     def ready(self) -> dict[str, Any]:
         if self.error is not None:
             raise self.error
-        return dict(pid=os.getpid(), ip=ray.util.get_node_ip_address())
+        return dict(pid=os.getpid(), ip=ray.util.get_node_ip_address(),
+                    node_id=ray.get_runtime_context().get_node_id())
 
 
 def keeps_errors(init: Callable) -> Callable:

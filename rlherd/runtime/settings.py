@@ -20,6 +20,10 @@ from typing import Any
 from rlherd.config import apply_overrides
 from rlherd.errors import ConfigError
 
+# Where a run runs, not what it is: a run's record is portable without them, and a resumed run
+# may be given its own (another GPU, the cluster's new address).
+MACHINE_SETTINGS = ("device", "env_servers", "ray_address")
+
 
 @dataclass
 class Common:
@@ -144,6 +148,8 @@ class Distributed(Demonstrations):
     insert_chunk: int = 64  # replay: items an actor node sends to the replay node in one call
     actor_cpus: float = 1.0  # CPUs per actor node (an embedded Ray fits them to this machine)
     ray_address: str = ""  # Ray cluster to join ("auto", "HOST:6379"); "": $RAY_ADDRESS or local
+    actor_resources: dict = field(default_factory=dict)  # Ray resources each actor node asks for
+    learner_resources: dict = field(default_factory=dict)  # ... the learner (replay beside it)
     native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
     checkpoint_replay: bool = True  # the replay node's tables go into checkpoints
 
@@ -153,6 +159,18 @@ class Distributed(Demonstrations):
         at_least_zero(self, "num_buffers")
         if self.actor_cpus <= 0:
             raise ConfigError(f"actor_cpus must be > 0, got {self.actor_cpus}")
+        for name in ("actor_resources", "learner_resources"):
+            asked = getattr(self, name)
+            amounts = [v for v in asked.values() if type(v) in (int, float) and v > 0]
+            if len(amounts) < len(asked):
+                raise ConfigError(f"{name} maps Ray resource names to amounts > 0, e.g. "
+                                  f'{{"actors": 1}}; got {asked}')  # fmt: skip
+            if asked and not self.learner_may_be_elsewhere():
+                raise ConfigError(
+                    f"{name} places nodes on the machines of a Ray cluster that offer those "
+                    "resources (ray start --resources ...); join one with --ray-address, or "
+                    "drop it for this machine's own Ray"
+                )
 
     def learner_may_be_elsewhere(self) -> bool:
         return bool(self.ray_address or os.environ.get("RAY_ADDRESS"))
