@@ -13,9 +13,13 @@ in-process table, in the same run.
    actors and environments per actor. Ray's start (about 10 s here) is not in steps/s: the rate
    is taken over the run's second half from ``metrics/train.csv``.
 
+``--against REV`` first runs this benchmark as it is at the git revision ``REV`` (its own code,
+from a temporary worktree), in the same invocation, so a change is measured against the code
+before it on the same machine; its lines carry ``"code": REV``, this code's ``"code": "here"``.
+
 Prints one JSON line per figure. Usage:
     python benchmarks/distributed_throughput.py [--seconds 5] [--cartpole-steps 200000]
-        [--pong-steps 100000] [--skip-runs]
+        [--pong-steps 100000] [--skip-runs] [--against REV]
 """
 
 from __future__ import annotations
@@ -46,8 +50,32 @@ MACHINE = machine()
 CHUNK, BATCH, CAPACITY = 64, 64, 100_000
 
 
+CODE = "here"
+
+
 def emit(**row) -> None:
-    print(json.dumps(dict(bench="distributed_throughput", **row, machine=MACHINE)), flush=True)
+    print(json.dumps(dict(bench="distributed_throughput", code=CODE, **row, machine=MACHINE)),
+          flush=True)  # fmt: skip
+
+
+def against(rev: str, argv: list[str]) -> None:
+    """This benchmark at ``rev``, run from a temporary worktree; its lines tagged with ``rev``."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), rev],
+                       check=True, capture_output=True)  # fmt: skip
+        try:
+            env = dict(os.environ, PYTHONPATH=str(tree))
+            out = subprocess.run([sys.executable, "benchmarks/distributed_throughput.py", *argv],
+                                 cwd=tree, env=env, check=True, capture_output=True, text=True)
+            for line in out.stdout.splitlines():
+                row = json.loads(line)
+                print(json.dumps({"code": rev, **{k: v for k, v in row.items() if k != "code"}}),
+                      flush=True)  # fmt: skip
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
+                           check=False, capture_output=True)  # fmt: skip
 
 
 def cartpole_tables() -> list[Table]:
@@ -123,7 +151,7 @@ def learner(seconds: float) -> None:
     start = time.perf_counter()
     steps = 0
     while time.perf_counter() - start < seconds:
-        steps += len(ray.get(remote.train.remote(0.5)))
+        steps += ray.get(remote.train.remote(0.5))[0]  # (steps, metrics)
     emit(figure="dqn_learner_steps_per_s", where="learner node + replay node",
          value=round(steps / (time.perf_counter() - start), 1))  # fmt: skip
     ray.kill(remote)
@@ -159,7 +187,12 @@ def main() -> None:
     parser.add_argument("--cartpole-steps", type=int, default=200_000)
     parser.add_argument("--pong-steps", type=int, default=100_000)
     parser.add_argument("--skip-runs", action="store_true")
+    parser.add_argument("--against", metavar="REV", help="also run this benchmark at REV, first")
     args = parser.parse_args()
+    if args.against:
+        argv = sys.argv[1:]
+        i = argv.index("--against")
+        against(args.against, argv[:i] + argv[i + 2:])
     torch.set_num_threads(1)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR")
     try:
