@@ -120,7 +120,7 @@ def replay(seconds: float) -> None:
         return CHUNK
 
     emit(figure="inserts_per_s", where="replay node", value=round(rate(insert_remote, seconds)))
-    sampler = TableClient(node, 0, "replay")
+    sampler = TableClient(node, 0, "replay", Distributed().sample_prefetch)
     emit(figure="samples_per_s", where="replay node",
          value=round(rate(lambda: len(sampler.sample(BATCH).keys), seconds)))  # fmt: skip
     ray.kill(node)

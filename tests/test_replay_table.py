@@ -116,6 +116,65 @@ def test_deterministic_selectors_order(selector, priorities, order):
     assert table.size == 0
 
 
+def test_insert_many_is_inserting_each_row_in_order_and_stops_where_the_limiter_does():
+    rows = [item(i) for i in range(7)]
+    columns = {k: np.stack([r[k] for r in rows]) for k in SIG}
+    priorities = np.arange(1.0, 8.0)
+    one, many = (Table("t", SIG, 5, Uniform(), seed=3) for _ in range(2))
+    for row, priority in zip(rows, priorities, strict=True):
+        one.insert(row, priority)
+    assert many.insert_many(columns, priorities) == 7
+    for a, b in zip(one.state_dict().values(), many.state_dict().values(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # A limiter that lets 3 inserts through before a sample: the rest time out, uninserted.
+    limited = Table("t", SIG, 10, Uniform(), rate_limiter=SampleToInsertRatio(1.0, 1, 2.0))
+    assert limited.insert_many(columns, priorities, timeout=0.05) == 3
+    assert limited.size == 3
+
+
+def test_a_sample_of_several_batches_takes_no_more_than_the_limiter_allows():
+    """A replay node's reply: the first batch waited for, then whole batches while the limiter
+    allows them (2 samples per insert, 10 inserts: 20 samples, so 5 batches of 4 at most)."""
+    table = Table("t", SIG, 100, Uniform(), rate_limiter=SampleToInsertRatio(2.0, 1, (0.0, 100.0)))
+    for i in range(10):
+        table.insert(item(i))
+    batch = table.sample(4, timeout=1.0, batches=8)
+    assert len(batch.keys) == 20 and table.limiter.samples == 20
+    parts = batch.split(4)
+    assert [len(p.keys) for p in parts] == [4] * 5
+    np.testing.assert_array_equal(np.concatenate([p.data["i"] for p in parts]), batch.data["i"])
+    np.testing.assert_array_equal(parts[2].keys, batch.keys[8:12])
+    # A queue's items go when sampled: it never gives more than the batch asked for.
+    queue = Table.queue("q", SIG, 10)
+    for i in range(8):
+        queue.insert(item(i))
+    assert queue.sample(2, batches=3).data["i"].tolist() == [0, 1]
+
+
+def test_fifo_names_the_oldest_live_item_whatever_is_deleted_or_inserted_out_of_order():
+    """Against a naive reference (the smallest live key), under inserts, deletes anywhere
+    (sampled-out items, removals) and inserts out of key order (what a restored table does)."""
+    rng = np.random.default_rng(0)
+    fifo, live, capacity = Fifo(), {}, 16  # slot -> key
+    fifo.reset(capacity)
+    keys = list(rng.permutation(40))  # the first inserts come in no order
+    keys += list(range(40, 2_000))
+    for key in keys:
+        free = [s for s in range(capacity) if s not in live]
+        if not free or rng.random() < 0.3:
+            gone = int(rng.choice(list(live)))
+            fifo.delete(gone)
+            del live[gone]
+            free = [s for s in range(capacity) if s not in live]
+        slot = int(rng.choice(free))
+        fifo.insert(slot, int(key), 1.0)
+        live[slot] = int(key)
+        slots, probs = fifo.sample(2, rng)
+        oldest = min(live, key=live.get)
+        assert slots.tolist() == [oldest, oldest] and probs.tolist() == [1.0, 1.0]
+    assert len(fifo.queue) <= 2 * len(live) + 64  # deleted entries do not pile up
+
+
 def test_heap_priority_update_moves_items():
     table = filled(MaxHeap(), n=3, priorities=[1.0, 2.0, 3.0])
     top = table.sample(1)

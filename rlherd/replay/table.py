@@ -41,6 +41,15 @@ class SampleBatch:
     priorities: np.ndarray  # [B] float64
     times_sampled: np.ndarray  # [B] int64, including this sample
 
+    def split(self, size: int) -> list[SampleBatch]:
+        """Consecutive batches of ``size`` items (views): a batch of several sampled at once
+        (on a replay node, to pay for one call) back into the batches a learner steps on."""
+        columns = (self.keys, self.probabilities, self.table_size, self.priorities,
+                   self.times_sampled)  # fmt: skip
+        return [SampleBatch({k: v[i:i + size] for k, v in self.data.items()},
+                            *(c[i:i + size] for c in columns))
+                for i in range(0, len(self.keys), size)]  # fmt: skip
+
 
 class Table:
     """A thread-safe replay table.
@@ -84,6 +93,7 @@ class Table:
         self.storage = {
             k: np.zeros((max_size, *shape), dtype=dt) for k, (shape, dt) in self.signature.items()
         }
+        self.item_nbytes = sum(v.itemsize * v[0].size for v in self.storage.values())
         self._cond = threading.Condition(threading.Lock())
         self._clear()
 
@@ -183,20 +193,56 @@ class Table:
         values = self._check(item)
         with self._cond:
             self._wait(lambda: self.limiter.can_insert(1), timeout, "insert")
-            if not self.free_slots:
-                self._delete(int(self.remover.sample(1, self.rng)[0][0]))
-            slot = self.free_slots.pop()
-            key = self.insert_count * self.max_size + slot
-            self.insert_count += 1
-            for k, v in values.items():
-                self.storage[k][slot] = v
-            self.keys[slot] = key
-            self.priorities[slot] = priority
-            self.times_sampled[slot] = 0
-            self.sampler.insert(slot, key, priority)
-            self.remover.insert(slot, key, priority)
-            self.limiter.inserts += 1
+            key = self._put(values, priority)
             self._cond.notify_all()
+        return key
+
+    def insert_many(self, columns: dict[str, np.ndarray], priorities: np.ndarray,
+                    timeout: float | None = None) -> int:  # fmt: skip
+        """Insert the rows of ``columns`` (each field with a leading axis of rows) in order, each
+        as the rate limiter allows; return how many went in before ``timeout``.
+
+        What an actor's chunk costs on a replay node: the fields are checked once, and the lock
+        taken once for every row the limiter lets in without waiting, where ``insert`` pays
+        both per row."""
+        priorities = np.asarray(priorities, dtype=np.float64)
+        n = len(priorities)
+        values = self._check({k: v[0] for k, v in columns.items()}) if n else {}
+        values = {k: np.asarray(columns[k]) for k in values}
+        if any(len(v) != n for v in values.values()):
+            raise ValueError(f"table {self.name!r}: columns of {n} rows expected, got "
+                             f"{ {k: len(v) for k, v in values.items()} }")  # fmt: skip
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = 0
+        with self._cond:
+            while done < n:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    self._wait(lambda: self.limiter.can_insert(1), left, "insert")
+                except RateLimiterTimeout:
+                    break
+                while done < n and self.limiter.can_insert(1):
+                    self._put({k: v[done] for k, v in values.items()}, float(priorities[done]))
+                    done += 1
+                self._cond.notify_all()
+        return done
+
+    def _put(self, values: dict[str, np.ndarray], priority: float) -> int:
+        """Write one item into a slot (freeing one by the remover when the table is full) and
+        return its key; the lock is held."""
+        if not self.free_slots:
+            self._delete(int(self.remover.sample(1, self.rng)[0][0]))
+        slot = self.free_slots.pop()
+        key = self.insert_count * self.max_size + slot
+        self.insert_count += 1
+        for k, v in values.items():
+            self.storage[k][slot] = v
+        self.keys[slot] = key
+        self.priorities[slot] = priority
+        self.times_sampled[slot] = 0
+        self.sampler.insert(slot, key, priority)
+        self.remover.insert(slot, key, priority)
+        self.limiter.inserts += 1
         return key
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
@@ -247,8 +293,14 @@ class Table:
             self._delete(int(slots[0]))
         return out
 
-    def sample(self, batch_size: int, timeout: float | None = None) -> SampleBatch:
-        """Sample ``batch_size`` items, waiting for the rate limiter (up to ``timeout`` s)."""
+    def sample(self, batch_size: int, timeout: float | None = None,
+               batches: int = 1) -> SampleBatch:  # fmt: skip
+        """Sample ``batch_size`` items, waiting for the rate limiter (up to ``timeout`` s).
+
+        ``batches`` > 1: then, without waiting, up to ``batches - 1`` more batches of
+        ``batch_size``, as many as the limiter allows, in the same batch (``split`` parts them):
+        what a replay node sends a learner in one reply. A table that removes what it samples
+        gives one batch."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         parts: list[tuple[np.ndarray, ...]] = []
@@ -261,6 +313,11 @@ class Table:
                 n = min(batch_size - got, self.limiter.samples_allowed())
                 parts.append(self._take(n))
                 got += n
+                self._cond.notify_all()
+            more = 0 if self.max_times_sampled else batches - 1
+            more = min(more, self.limiter.samples_allowed() // batch_size)
+            if more:
+                parts.append(self._take(more * batch_size))
                 self._cond.notify_all()
         cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
         data = dict(zip(self.signature, cols[5:], strict=True))

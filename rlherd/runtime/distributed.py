@@ -69,6 +69,7 @@ from rlherd.runtime.program import (
     NodeSetup,
     ReplayNode,
     as_tensors,
+    fetch_variables,
     rollout_signature,
 )
 
@@ -327,7 +328,9 @@ class Program:
 
     def get_variables(self, names: list[str]) -> list[dict[str, Any]]:
         """The learner node's parameters now (a variable source for the run's snapshots)."""
-        return as_tensors(self._get(self.learner.get_variables.remote(names))[1])
+        call = self.learner.get_variables.remote(names)
+        self._get(call)  # a dead learner said plainly
+        return fetch_variables(call)[1]
 
     def state(self) -> dict[str, Any]:
         """The learner's and (if ``checkpoint_replay``) the replay node's state, taken between

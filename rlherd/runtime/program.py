@@ -6,8 +6,9 @@ launches and supervises them). Nodes meet the agent only through its builder, as
 does; what this module adds are the remote stand-ins for the pieces that live elsewhere:
 
 - :class:`InsertClient`: an actor's adder writes into it as into a table; items go to the replay
-  node in chunks of ``insert_chunk``, and each chunk waits for the tables' rate limiters there.
-- :class:`TableClient`: the learner's dataset samples through it (and DQN writes priorities back).
+  node in chunks of ``insert_chunk``, one in flight, each waiting for the rate limiters there.
+- :class:`TableClient`: the learner's dataset samples through it, ``sample_prefetch`` batches
+  per call (and DQN writes priorities back).
 - :class:`RemoteVariables`: the actors' and evaluator's ``VariableSource``, the learner node.
 - :class:`QueueDataset`: on-policy batches from the replay node's queue table, which holds whole
   rollouts (FIFO, each sampled once, inserts block while it is full: policy lag is bounded).
@@ -42,6 +43,7 @@ from rlherd.runtime import make_envs, torch_threads, with_demonstrations
 POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its stop flag again
 STATS_PERIOD_S = 0.2  # actor nodes report steps and episodes at most this often
 VERSION_POLL_S = 0.01  # actor nodes ask the learner for its version at most this often
+PREFETCH_BYTES = 32 * 2**20  # the most a replay node's reply to a learner holds (Atari: 1 batch)
 VERSION = "version"  # the field of a queued rollout that holds the parameters' version
 
 
@@ -108,22 +110,20 @@ class ReplayNode(Node):
                timeout: float) -> int:  # fmt: skip
         """Insert the rows of ``columns`` in order, each as the rate limiter allows; returns how
         many went in before ``timeout`` (the caller sends the rest again)."""
-        table, deadline = self.tables[index], time.monotonic() + timeout
-        for i, priority in enumerate(priorities.tolist()):
-            try:
-                left = max(0.0, deadline - time.monotonic())
-                table.insert({k: v[i] for k, v in columns.items()}, priority, timeout=left)
-            except RateLimiterTimeout:
-                return i
-        return len(priorities)
+        return self.tables[index].insert_many(columns, priorities, timeout)
 
-    def sample(self, index: int, n: int, timeout: float) -> tuple[SampleBatch, int] | None:
-        """``n`` items and the table's insert count, or None after ``timeout``."""
+    def sample(self, index: int, n: int, timeout: float,
+               batches: int = 1) -> tuple[SampleBatch, int] | None:  # fmt: skip
+        """Up to ``batches`` batches of ``n`` items as one (the first waited for, the rest as
+        many as the rate limiter allows now, within ``PREFETCH_BYTES``) and the table's insert
+        count; or None after ``timeout``. A queue gives one batch: one taken ahead would wait,
+        growing the policy lag."""
         table = self.tables[index]
         if table.max_times_sampled and not table.wait_until_can_sample(n, timeout):
             return None  # a queue: never take part of a batch and lose it to the timeout
+        batches = max(1, min(batches, PREFETCH_BYTES // (n * table.item_nbytes)))
         try:
-            return table.sample(n, timeout), table.insert_count
+            return table.sample(n, timeout, batches), table.insert_count
         except RateLimiterTimeout:
             return None
 
@@ -149,27 +149,34 @@ class ReplayNode(Node):
 class TableClient:
     """A table on the replay node, as a learner's dataset and learner use one: ``sample``,
     ``can_sample``, ``update_priorities`` (not waited for), ``insert_count`` (as of the last
-    sample: DQN's exploration schedule runs on it).
+    call: DQN's exploration schedule runs on it).
 
-    Each sample asks for the next one before it returns (as Reverb's dataset prefetches), so the
-    round trip to the replay node overlaps the learner's update instead of adding to it."""
+    Batches come ``prefetch`` at a time (as many as the rate limiter allows), and the next call
+    is sent as soon as one is back (as Reverb's dataset keeps samples in flight), so the round
+    trip to the replay node overlaps the learner's updates and is paid once per ``prefetch``
+    batches rather than per batch. Priorities set meanwhile reach batches after those in
+    flight (up to ``2 * prefetch`` batches later)."""
 
-    def __init__(self, replay: Any, index: int, name: str):
-        self.replay, self.index, self.name = replay, index, name
+    def __init__(self, replay: Any, index: int, name: str, prefetch: int = 1):
+        self.replay, self.index, self.name, self.prefetch = replay, index, name, prefetch
         self.insert_count = 0
         self._ahead: dict[tuple, Any] = {}  # (batch_size, timeout) -> the call in flight
+        self._ready: dict[tuple, list[SampleBatch]] = {}  # ... -> batches back, not yet taken
 
     def can_sample(self, n: int = 1) -> bool:
         return ray.get(self.replay.can_sample.remote(self.index, n))
 
     def sample(self, batch_size: int, timeout: float | None = None) -> SampleBatch:
-        args = (self.index, batch_size, timeout)
-        call = self._ahead.pop(args[1:], None) or self.replay.sample.remote(*args)
-        answer = ray.get(call)
-        self._ahead[args[1:]] = self.replay.sample.remote(*args)
-        if answer is None:
-            raise RateLimiterTimeout(f"no batch from table {self.name!r} within {timeout}s")
-        batch, self.insert_count = answer
+        key, args = (batch_size, timeout), (self.index, batch_size, timeout, self.prefetch)
+        ready = self._ready.setdefault(key, [])
+        if not ready:
+            answer = ray.get(self._ahead.pop(key, None) or self.replay.sample.remote(*args))
+            self._ahead[key] = self.replay.sample.remote(*args)
+            if answer is None:
+                raise RateLimiterTimeout(f"no batch from table {self.name!r} within {timeout}s")
+            batch, self.insert_count = answer
+            ready.extend(reversed(batch.split(batch_size)))
+        batch = ready.pop()
         batch.data = {k: np.array(v) for k, v in batch.data.items()}  # writable copies
         return batch
 
@@ -179,16 +186,22 @@ class TableClient:
 
 class InsertClient:
     """A table on the replay node, as an actor's adder writes into one. Items are kept until
-    ``chunk`` of them are here, then sent in one call as columns; the call returns when the
-    replay node took them all (its rate limiters hold across the network), or raises
-    :class:`Stopped` once ``stopping`` is set."""
+    ``chunk`` of them are here, then sent in one call as columns. A call is done when the
+    replay node took them all (its rate limiters hold across the network: what they held back
+    is sent again); waiting for it raises :class:`Stopped` once ``stopping`` is set.
+
+    ``pipelined``: a chunk's call is waited for only when the next chunk is sent, so the actor
+    acts on while it travels, one chunk ahead of the replay node at most (as Reverb's writers
+    keep items in flight). Without it (a queue of rollouts, whose waits bound the policy lag)
+    each call is waited for at once."""
 
     def __init__(self, replay: Any, index: int, signature: dict | None, chunk: int,
-                 stopping: threading.Event):  # fmt: skip
+                 stopping: threading.Event, pipelined: bool = True):  # fmt: skip
         self.replay, self.index, self.signature = replay, index, signature
-        self.chunk, self.stopping = chunk, stopping
+        self.chunk, self.stopping, self.pipelined = chunk, stopping, pipelined
         self.items: list[dict[str, np.ndarray]] = []
         self.priorities: list[float] = []
+        self.in_flight: tuple[Any, dict[str, np.ndarray], np.ndarray] | None = None
 
     def insert(self, item: dict, priority: float = 1.0, timeout: float | None = None) -> None:
         self.items.append(item)
@@ -202,12 +215,25 @@ class InsertClient:
         columns = {k: np.stack([np.asarray(item[k]) for item in self.items]) for k in self.items[0]}
         priorities = np.asarray(self.priorities, dtype=np.float64)
         self.items, self.priorities = [], []
-        sent = 0
-        while sent < len(priorities):
-            if self.stopping.is_set():
-                raise Stopped
-            rest = {k: v[sent:] for k, v in columns.items()}
-            sent += ray.get(self.replay.insert.remote(self.index, rest, priorities[sent:], POLL_S))
+        self.settle()
+        self._send(columns, priorities)
+        if not self.pipelined:
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait until the call in flight is done."""
+        while self.in_flight is not None:
+            call, columns, priorities = self.in_flight
+            taken = ray.get(call)
+            self.in_flight = None
+            if taken < len(priorities):
+                self._send({k: v[taken:] for k, v in columns.items()}, priorities[taken:])
+
+    def _send(self, columns: dict[str, np.ndarray], priorities: np.ndarray) -> None:
+        if self.stopping.is_set():
+            raise Stopped
+        call = self.replay.insert.remote(self.index, columns, priorities, POLL_S)
+        self.in_flight = (call, columns, priorities)
 
 
 # ----------------------------------------------------------------------------------- learner
@@ -217,7 +243,7 @@ class LearnerNode(Node):
 
     Parameters are read under a lock that the learner holds while it steps, except while it
     waits for data, so a read never sees half an update and never waits for a rate limiter.
-    Each version is copied once, however many actors ask for it."""
+    Each version goes into Ray's object store once, however many nodes ask for it."""
 
     @keeps_errors
     def __init__(self, setup: NodeSetup, replay: Any, total_steps: int, per_batch: int):
@@ -230,7 +256,8 @@ class LearnerNode(Node):
         tables: list[TableClient] = []
         if builder.dataflow == "replay":
             names = ray.get(replay.names.remote())
-            tables = [TableClient(replay, i, name) for i, name in enumerate(names)]
+            prefetch = setup.settings.sample_prefetch
+            tables = [TableClient(replay, i, name, prefetch) for i, name in enumerate(names)]
             dataset = builder.make_dataset(tables, device)
             # Demonstrations live here, beside the learner; a resumed run reads them again.
             dataset, _ = with_demonstrations(setup, dataset, tables, seed=0)
@@ -261,18 +288,21 @@ class LearnerNode(Node):
     def variables_version(self) -> int:
         return self.version
 
-    def get_variables(self, names: list[str]) -> tuple[int, list[dict[str, np.ndarray]]]:
-        """The version and, per name, a copy of the learner's state for it, as numpy arrays
-        (which Ray moves without pickling their contents)."""
+    def get_variables(self, names: list[str]) -> tuple[int, list[Any]]:
+        """The version, and (in a list, so that Ray passes it on unresolved) a reference to the
+        learner's state per name as numpy arrays, put in Ray's object store once per version
+        and names however many nodes ask: each asker reads the same copy (on the learner's
+        machine, without copying it) instead of each call pickling its own.
+        :func:`fetch_variables` reads the answer."""
         with self.lock:
             if self._cache[0] != self.version:
                 self._cache = (self.version, {})
-            cached = self._cache[1]
-            for name in names:
-                if name not in cached:
-                    (state,) = self.learner.get_variables([name])
-                    cached[name] = {k: v.detach().cpu().numpy().copy() for k, v in state.items()}
-            return self.version, [cached[name] for name in names]
+            cached, key = self._cache[1], tuple(names)
+            if key not in cached:
+                states = self.learner.get_variables(names)
+                cached[key] = ray.put([{k: v.detach().cpu().numpy() for k, v in state.items()}
+                                       for state in states])  # fmt: skip
+            return self.version, [cached[key]]
 
     def state_dict(self) -> dict[str, Any]:
         """On the CPU: the driver that checkpoints it may have no GPU."""
@@ -355,10 +385,16 @@ class RemoteVariables:
         if self._fetching is None:
             self._fetching = self.learner.get_variables.remote(names)
         if self._states is None or ray.wait([self._fetching], timeout=0)[0]:
-            self.fetched_version, states = ray.get(self._fetching)
+            self.fetched_version, self._states = fetch_variables(self._fetching)
             self._fetching = self.learner.get_variables.remote(names)
-            self._states = as_tensors(states)
         return self._states
+
+
+def fetch_variables(answer: Any) -> tuple[int, list[dict[str, torch.Tensor]]]:
+    """A learner node's ``get_variables`` call (or its answer): the version, and the states as
+    tensors."""
+    version, (ref,) = ray.get(answer)
+    return version, as_tensors(ray.get(ref))
 
 
 def as_tensors(states: list[dict[str, np.ndarray]]) -> list[dict[str, torch.Tensor]]:
@@ -444,7 +480,7 @@ class ActorNode(Node):
                       for i, signature in enumerate(signatures)]  # fmt: skip
             adder = builder.make_adder(tables, k)
         else:
-            queue = InsertClient(self.replay, 0, None, 1, self.stopping)
+            queue = InsertClient(self.replay, 0, None, 1, self.stopping, pipelined=False)
 
             def hand_over(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
                 reporter.report(force=True)  # its steps are counted before it is learned on
@@ -482,8 +518,7 @@ class EvaluatorNode(Node):
         self.learner = learner
 
     def get_variables(self, names: list[str]) -> list[dict[str, torch.Tensor]]:
-        _, states = ray.get(self.learner.get_variables.remote(names))
-        return as_tensors(states)
+        return fetch_variables(self.learner.get_variables.remote(names))[1]
 
     def evaluate(self) -> dict[str, float]:
         return self.play(self)  # the evaluator is its own (waiting) variable source

@@ -146,6 +146,7 @@ class Distributed(Demonstrations):
     envs_per_actor: int = 8  # environments each actor node steps
     num_buffers: int = 0  # on-policy: rollouts the queue table holds (bounds lag); 0: 2 batches
     insert_chunk: int = 64  # replay: items an actor node sends to the replay node in one call
+    sample_prefetch: int = 16  # replay: batches a learner's call to the replay node brings back
     actor_cpus: float = 1.0  # CPUs per actor node (an embedded Ray fits them to this machine)
     ray_address: str = ""  # Ray cluster to join ("auto", "HOST:6379"); "": $RAY_ADDRESS or local
     actor_resources: dict = field(default_factory=dict)  # Ray resources each actor node asks for
@@ -155,7 +156,7 @@ class Distributed(Demonstrations):
 
     def check(self) -> None:
         super().check()
-        at_least_one(self, "num_actors", "envs_per_actor", "insert_chunk")
+        at_least_one(self, "num_actors", "envs_per_actor", "insert_chunk", "sample_prefetch")
         at_least_zero(self, "num_buffers")
         if self.actor_cpus <= 0:
             raise ConfigError(f"actor_cpus must be > 0, got {self.actor_cpus}")
@@ -194,7 +195,8 @@ class Offline(Common):
 
 # Settings that only one dataflow's agents use (the other's would ignore them).
 DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay", "insert_chunk": "replay",
-                 "demonstrations": "replay", "demonstration_ratio": "replay"}  # fmt: skip
+                 "sample_prefetch": "replay", "demonstrations": "replay",
+                 "demonstration_ratio": "replay"}  # fmt: skip
 
 
 def names(cls: type) -> set[str]:
