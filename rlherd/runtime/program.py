@@ -44,6 +44,7 @@ POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its 
 STATS_PERIOD_S = 0.2  # actor nodes report steps and episodes at most this often
 VERSION_POLL_S = 0.01  # actor nodes ask the learner for its version at most this often
 PREFETCH_BYTES = 32 * 2**20  # the most a replay node's reply to a learner holds (Atari: 1 batch)
+PUBLISH_BYTES = 2**20  # parameters from this size on go to Ray's object store, once per version
 VERSION = "version"  # the field of a queued rollout that holds the parameters' version
 
 
@@ -288,21 +289,23 @@ class LearnerNode(Node):
     def variables_version(self) -> int:
         return self.version
 
-    def get_variables(self, names: list[str]) -> tuple[int, list[Any]]:
-        """The version, and (in a list, so that Ray passes it on unresolved) a reference to the
-        learner's state per name as numpy arrays, put in Ray's object store once per version
-        and names however many nodes ask: each asker reads the same copy (on the learner's
-        machine, without copying it) instead of each call pickling its own.
-        :func:`fetch_variables` reads the answer."""
+    def get_variables(self, names: list[str]) -> tuple[int, list | None, Any]:
+        """The version, and per name the learner's state as numpy arrays: in the answer
+        ``(version, states, None)``, or, from ``PUBLISH_BYTES`` on, put in Ray's object store
+        once per version and names however many nodes ask, as ``(version, None, reference)``:
+        each asker reads the same copy (on the learner's machine, without copying it) instead
+        of each answer pickling its own. Small states go in the answer: a put and a second
+        fetch cost more than they save. :func:`fetch_variables` reads either."""
         with self.lock:
             if self._cache[0] != self.version:
                 self._cache = (self.version, {})
             cached, key = self._cache[1], tuple(names)
             if key not in cached:
-                states = self.learner.get_variables(names)
-                cached[key] = ray.put([{k: v.detach().cpu().numpy() for k, v in state.items()}
-                                       for state in states])  # fmt: skip
-            return self.version, [cached[key]]
+                states = [{k: v.detach().cpu().numpy().copy() for k, v in state.items()}
+                          for state in self.learner.get_variables(names)]  # fmt: skip
+                size = sum(v.nbytes for state in states for v in state.values())
+                cached[key] = (None, ray.put(states)) if size >= PUBLISH_BYTES else (states, None)
+            return self.version, *cached[key]
 
     def state_dict(self) -> dict[str, Any]:
         """On the CPU: the driver that checkpoints it may have no GPU."""
@@ -368,7 +371,8 @@ class RemoteVariables:
         self._polling: Any = None
         self._next_poll = 0.0
         self._states: list[dict[str, torch.Tensor]] | None = None
-        self._fetching: Any = None
+        self._fetching: Any = None  # the learner's answer, asked for
+        self._arriving: tuple[int, Any] | None = None  # (version, its parameters' reference)
 
     def variables_version(self) -> int:
         now = time.monotonic()
@@ -382,19 +386,30 @@ class RemoteVariables:
         return self._version
 
     def get_variables(self, names: list[str]) -> list[dict[str, torch.Tensor]]:
+        """A fetch has up to two stages, each waited for only by the first fetch: the learner's
+        answer, then (large states) the parameters from the object store."""
+        first = self._states is None
         if self._fetching is None:
             self._fetching = self.learner.get_variables.remote(names)
-        if self._states is None or ray.wait([self._fetching], timeout=0)[0]:
-            self.fetched_version, self._states = fetch_variables(self._fetching)
+        if self._arriving is None and (first or ray.wait([self._fetching], timeout=0)[0]):
+            version, states, ref = ray.get(self._fetching)
             self._fetching = self.learner.get_variables.remote(names)
+            if states is not None:
+                self.fetched_version, self._states = version, as_tensors(states)
+                return self._states
+            self._arriving = (version, ref)
+        if self._arriving is not None and (first or ray.wait([self._arriving[1]], timeout=0)[0]):
+            version, ref = self._arriving
+            self.fetched_version, self._states = version, as_tensors(ray.get(ref))
+            self._arriving = None
         return self._states
 
 
-def fetch_variables(answer: Any) -> tuple[int, list[dict[str, torch.Tensor]]]:
-    """A learner node's ``get_variables`` call (or its answer): the version, and the states as
+def fetch_variables(call: Any) -> tuple[int, list[dict[str, torch.Tensor]]]:
+    """A learner node's ``get_variables`` call, waited for: the version, and the states as
     tensors."""
-    version, (ref,) = ray.get(answer)
-    return version, as_tensors(ray.get(ref))
+    version, states, ref = ray.get(call)
+    return version, as_tensors(ray.get(ref) if states is None else states)
 
 
 def as_tensors(states: list[dict[str, np.ndarray]]) -> list[dict[str, torch.Tensor]]:
