@@ -25,6 +25,7 @@ import json
 import logging
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -191,7 +192,8 @@ def pandas_1() -> Iterator[None]:
     """pandas 1's behaviour, which bsuite's analysis code (0.3.6, its last release) was written
     for, while that code runs: ``Series.append`` and ``Series.iteritems`` (removed in pandas 2)
     and a groupby mean that skips the columns of text (pandas 2 fails on them). Only pandas'
-    API changes; bsuite's scoring is its own."""
+    API changes; bsuite's scoring is its own. Newer pandas' and matplotlib's deprecation
+    warnings about that code, which a user can do nothing about, are silenced meanwhile."""
     import pandas as pd
     from pandas.core.groupby import DataFrameGroupBy
 
@@ -206,7 +208,10 @@ def pandas_1() -> Iterator[None]:
     for (cls, name), value in patches.items():
         setattr(cls, name, value)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"bsuite\.")
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"bsuite\.")
+            yield
     finally:
         for (cls, name), value in saved.items():
             if value is None:
