@@ -113,6 +113,12 @@ def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_pa
     with pytest.raises(ConfigError, match="learner_resources maps Ray resource names"):
         rlherd.train("dqn", CORRIDOR, runtime="distributed", learner_resources={"gpu_box": "1"},
                      ray_address="auto", run_dir=tmp_path / "e", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="actor_resources maps Ray resource names"):
+        rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_resources=["actors"],
+                     ray_address="auto", run_dir=tmp_path / "f", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="asked for by --actor-cpus and --device"):
+        rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_resources={"CPU": 2},
+                     ray_address="auto", run_dir=tmp_path / "g", progress=False)  # fmt: skip
     assert not any(tmp_path.iterdir())
 
 

@@ -45,6 +45,7 @@ STATS_PERIOD_S = 0.2  # actor nodes report steps and episodes at most this often
 VERSION_POLL_S = 0.01  # actor nodes ask the learner for its version at most this often
 PREFETCH_BYTES = 32 * 2**20  # the most a replay node's reply to a learner holds (Atari: 1 batch)
 PUBLISH_BYTES = 2**20  # parameters from this size on go to Ray's object store, once per version
+READER_TURN_S = 0.005  # the longest a learner waits after a step for readers of its parameters
 VERSION = "version"  # the field of a queued rollout that holds the parameters' version
 
 
@@ -122,7 +123,7 @@ class ReplayNode(Node):
         table = self.tables[index]
         if table.max_times_sampled and not table.wait_until_can_sample(n, timeout):
             return None  # a queue: never take part of a batch and lose it to the timeout
-        batches = max(1, min(batches, PREFETCH_BYTES // (n * table.item_nbytes)))
+        batches = max(1, min(batches, PREFETCH_BYTES // (n * max(1, table.item_nbytes))))
         try:
             return table.sample(n, timeout, batches), table.insert_count
         except RateLimiterTimeout:
@@ -165,6 +166,9 @@ class TableClient:
         self._ready: dict[tuple, list[SampleBatch]] = {}  # ... -> batches back, not yet taken
 
     def can_sample(self, n: int = 1) -> bool:
+        """Whether a batch of ``n`` is here or the replay node could give one now."""
+        if any(ready for (size, _), ready in self._ready.items() if size == n):
+            return True
         return ray.get(self.replay.can_sample.remote(self.index, n))
 
     def sample(self, batch_size: int, timeout: float | None = None) -> SampleBatch:
@@ -244,7 +248,8 @@ class LearnerNode(Node):
 
     Parameters are read under a lock that the learner holds while it steps, except while it
     waits for data, so a read never sees half an update and never waits for a rate limiter.
-    Each version goes into Ray's object store once, however many nodes ask for it."""
+    Each version's answer is made once, however many nodes ask for it (from ``PUBLISH_BYTES``
+    on, it is a reference to the one copy in Ray's object store)."""
 
     @keeps_errors
     def __init__(self, setup: NodeSetup, replay: Any, total_steps: int, per_batch: int):
@@ -252,8 +257,14 @@ class LearnerNode(Node):
         builder, device = setup.builder, setup.settings.device
         networks = builder.make_networks(setup.spec, device)
         self.lock = threading.Lock()
+        # A lock is not fair: a learner that takes it again at once, step after step (its
+        # batches already here), could keep a reader of its parameters waiting for seconds.
+        # So after each step it waits (briefly) until the readers waiting for it are served.
+        self._turn = threading.Condition()
+        self._readers = 0
+        self._filling = threading.Lock()
         self.version = 0
-        self._cache: tuple[int, dict[str, dict]] = (-1, {})
+        self._cache: tuple[int, dict[tuple, tuple]] = (-1, {})  # version -> names -> answer
         tables: list[TableClient] = []
         if builder.dataflow == "replay":
             names = ray.get(replay.names.remote())
@@ -282,6 +293,8 @@ class LearnerNode(Node):
                     self.version += 1
             except TimeoutError:
                 break  # the actors are behind: let the driver look after them
+            with self._turn:  # a reader waiting for the lock gets it now (see get_variables)
+                self._turn.wait_for(lambda: not self._readers, timeout=READER_TURN_S)
             lag = getattr(self.dataset, "policy_lag", None)
             learned.append((1, metrics if lag is None else dict(metrics, policy_lag=lag)))
         return len(learned), mean_metrics(learned)
@@ -296,16 +309,30 @@ class LearnerNode(Node):
         each asker reads the same copy (on the learner's machine, without copying it) instead
         of each answer pickling its own. Small states go in the answer: a put and a second
         fetch cost more than they save. :func:`fetch_variables` reads either."""
-        with self.lock:
-            if self._cache[0] != self.version:
-                self._cache = (self.version, {})
-            cached, key = self._cache[1], tuple(names)
-            if key not in cached:
-                states = [{k: v.detach().cpu().numpy().copy() for k, v in state.items()}
-                          for state in self.learner.get_variables(names)]  # fmt: skip
-                size = sum(v.nbytes for state in states for v in state.values())
-                cached[key] = (None, ray.put(states)) if size >= PUBLISH_BYTES else (states, None)
-            return self.version, *cached[key]
+        key = tuple(names)
+        version, cached = self._cache
+        if version == self.version and key in cached:  # no lock: the cache is replaced whole
+            return version, *cached[key]
+        with self._filling:  # one reader makes a version's answer; the others then read it
+            version, cached = self._cache
+            if version == self.version and key in cached:
+                return version, *cached[key]
+            with self._turn:
+                self._readers += 1
+            try:
+                with self.lock:
+                    states = [{k: v.detach().cpu().numpy().copy() for k, v in state.items()}
+                              for state in self.learner.get_variables(names)]  # fmt: skip
+                    version = self.version
+            finally:
+                with self._turn:
+                    self._readers -= 1
+                    self._turn.notify_all()
+            size = sum(v.nbytes for state in states for v in state.values())
+            answer = (None, ray.put(states)) if size >= PUBLISH_BYTES else (states, None)
+            cached = cached if self._cache[0] == version else {}
+            self._cache = (version, {**cached, key: answer})
+            return version, *answer
 
     def state_dict(self) -> dict[str, Any]:
         """On the CPU: the driver that checkpoints it may have no GPU."""

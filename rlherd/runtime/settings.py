@@ -21,8 +21,9 @@ from rlherd.config import apply_overrides
 from rlherd.errors import ConfigError
 
 # Where a run runs, not what it is: a run's record is portable without them, and a resumed run
-# may be given its own (another GPU, the cluster's new address).
-MACHINE_SETTINGS = ("device", "env_servers", "ray_address")
+# may be given its own (another GPU, the cluster's new address and its machines' resources).
+MACHINE_SETTINGS = ("device", "env_servers", "ray_address", "actor_resources",
+                    "learner_resources")  # fmt: skip
 
 
 @dataclass
@@ -162,10 +163,13 @@ class Distributed(Demonstrations):
             raise ConfigError(f"actor_cpus must be > 0, got {self.actor_cpus}")
         for name in ("actor_resources", "learner_resources"):
             asked = getattr(self, name)
-            amounts = [v for v in asked.values() if type(v) in (int, float) and v > 0]
-            if len(amounts) < len(asked):
+            if not isinstance(asked, dict) or not all(
+                    type(v) in (int, float) and v > 0 for v in asked.values()):
                 raise ConfigError(f"{name} maps Ray resource names to amounts > 0, e.g. "
-                                  f'{{"actors": 1}}; got {asked}')  # fmt: skip
+                                  f'{{"actors": 1}}; got {asked!r}')  # fmt: skip
+            if {"CPU", "GPU"} & set(asked):
+                raise ConfigError(f"{name}: CPUs and GPUs are asked for by --actor-cpus and "
+                                  "--device; name only your machines' own resources here")
             if asked and not self.learner_may_be_elsewhere():
                 raise ConfigError(
                     f"{name} places nodes on the machines of a Ray cluster that offer those "
