@@ -58,6 +58,36 @@ def test_a_learner_nodes_state_pickles_a_flattened_networks_memory_once():
     assert state["learner"]["num_steps"] == 3
 
 
+def test_a_reader_of_the_learners_parameters_is_let_in_after_the_learners_step():
+    """The learner takes its lock step after step; a reader waiting for it must get it after
+    the step under way, not whenever the learner happens to let go (a Python lock is not
+    fair). Counted in learner steps, not seconds: how many steps each of 100 reads waited."""
+    from rlherd.runtime.program import TakeTurns
+
+    turns, steps, stop = TakeTurns(wait_s=1.0), [0], threading.Event()
+
+    def learner() -> None:
+        while not stop.is_set():
+            with turns.lock:  # a step that holds the GIL too, as Python code does
+                sum(range(20_000))
+                steps[0] += 1
+            turns.yield_to_readers()
+
+    thread = threading.Thread(target=learner, daemon=True)
+    thread.start()
+    waited = []
+    try:
+        for _ in range(100):
+            asked = steps[0]
+            with turns.reading():
+                waited.append(steps[0] - asked)
+            time.sleep(0.002)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert max(waited) <= 2, waited  # the step under way, and one begun as it asked
+
+
 def test_a_variable_client_catches_up_with_an_asynchronous_source():
     """A source that answers with older variables than the version it reports (the learner
     node's prefetching client) must be asked again until the newest is loaded, and then not

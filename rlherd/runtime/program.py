@@ -19,6 +19,7 @@ object store, and what comes out of it is read-only, so clients copy what they w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -242,6 +243,36 @@ class InsertClient:
 
 
 # ----------------------------------------------------------------------------------- learner
+class TakeTurns:
+    """A lock whose busy owner (the learner, step after step) lets the readers waiting for it
+    in after each of its turns. A Python lock is not fair: a learner that takes it again at
+    once (its batches already here) kept a reader of its parameters waiting for up to seconds.
+    The owner takes ``lock`` and calls :meth:`yield_to_readers` between turns, waiting up to
+    ``wait_s`` for them; readers go through :meth:`reading`."""
+
+    def __init__(self, wait_s: float):
+        self.lock = threading.Lock()
+        self.wait_s = wait_s
+        self._turn = threading.Condition()
+        self._readers = 0
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._turn:
+            self._readers += 1
+        try:
+            with self.lock:
+                yield
+        finally:
+            with self._turn:
+                self._readers -= 1
+                self._turn.notify_all()
+
+    def yield_to_readers(self) -> None:
+        with self._turn:
+            self._turn.wait_for(lambda: not self._readers, timeout=self.wait_s)
+
+
 class LearnerNode(Node):
     """The agent's learner on its own node (on a GPU when ``device`` says so), stepped in slices
     by the driver (:meth:`train`) and serving its parameters to every other node.
@@ -256,12 +287,8 @@ class LearnerNode(Node):
         torch_threads(setup.settings.torch_threads)
         builder, device = setup.builder, setup.settings.device
         networks = builder.make_networks(setup.spec, device)
-        self.lock = threading.Lock()
-        # A lock is not fair: a learner that takes it again at once, step after step (its
-        # batches already here), could keep a reader of its parameters waiting for seconds.
-        # So after each step it waits (briefly) until the readers waiting for it are served.
-        self._turn = threading.Condition()
-        self._readers = 0
+        self.turns = TakeTurns(READER_TURN_S)
+        self.lock = self.turns.lock
         self._filling = threading.Lock()
         self.version = 0
         self._cache: tuple[int, dict[tuple, tuple]] = (-1, {})  # version -> names -> answer
@@ -293,8 +320,7 @@ class LearnerNode(Node):
                     self.version += 1
             except TimeoutError:
                 break  # the actors are behind: let the driver look after them
-            with self._turn:  # a reader waiting for the lock gets it now (see get_variables)
-                self._turn.wait_for(lambda: not self._readers, timeout=READER_TURN_S)
+            self.turns.yield_to_readers()
             lag = getattr(self.dataset, "policy_lag", None)
             learned.append((1, metrics if lag is None else dict(metrics, policy_lag=lag)))
         return len(learned), mean_metrics(learned)
@@ -317,17 +343,10 @@ class LearnerNode(Node):
             version, cached = self._cache
             if version == self.version and key in cached:
                 return version, *cached[key]
-            with self._turn:
-                self._readers += 1
-            try:
-                with self.lock:
-                    states = [{k: v.detach().cpu().numpy().copy() for k, v in state.items()}
-                              for state in self.learner.get_variables(names)]  # fmt: skip
-                    version = self.version
-            finally:
-                with self._turn:
-                    self._readers -= 1
-                    self._turn.notify_all()
+            with self.turns.reading():
+                states = [{k: v.detach().cpu().numpy().copy() for k, v in state.items()}
+                          for state in self.learner.get_variables(names)]  # fmt: skip
+                version = self.version
             size = sum(v.nbytes for state in states for v in state.values())
             answer = (None, ray.put(states)) if size >= PUBLISH_BYTES else (states, None)
             cached = cached if self._cache[0] == version else {}
