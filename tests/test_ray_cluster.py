@@ -125,11 +125,14 @@ def test_a_lost_learner_node_stops_the_run_and_resume_continues(cluster, tmp_pat
     assert not _left_running(removed["nodes"])
     stopped_at = json.loads((run_dir / "summary.json").read_text())["learner_steps"]
 
-    replacement = cluster.add(learner=1)
+    # The cluster it resumes on may name its machines otherwise: placement is the machine's.
+    replacement = cluster.add(gpu_box=1)
     run = rlherd.train(resume=run_dir, total_steps=6_000, ray_address=cluster.address,
-                       progress=False)  # fmt: skip
+                       learner_resources={"gpu_box": 1}, progress=False)  # fmt: skip
     nodes = json.loads((run_dir / "nodes.json").read_text())
     assert nodes["learner"]["node_id"] == replacement.node_id
+    recorded = json.loads((run_dir / "config.json").read_text())["settings"]
+    assert recorded["learner_resources"] == {"gpu_box": 1}  # what the run last ran with
     assert run.summary["learner_steps"] > stopped_at
     assert run.summary["actor_steps"] >= 6_000
     assert not _left_running(nodes)

@@ -292,7 +292,8 @@ def train(
         if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
             eval_every = eval_every or _default_eval_every(runtime, total_steps, False)
         record = dataclasses.replace(
-            record, total_steps=total_steps, settings={**record.settings, **here},
+            record, total_steps=total_steps,
+            settings={**record.settings, **{k: getattr(settings, k) for k in here}},
             eval_every=record.eval_every if eval_every is None else eval_every,
             eval_episodes=record.eval_episodes if eval_episodes is None else eval_episodes)
         rundir.lock()
