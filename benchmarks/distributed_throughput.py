@@ -190,9 +190,14 @@ def main() -> None:
     parser.add_argument("--against", metavar="REV", help="also run this benchmark at REV, first")
     args = parser.parse_args()
     if args.against:
-        argv = sys.argv[1:]
-        i = argv.index("--against")
-        against(args.against, argv[:i] + argv[i + 2:])
+        argv, rest = sys.argv[1:], []
+        while argv:  # the same arguments, but --against REV (or --against=REV)
+            arg = argv.pop(0)
+            if arg == "--against":
+                argv.pop(0)
+            elif not arg.startswith("--against="):
+                rest.append(arg)
+        against(args.against, rest)
     torch.set_num_threads(1)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR")
     try:
