@@ -291,7 +291,7 @@ class LearnerNode(Node):
         self.lock = self.turns.lock
         self._filling = threading.Lock()
         self.version = 0
-        self._cache: tuple[int, dict[tuple, tuple]] = (-1, {})  # version -> names -> answer
+        self._cache: tuple[int, dict[tuple, tuple]] = (-1, {})  # (version, {names: answer})
         tables: list[TableClient] = []
         if builder.dataflow == "replay":
             names = ray.get(replay.names.remote())
