@@ -321,10 +321,9 @@ def _portable(file: dict, folder: Path) -> dict:
 
     if "env" in file:
         check_recorded(file["env"], folder)
-    here = settings.MACHINE_SETTINGS
-    kept = {k: v for k, v in file.get("settings", {}).items() if k not in here}
+    kept = {k: v for k, v in file.get("settings", {}).items()
+            if k not in settings.MACHINE_SETTINGS}  # fmt: skip
     return {**file, "settings": kept}
-
 
 
 def _callbacks(args: argparse.Namespace) -> list:

@@ -207,8 +207,10 @@ class Table:
         both per row."""
         priorities = np.asarray(priorities, dtype=np.float64)
         n = len(priorities)
-        values = self._check({k: v[0] for k, v in columns.items()}) if n else {}
-        values = {k: np.asarray(columns[k]) for k in values}
+        if not n:
+            return 0
+        self._check({k: v[0] for k, v in columns.items()})  # the fields, by their first row
+        values = {k: np.asarray(columns[k]) for k in self.signature}
         if any(len(v) != n for v in values.values()):
             raise ValueError(f"table {self.name!r}: columns of {n} rows expected, got "
                              f"{ {k: len(v) for k, v in values.items()} }")  # fmt: skip

@@ -246,6 +246,7 @@ class RunContext:
         for env in envs.envs:
             env.unwrapped.log_to(results)
 
+
 def make_envs(
     env_id: str, env_kwargs: dict[str, Any], settings: Any, num_envs: int, workers: int = 0
 ) -> gym.vector.VectorEnv:

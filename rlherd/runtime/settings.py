@@ -163,8 +163,8 @@ class Distributed(Demonstrations):
             raise ConfigError(f"actor_cpus must be > 0, got {self.actor_cpus}")
         for name in ("actor_resources", "learner_resources"):
             asked = getattr(self, name)
-            if not isinstance(asked, dict) or not all(
-                    type(v) in (int, float) and v > 0 for v in asked.values()):
+            amounts = asked.values() if isinstance(asked, dict) else [None]
+            if not all(type(v) in (int, float) and v > 0 for v in amounts):
                 raise ConfigError(f"{name} maps Ray resource names to amounts > 0, e.g. "
                                   f'{{"actors": 1}}; got {asked!r}')  # fmt: skip
             if {"CPU", "GPU"} & set(asked):
