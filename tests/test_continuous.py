@@ -86,6 +86,45 @@ def test_bad_configs_name_the_field(overrides, message):
             builder_for(agent, **overrides)
 
 
+def test_an_unlimited_ratio_paces_nothing_and_a_single_process_refuses_it(tmp_path):
+    """samples_per_insert=inf is Acme's MinSize: after min_replay_size inserts the learner may
+    sample any number of times, and actors never wait for it. One loop that takes turns between
+    acting and learning would learn without end, so `single` refuses it in one line."""
+    builder, spec = builder_for("d4pg", samples_per_insert=float("inf"), min_replay_size=5)
+    (table,) = builder.make_replay_tables(spec, insert_blocking=True)
+    limiter = table.limiter
+    limiter.inserts = 4
+    assert not limiter.can_sample(1)
+    limiter.inserts, limiter.samples = 5, 10**9
+    assert limiter.can_sample(10**6) and limiter.can_insert(10**6)
+    finite, _ = builder_for("d4pg", samples_per_insert=8.0, min_replay_size=5)
+    (paced,) = finite.make_replay_tables(spec, insert_blocking=True)
+    paced.limiter.inserts, paced.limiter.samples = 5, 10**9
+    assert not paced.limiter.can_sample(1)  # the same counts, under a finite ratio
+    with pytest.raises(ConfigError, match="--runtime mono or distributed"):
+        rlherd.train("d4pg", "Pendulum-v1", runtime="single", total_steps=100, progress=False,
+                     run_dir=tmp_path / "single", samples_per_insert="inf")  # fmt: skip
+    with pytest.raises(ValueError, match="prioritized=false"):
+        resolve_config("dqn", "CartPole-v1", None, dict(samples_per_insert=float("inf")))
+
+
+@pytest.mark.parametrize("agent", CONTINUOUS)
+def test_action_bounds_are_copied_from_a_read_only_spec(agent):
+    """A spec that came through Ray's object store holds read-only arrays: the networks copy
+    the bounds rather than share them (which torch warns is undefined behaviour)."""
+    import dataclasses
+
+    builder, spec = builder_for(agent)
+    low, high = np.array(spec.action_low), np.array(spec.action_high)
+    low.setflags(write=False)
+    high.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net = builder.make_networks(dataclasses.replace(spec, action_low=low, action_high=high))
+    bounds = [b for name, b in net.named_buffers() if name.endswith("action_low")]
+    assert bounds and not any(np.shares_memory(b.numpy(), low) for b in bounds)
+
+
 def test_dpg_loss_gradient_is_the_clipped_action_gradient():
     g = torch.Generator().manual_seed(0)
     action = torch.randn(5, 3, generator=g, requires_grad=True)

@@ -3,11 +3,13 @@ uses. Runtimes reach agents only through the builder methods of :mod:`rlherd.cor
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rlherd import envs as rl_envs
 from rlherd.agents.acting import TransitionActor
 from rlherd.core import EnvSpec
+from rlherd.errors import ConfigError
 from rlherd.replay import (
     BatchAdder,
     Fifo,
@@ -53,8 +55,10 @@ def check_replay(config: Any) -> None:
             f"min_replay_size ({config.min_replay_size}) exceeds replay_size "
             f"({config.replay_size}): sampling would never start"
         )
-    if config.samples_per_insert <= 0:
-        raise ValueError(f"samples_per_insert must be > 0, got {config.samples_per_insert}")
+    if not config.samples_per_insert > 0:  # NaN too
+        raise ValueError(
+            f"samples_per_insert must be > 0 (inf: no rate limit), got {config.samples_per_insert}"
+        )
 
 
 def check_critic(config: Any) -> None:
@@ -142,8 +146,14 @@ class TransitionReplayBuilder(AgentBuilder):
     def rate_limiter(self) -> RateLimiter:
         """Acme's ``SampleToInsertRatio``: each transition is sampled ``samples_per_insert``
         times on average once ``min_replay_size`` are in, within an error buffer of
-        ``min_replay_size * samples_per_insert * tolerance`` samples."""
+        ``min_replay_size * samples_per_insert * tolerance`` samples.
+
+        ``samples_per_insert=inf`` is Acme's ``MinSize``: once ``min_replay_size`` items are in,
+        the learner samples as fast as it can and actors never wait for it (the "unlimited"
+        ratio of the Acme paper's rate-limiter study)."""
         c = self.config
+        if math.isinf(c.samples_per_insert):
+            return MinSize(c.min_replay_size)
         error_buffer = max(
             c.min_replay_size * c.samples_per_insert * c.samples_per_insert_tolerance,
             2 * max(1.0, c.samples_per_insert),
@@ -174,6 +184,12 @@ class TransitionReplayBuilder(AgentBuilder):
         else:
             size, limiter = self.config.replay_size, self.rate_limiter()
         if not insert_blocking:
+            if math.isinf(self.config.samples_per_insert) and dataset_size is None:
+                raise ConfigError(
+                    "samples_per_insert=inf (no rate limit) lets the learner step without end "
+                    "where it takes turns with the actors in one loop: run it with actors "
+                    "apart (--runtime mono or distributed), or give a finite ratio"
+                )
             limiter = limiter.without_insert_blocking()
         signature = self.item_signature(spec)
         return [Table("replay", signature, size, self.sampler(), Fifo(), 0, limiter)]

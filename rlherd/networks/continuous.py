@@ -243,8 +243,9 @@ class ActionBounds:
     action_high: torch.Tensor
 
     def register_bounds(self, spec: EnvSpec) -> None:
-        self.register_buffer("action_low", torch.as_tensor(spec.action_low, dtype=torch.float32))
-        self.register_buffer("action_high", torch.as_tensor(spec.action_high, dtype=torch.float32))
+        # Copies: a spec that came through Ray's object store holds read-only arrays.
+        self.register_buffer("action_low", torch.tensor(spec.action_low, dtype=torch.float32))
+        self.register_buffer("action_high", torch.tensor(spec.action_high, dtype=torch.float32))
 
     def to_env(self, action: torch.Tensor) -> torch.Tensor:
         """Canonical ``[-1, 1]`` actions (clipped) as the environment's."""

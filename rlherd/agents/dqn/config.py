@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from rlherd.agents.base import check_at_least_one, check_replay
@@ -43,7 +44,7 @@ class DQNConfig(ObservationConfig):
     # Replay.
     replay_size: int = 1_000_000
     min_replay_size: int = 20_000
-    samples_per_insert: float = 8.0
+    samples_per_insert: float = 8.0  # inf: no rate limit (mono, distributed)
     samples_per_insert_tolerance: float = 0.1  # error buffer = min_replay_size * spi * tolerance
     # Stable-Baselines3's schedule instead of a steady ratio: after every `train_every`
     # transitions inserted, `gradient_steps` learner steps in a row (SB3's train_freq and
@@ -83,6 +84,12 @@ class DQNConfig(ObservationConfig):
             )
         if self.priority_exponent < 0:
             raise ValueError(f"priority_exponent must be >= 0, got {self.priority_exponent}")
+        if self.prioritized and not self.train_every and math.isinf(self.samples_per_insert):
+            raise ValueError(
+                "samples_per_insert=inf leaves the number of learner steps open, and prioritised "
+                "replay anneals its importance weights over them: give a finite ratio, or "
+                "prioritized=false"
+            )
 
     @property
     def replay_ratio(self) -> float:
