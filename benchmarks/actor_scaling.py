@@ -1,0 +1,182 @@
+"""The Acme paper's actor-scaling and rate-limiter studies (sections 4.3-4.5, Figures 6 and 7)
+on this machine: D4PG on ``Pendulum-v1`` on the ``distributed`` runtime.
+
+- ``--figure 6``: 1, 2, 4 and 8 actor nodes at a fixed samples-per-insert (``--spi``, 32 by
+  default, Acme's D4PG default). Each environment step sleeps ``--latency-ms`` first (a slow
+  simulator, or a robot), so actors wait rather than compute and a 2-core machine can hold 8 of
+  them. The rate limiter ties learner steps to actor steps, so the curves against actor steps
+  should overlay (the same agent), while more actors reach a return sooner in walltime.
+- ``--figure 7``: samples per insert 8, 32, 128 and unlimited (``inf``: the learner samples as
+  fast as it can) with ``--actors`` actors and no latency. The ratio sets how many learner steps
+  each actor step buys: return against actor steps and against walltime.
+
+Returns are training returns, the mean of each run's last ``--window`` episodes; time to return
+is the walltime at which that moving mean first reaches ``--target``. Runs stay in
+``--out/fig<N>/<setting>-seed<S>``: running the command again keeps finished runs, so a figure can
+go in pieces. Prints one JSON line per run, one per setting (seeds' mean, and for Figure 6 the
+speed-up in time-to-return against 1 actor), and writes the plot to ``--out/fig<N>/fig<N>.png``.
+
+Usage: python benchmarks/actor_scaling.py --figure 6 [--seeds 0 1] [--total-steps 20000]
+       [--latency-ms 10] [--spi 32] [--out runs/actor_scaling]
+       python benchmarks/actor_scaling.py --figure 7 [--seeds 0 1] [--total-steps 30000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+import rlherd
+from rlherd.run.provenance import machine
+
+ACTORS = (1, 2, 4, 8)
+RATIOS = (8.0, 32.0, 128.0, math.inf)
+
+
+class Latency(gym.Wrapper):
+    """Each step waits ``seconds`` before it is taken: a simulator or robot slower than the
+    policy, so that more actors mean more steps per second on any number of cores."""
+
+    def __init__(self, env: gym.Env, seconds: float):
+        super().__init__(env)
+        self.seconds = seconds
+
+    def step(self, action):
+        time.sleep(self.seconds)
+        return self.env.step(action)
+
+
+def slow_pendulum(latency_ms: float = 10.0) -> gym.Env:
+    """``Pendulum-v1`` behind :class:`Latency`: the environment id
+    ``actor_scaling:slow_pendulum`` (this file's folder is on the actors' import path)."""
+    return Latency(gym.make("Pendulum-v1"), latency_ms / 1000.0)
+
+
+def train(run_dir: Path, seed: int, args: argparse.Namespace, actors: int, spi: float,
+          latency_ms: float) -> dict:  # fmt: skip
+    """One D4PG run (its ``classic`` preset but for the ratio), kept if it finished before."""
+    if not (run_dir / "summary.json").exists():
+        env_id, env_kwargs = "Pendulum-v1", {}
+        if latency_ms > 0:
+            env_id, env_kwargs = "actor_scaling:slow_pendulum", dict(latency_ms=latency_ms)
+        rlherd.train("d4pg", env_id, runtime="distributed", preset="classic", seed=seed,
+                     total_steps=args.total_steps, run_dir=run_dir, overwrite=True,
+                     progress=False, num_actors=actors, env_kwargs=env_kwargs,
+                     samples_per_insert=spi)  # fmt: skip
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def curve(run_dir: Path, window: int) -> dict[str, np.ndarray]:
+    """Actor steps, walltime and the moving mean of the last ``window`` training returns, at
+    each episode's end."""
+    rows = np.genfromtxt(run_dir / "metrics" / "train.csv", delimiter=",", names=True)
+    returns = rows["episode_return"]
+    moving = np.convolve(returns, np.ones(window), "full")[: len(returns)]
+    moving /= np.minimum(np.arange(1, len(returns) + 1), window)
+    return dict(steps=rows["actor_steps"], seconds=rows["wall_time_s"], returns=moving)
+
+
+def time_to(c: dict[str, np.ndarray], target: float) -> float | None:
+    """Walltime at which the moving mean first reaches ``target`` (None: never)."""
+    hit = np.flatnonzero(c["returns"] >= target)
+    return float(c["seconds"][hit[0]]) if len(hit) else None
+
+
+def label(figure: str, setting: float) -> str:
+    if figure == "6":
+        return f"{int(setting)} actor" + ("s" if setting > 1 else "")
+    return "unlimited" if math.isinf(setting) else f"SPI {setting:g}"
+
+
+def plot(figure: str, curves: dict[float, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (setting, runs) in enumerate(curves.items()):
+        for j, c in enumerate(runs):
+            for ax, x in zip(axes, ("steps", "seconds"), strict=True):
+                ax.plot(c[x], c["returns"], color=f"C{i}", alpha=0.8,
+                        label=label(figure, setting) if j == 0 else None)  # fmt: skip
+    axes[0].set_xlabel("actor steps")
+    axes[1].set_xlabel("walltime (s)")
+    for ax in axes:
+        ax.set_ylabel("training return (moving mean)")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(f"D4PG on Pendulum-v1, distributed: Acme's Figure {figure} (one line a seed)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--figure", choices=("6", "7"), required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--total-steps", type=int, default=None,
+                        help="actor steps a run (default: 20,000 for 6, 30,000 for 7)")
+    parser.add_argument("--latency-ms", type=float, default=10.0,
+                        help="each environment step's wait, Figure 6 (default: 10)")
+    parser.add_argument("--spi", type=float, default=32.0,
+                        help="samples per insert, Figure 6 (default: 32)")
+    parser.add_argument("--actors", type=int, default=4, help="actor nodes, Figure 7")
+    parser.add_argument("--settings", type=float, nargs="+", default=None,
+                        help="actor counts (6) or ratios (7) to run (default: all)")
+    parser.add_argument("--target", type=float, default=-400.0,
+                        help="the return that time-to-return is measured to (default: -400)")
+    parser.add_argument("--window", type=int, default=10, help="episodes in the moving mean")
+    parser.add_argument("--out", type=Path, default=Path("runs/actor_scaling"))
+    args = parser.parse_args()
+    if args.total_steps is None:
+        args.total_steps = 20_000 if args.figure == "6" else 30_000
+    settings = args.settings or (ACTORS if args.figure == "6" else RATIOS)
+    out = args.out / f"fig{args.figure}"
+
+    curves: dict[float, list[dict]] = {}
+    times: dict[float, list[float | None]] = {}
+    for setting in settings:
+        for seed in args.seeds:
+            if args.figure == "6":
+                actors, spi, latency = int(setting), args.spi, args.latency_ms
+            else:
+                actors, spi, latency = args.actors, setting, 0.0
+            run_dir = out / f"{label(args.figure, setting).replace(' ', '-')}-seed{seed}"
+            summary = train(run_dir, seed, args, actors, spi, latency)
+            c = curve(run_dir, args.window)
+            curves.setdefault(setting, []).append(c)
+            times.setdefault(setting, []).append(time_to(c, args.target))
+            print(json.dumps(dict(
+                bench="actor_scaling", figure=args.figure, actors=actors,
+                samples_per_insert=str(spi), latency_ms=latency, seed=seed,
+                final_train_return=round(float(c["returns"][-1]), 1),
+                time_to_target_s=times[setting][-1], target=args.target,
+                actor_steps=summary["actor_steps"], learner_steps=summary["learner_steps"],
+                wall_time_s=summary["wall_time_s"], sps=summary["sps"],
+                run_dir=str(run_dir))), flush=True)  # fmt: skip
+
+    base = times.get(settings[0], [])
+    for setting in settings:
+        row = dict(bench="actor_scaling", figure=args.figure, setting=label(args.figure, setting),
+                   seeds=args.seeds,
+                   final_train_return_mean=round(float(np.mean(
+                       [c["returns"][-1] for c in curves[setting]])), 1))  # fmt: skip
+        reached = [t for t in times[setting] if t is not None]
+        row["time_to_target_s_mean"] = round(float(np.mean(reached)), 1) if reached else None
+        row["seeds_reaching_target"] = len(reached)
+        if args.figure == "6" and all(t is not None for t in base + times[setting]):
+            row["speedup_vs_first"] = round(float(np.mean(base) / np.mean(times[setting])), 2)
+        print(json.dumps(row | dict(machine=machine())), flush=True)
+    plot(args.figure, curves, out / f"fig{args.figure}.png")
+
+
+if __name__ == "__main__":
+    main()
