@@ -173,11 +173,11 @@ PRESETS: dict[str, dict] = {
 
 # PettingZoo games with one shared policy, every agent a row (rlherd.envs.pettingzoo): the
 # classic preset on whole games, 24 rows (8 games of 3 agents, 6 of 4) of 25 steps (MPE's game
-# length), and Adam at 5e-4: at the classic preset's 2e-3 the value function diverged on
+# length), Adam at 5e-4 and an entropy cost of 0.01: at 2e-3 the value function diverged on
 # simple_spread (baseline loss 1e13 by 400k steps, mono, seed 1). rlherd's choice; it has not
 # learned simple_spread in 1M steps (docs/benchmarks/many-agents.md).
 PRESETS["pettingzoo"] = dict(PRESETS["classic"], unroll_length=25, batch_size=24,
-                             learning_rate=5e-4)  # fmt: skip
+                             learning_rate=5e-4, entropy_cost=0.01)  # fmt: skip
 
 
 # How long a run lasts unless --total-steps says otherwise, per preset (agent steps).
