@@ -82,10 +82,11 @@ def curve(run_dir: Path, window: int) -> dict[str, np.ndarray]:
     return dict(steps=rows["actor_steps"], seconds=rows["wall_time_s"], returns=moving)
 
 
-def time_to(c: dict[str, np.ndarray], target: float) -> float | None:
-    """Walltime at which the moving mean first reaches ``target`` (None: never)."""
+def reached(c: dict[str, np.ndarray], target: float) -> tuple[int | None, float | None]:
+    """Actor steps and walltime at which the moving mean first reaches ``target`` (None:
+    never)."""
     hit = np.flatnonzero(c["returns"] >= target)
-    return float(c["seconds"][hit[0]]) if len(hit) else None
+    return (int(c["steps"][hit[0]]), float(c["seconds"][hit[0]])) if len(hit) else (None, None)
 
 
 def label(figure: str, setting: float) -> str:
@@ -143,6 +144,7 @@ def main() -> None:
 
     curves: dict[float, list[dict]] = {}
     times: dict[float, list[float | None]] = {}
+    steps: dict[float, list[int | None]] = {}
     for setting in settings:
         for seed in args.seeds:
             if args.figure == "6":
@@ -153,12 +155,14 @@ def main() -> None:
             summary = train(run_dir, seed, args, actors, spi, latency)
             c = curve(run_dir, args.window)
             curves.setdefault(setting, []).append(c)
-            times.setdefault(setting, []).append(time_to(c, args.target))
+            at_step, at_time = reached(c, args.target)
+            steps.setdefault(setting, []).append(at_step)
+            times.setdefault(setting, []).append(at_time)
             print(json.dumps(dict(
                 bench="actor_scaling", figure=args.figure, actors=actors,
                 samples_per_insert=str(spi), latency_ms=latency, seed=seed,
                 final_train_return=round(float(c["returns"][-1]), 1),
-                time_to_target_s=times[setting][-1], target=args.target,
+                steps_to_target=at_step, time_to_target_s=at_time, target=args.target,
                 actor_steps=summary["actor_steps"], learner_steps=summary["learner_steps"],
                 wall_time_s=summary["wall_time_s"], sps=summary["sps"],
                 run_dir=str(run_dir))), flush=True)  # fmt: skip
@@ -169,9 +173,11 @@ def main() -> None:
                    seeds=args.seeds,
                    final_train_return_mean=round(float(np.mean(
                        [c["returns"][-1] for c in curves[setting]])), 1))  # fmt: skip
-        reached = [t for t in times[setting] if t is not None]
-        row["time_to_target_s_mean"] = round(float(np.mean(reached)), 1) if reached else None
-        row["seeds_reaching_target"] = len(reached)
+        hits = [t for t in times[setting] if t is not None]
+        row["seeds_reaching_target"] = len(hits)
+        row["time_to_target_s_mean"] = round(float(np.mean(hits)), 1) if hits else None
+        at = [n for n in steps[setting] if n is not None]
+        row["steps_to_target_mean"] = round(float(np.mean(at))) if at else None
         if args.figure == "6" and all(t is not None for t in base + times[setting]):
             row["speedup_vs_first"] = round(float(np.mean(base) / np.mean(times[setting])), 2)
         print(json.dumps(row | dict(machine=machine())), flush=True)
