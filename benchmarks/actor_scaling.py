@@ -1,5 +1,7 @@
-"""The Acme paper's actor-scaling and rate-limiter studies (sections 4.3-4.5, Figures 6 and 7)
-on this machine: D4PG on ``Pendulum-v1`` on the ``distributed`` runtime.
+"""The Acme paper's actor-scaling and rate-limiter studies (sections 4.3-4.5, Figures 6 and 7):
+D4PG on the ``distributed`` runtime, on ``Pendulum-v1`` by default (``--env``: the paper ran
+Control Suite tasks such as ``dm_control/cartpole-swingup-v0`` for millions of steps, which
+needs a bigger machine and ``--total-steps``).
 
 - ``--figure 6``: 1, 2, 4 and 8 actor nodes at a fixed samples-per-insert (``--spi``, 32 by
   default, Acme's D4PG default). Each environment step sleeps ``--latency-ms`` first (a slow
@@ -19,6 +21,8 @@ speed-up in time-to-return against 1 actor), and writes the plot to ``--out/fig<
 Usage: python benchmarks/actor_scaling.py --figure 6 [--seeds 0 1] [--total-steps 20000]
        [--latency-ms 10] [--spi 32] [--out runs/actor_scaling]
        python benchmarks/actor_scaling.py --figure 7 [--seeds 0 1] [--total-steps 30000]
+On a bigger machine, the paper's task: --env dm_control/cartpole-swingup-v0 --total-steps
+1000000 --target 700 (a Control Suite return; --target is Pendulum's -400 by default).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ import gymnasium as gym
 import numpy as np
 
 import rlherd
+from rlherd import envs as rl_envs
+from rlherd.agents.continuous import preset_for
 from rlherd.run.provenance import machine
 
 ACTORS = (1, 2, 4, 8)
@@ -52,21 +58,22 @@ class Latency(gym.Wrapper):
         return self.env.step(action)
 
 
-def slow_pendulum(latency_ms: float = 10.0) -> gym.Env:
-    """``Pendulum-v1`` behind :class:`Latency`: the environment id
-    ``actor_scaling:slow_pendulum`` (this file's folder is on the actors' import path)."""
-    return Latency(gym.make("Pendulum-v1"), latency_ms / 1000.0)
+def slow_env(env_id: str = "Pendulum-v1", latency_ms: float = 10.0) -> gym.Env:
+    """``env_id`` behind :class:`Latency`: the environment id ``actor_scaling:slow_env`` (this
+    file's folder is on the actors' import path)."""
+    return Latency(rl_envs.make(env_id), latency_ms / 1000.0)
 
 
 def train(run_dir: Path, seed: int, args: argparse.Namespace, actors: int, spi: float,
           latency_ms: float) -> dict:  # fmt: skip
-    """One D4PG run (its ``classic`` preset but for the ratio), kept if it finished before."""
+    """One D4PG run (the preset of ``--env`` but for the ratio), kept if it finished before."""
     if not (run_dir / "summary.json").exists():
-        env_id, env_kwargs = "Pendulum-v1", {}
+        env_id, env_kwargs = args.env, {}
         if latency_ms > 0:
-            env_id, env_kwargs = "actor_scaling:slow_pendulum", dict(latency_ms=latency_ms)
-        rlherd.train("d4pg", env_id, runtime="distributed", preset="classic", seed=seed,
-                     total_steps=args.total_steps, run_dir=run_dir, overwrite=True,
+            env_id = "actor_scaling:slow_env"
+            env_kwargs = dict(env_id=args.env, latency_ms=latency_ms)
+        rlherd.train("d4pg", env_id, runtime="distributed", preset=preset_for(args.env),
+                     seed=seed, total_steps=args.total_steps, run_dir=run_dir, overwrite=True,
                      progress=False, num_actors=actors, env_kwargs=env_kwargs,
                      samples_per_insert=spi)  # fmt: skip
     return json.loads((run_dir / "summary.json").read_text())
@@ -95,7 +102,7 @@ def label(figure: str, setting: float) -> str:
     return "unlimited" if math.isinf(setting) else f"SPI {setting:g}"
 
 
-def plot(figure: str, curves: dict[float, list[dict]], path: Path) -> None:
+def plot(figure: str, env_id: str, curves: dict[float, list[dict]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,7 +120,7 @@ def plot(figure: str, curves: dict[float, list[dict]], path: Path) -> None:
         ax.set_ylabel("training return (moving mean)")
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.suptitle(f"D4PG on Pendulum-v1, distributed: Acme's Figure {figure} (one line a seed)")
+    fig.suptitle(f"D4PG on {env_id}, distributed: Acme's Figure {figure} (one line a seed)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -122,6 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--figure", choices=("6", "7"), required=True)
+    parser.add_argument("--env", default="Pendulum-v1", help="a continuous task's id")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--total-steps", type=int, default=None,
                         help="actor steps a run (default: 20,000 for 6, 30,000 for 7)")
@@ -141,6 +149,8 @@ def main() -> None:
         args.total_steps = 20_000 if args.figure == "6" else 30_000
     settings = args.settings or (ACTORS if args.figure == "6" else RATIOS)
     out = args.out / f"fig{args.figure}"
+    if args.env != "Pendulum-v1":
+        out = out / args.env.replace("/", "-")
 
     curves: dict[float, list[dict]] = {}
     times: dict[float, list[float | None]] = {}
@@ -181,7 +191,7 @@ def main() -> None:
         if args.figure == "6" and all(t is not None for t in base + times[setting]):
             row["speedup_vs_first"] = round(float(np.mean(base) / np.mean(times[setting])), 2)
         print(json.dumps(row | dict(machine=machine())), flush=True)
-    plot(args.figure, curves, out / f"fig{args.figure}.png")
+    plot(args.figure, args.env, curves, out / f"fig{args.figure}.png")
 
 
 if __name__ == "__main__":

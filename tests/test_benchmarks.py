@@ -43,3 +43,19 @@ def test_sac_td3_updates_drives_todays_learners():
     data = bench.random_transitions("Pendulum-v1", 600)
     for agent in ("sac", "td3"):
         bench.rlherd_updates(agent, "Pendulum-v1", data)(3)
+
+
+def test_actor_scaling_reads_the_first_step_its_moving_mean_reaches_the_target(tmp_path):
+    """Time-to-return is where the mean of the last ``window`` episodes first reaches the
+    target, not where one lucky episode does."""
+    bench = load("actor_scaling")
+    (tmp_path / "metrics").mkdir()
+    rows = [(200, -1000.0, 1.0), (400, -100.0, 2.0), (600, -900.0, 3.0), (800, -100.0, 4.0),
+            (1000, -100.0, 5.0)]  # fmt: skip
+    lines = ["actor_steps,episode_return,episode_length,sps,wall_time_s"]
+    lines += [f"{n},{r},200,100.0,{t}" for n, r, t in rows]
+    (tmp_path / "metrics" / "train.csv").write_text("\n".join(lines) + "\n")
+    c = bench.curve(tmp_path, window=2)
+    np.testing.assert_allclose(c["returns"], [-1000.0, -550.0, -500.0, -500.0, -100.0])
+    assert bench.reached(c, -500.0) == (600, 3.0)
+    assert bench.reached(c, -50.0) == (None, None)
