@@ -66,8 +66,11 @@ def slow_env(env_id: str = "Pendulum-v1", latency_ms: float = 10.0) -> gym.Env:
 
 def train(run_dir: Path, seed: int, args: argparse.Namespace, actors: int, spi: float,
           latency_ms: float) -> dict:  # fmt: skip
-    """One D4PG run (the preset of ``--env`` but for the ratio), kept if it finished before."""
-    if not (run_dir / "summary.json").exists():
+    """One D4PG run (the preset of ``--env`` but for the ratio), kept if it finished before (a
+    run writes its summary as it goes: one stopped on the way is trained again)."""
+    summary = run_dir / "summary.json"
+    done = json.loads(summary.read_text()).get("actor_steps", 0) if summary.exists() else 0
+    if done < args.total_steps:
         env_id, env_kwargs = args.env, {}
         if latency_ms > 0:
             env_id = "actor_scaling:slow_env"
@@ -76,7 +79,7 @@ def train(run_dir: Path, seed: int, args: argparse.Namespace, actors: int, spi: 
                      seed=seed, total_steps=args.total_steps, run_dir=run_dir, overwrite=True,
                      progress=False, num_actors=actors, env_kwargs=env_kwargs,
                      samples_per_insert=spi)  # fmt: skip
-    return json.loads((run_dir / "summary.json").read_text())
+    return json.loads(summary.read_text())
 
 
 def curve(run_dir: Path, window: int) -> dict[str, np.ndarray]:
