@@ -14,9 +14,10 @@ needs a bigger machine and ``--total-steps``).
 
 Returns are training returns, the mean of each run's last ``--window`` episodes; time to return
 is the walltime at which that moving mean first reaches ``--target``. Runs stay in
-``--out/fig<N>/<setting>-seed<S>``: running the command again keeps finished runs, so a figure can
-go in pieces. Prints one JSON line per run, one per setting (seeds' mean, and for Figure 6 the
-speed-up in time-to-return against 1 actor), and writes the plot to ``--out/fig<N>/fig<N>.png``.
+``--out/fig<N>/<setting>-seed<S>``: running the command again keeps finished runs of the same
+settings, so a figure can go in pieces. Prints one JSON line per run, one per setting (seeds'
+mean, and for Figure 6 the speed-up in time-to-return against the first setting: 1 actor unless
+``--settings`` says), and writes the plot to ``--out/fig<N>/fig<N>.png``.
 
 Usage: python benchmarks/actor_scaling.py --figure 6 [--seeds 0 1] [--total-steps 20000]
        [--latency-ms 10] [--spi 32] [--out runs/actor_scaling]
@@ -66,20 +67,32 @@ def slow_env(env_id: str = "Pendulum-v1", latency_ms: float = 10.0) -> gym.Env:
 
 def train(run_dir: Path, seed: int, args: argparse.Namespace, actors: int, spi: float,
           latency_ms: float) -> dict:  # fmt: skip
-    """One D4PG run (the preset of ``--env`` but for the ratio), kept if it finished before (a
-    run writes its summary as it goes: one stopped on the way is trained again)."""
-    summary = run_dir / "summary.json"
-    done = json.loads(summary.read_text()).get("actor_steps", 0) if summary.exists() else 0
-    if done < args.total_steps:
-        env_id, env_kwargs = args.env, {}
-        if latency_ms > 0:
-            env_id = "actor_scaling:slow_env"
-            env_kwargs = dict(env_id=args.env, latency_ms=latency_ms)
+    """One D4PG run (the preset of ``--env`` but for the ratio). A finished run in ``run_dir``
+    with the same settings is kept; anything else (stopped on the way: runs write their summary
+    as they go; other actors, ratio, latency, length) is trained again."""
+    env_id, env_kwargs = args.env, {}
+    if latency_ms > 0:
+        env_id = "actor_scaling:slow_env"
+        env_kwargs = dict(env_id=args.env, latency_ms=latency_ms)
+    if not same_run(run_dir, env_id, env_kwargs, actors, spi, args.total_steps):
         rlherd.train("d4pg", env_id, runtime="distributed", preset=preset_for(args.env),
                      seed=seed, total_steps=args.total_steps, run_dir=run_dir, overwrite=True,
                      progress=False, num_actors=actors, env_kwargs=env_kwargs,
                      samples_per_insert=spi)  # fmt: skip
-    return json.loads(summary.read_text())
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def same_run(run_dir: Path, env_id: str, env_kwargs: dict, actors: int, spi: float,
+             total_steps: int) -> bool:  # fmt: skip
+    """Whether ``run_dir`` holds a finished run of these settings."""
+    if not (run_dir / "summary.json").exists():
+        return False
+    record = json.loads((run_dir / "config.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return (record["env"], record["env_kwargs"], record["settings"]["num_actors"],
+            record["config"]["samples_per_insert"], record["total_steps"]) == (
+        env_id, env_kwargs, actors, spi, total_steps) and summary.get(
+        "actor_steps", 0) >= total_steps  # fmt: skip
 
 
 def curve(run_dir: Path, window: int) -> dict[str, np.ndarray]:

@@ -1,6 +1,7 @@
 """DDPG, D4PG, MPO, DMPO, SAC and TD3: their networks, acting, learner pieces, errors, resume,
 and Pendulum."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -112,8 +113,6 @@ def test_an_unlimited_ratio_paces_nothing_and_a_single_process_refuses_it(tmp_pa
 def test_action_bounds_are_copied_from_a_read_only_spec(agent):
     """A spec that came through Ray's object store holds read-only arrays: the networks copy
     the bounds rather than share them (which torch warns is undefined behaviour)."""
-    import dataclasses
-
     builder, spec = builder_for(agent)
     low, high = np.array(spec.action_low), np.array(spec.action_high)
     low.setflags(write=False)

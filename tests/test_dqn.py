@@ -109,6 +109,16 @@ def _batch(spec, n=16, seed=0):
                 discount=torch.rand(n, generator=g).round() * 0.99)  # fmt: skip
 
 
+@pytest.mark.parametrize("agent, env_id", [("dqn", "CartPole-v1"), ("dqfd", "rlherd/Corridor-v0")])
+def test_an_unlimited_ratio_trains_with_uniform_replay(agent, env_id, tmp_path):
+    """samples_per_insert=inf (no rate limit) on a runtime with actors apart; uniform replay
+    needs no count of the run's learner steps (prioritised replay refuses inf)."""
+    run = rlherd.train(agent, env_id, runtime="mono", total_steps=600, seed=0,
+                       run_dir=tmp_path, progress=False, samples_per_insert="inf",
+                       prioritized=False, min_replay_size=100, num_actors=1)  # fmt: skip
+    assert run.summary["learner_steps"] > 0
+
+
 @pytest.mark.parametrize("double_q", [True, False])
 def test_dqn_loss_matches_a_naive_per_row_reference(double_q):
     """The batched loss, its TD errors and its gradients, with importance weights and with or

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 from conftest import kill_an_actor
@@ -193,15 +194,17 @@ def test_impala_learns_cartpole(runtime, precision, tmp_path):
 
 @pytest.mark.slow
 def test_the_classic_preset_holds_cartpole_to_a_million_steps(tmp_path):
-    """Once at 500, the preset stays there: the last 20 training episodes of a 1M-step run
-    (sampled actions) average 450 or more. With Adam at 2e-3 and an entropy cost of 0.01 this
-    seed ended at 232.6 on mono (and distributed seed 1 at 270.6): the policy fell from 500
-    late in the run, and stayed random enough to drop episodes early."""
-    run = rlherd.train(
+    """Once at 500, the preset stays there: the training episodes of a 1M-step run's last 100k
+    steps (about 200, sampled actions) average 450 or more. With Adam at 2e-3 and an entropy
+    cost of 0.01 this seed averaged 253.1 there on mono (and its last 20 episodes 232.6): the
+    policy fell from 500 late in the run, and stayed random enough to drop episodes early."""
+    rlherd.train(
         "impala", "CartPole-v1", runtime="mono", total_steps=1_000_000, seed=2,
         run_dir=tmp_path, progress=False,
     )  # fmt: skip
-    assert run.summary["final_return_mean"] >= 450, run.summary
+    rows = np.genfromtxt(tmp_path / "metrics" / "train.csv", delimiter=",", names=True)
+    last = rows["episode_return"][rows["actor_steps"] > 900_000]
+    assert len(last) >= 100 and last.mean() >= 450, (len(last), last.mean())
 
 
 def test_bfloat16_torso_feeds_float32_heads_and_a_close_loss():

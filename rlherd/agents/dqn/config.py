@@ -44,7 +44,7 @@ class DQNConfig(ObservationConfig):
     # Replay.
     replay_size: int = 1_000_000
     min_replay_size: int = 20_000
-    samples_per_insert: float = 8.0  # inf: no rate limit (mono, distributed)
+    samples_per_insert: float = 8.0  # inf: no rate limit (mono, poly, distributed)
     samples_per_insert_tolerance: float = 0.1  # error buffer = min_replay_size * spi * tolerance
     # Stable-Baselines3's schedule instead of a steady ratio: after every `train_every`
     # transitions inserted, `gradient_steps` learner steps in a row (SB3's train_freq and

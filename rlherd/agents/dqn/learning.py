@@ -4,6 +4,7 @@ updates for prioritised replay, and a periodically copied target network."""
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,7 +81,12 @@ class DQNLearner(NetworkLearner):
         self.net, self.config, self.dataset, self.table = net, config, dataset, table
         self.target_net = copy.deepcopy(net)
         self.target_net.requires_grad_(False)
-        self.expected_steps = max(1, int(total_steps * config.replay_ratio / config.batch_size))
+        ratio = config.replay_ratio
+        # With no rate limit (inf) the run's learner steps are open: beta keeps its start, which
+        # only the log reads (prioritised replay refuses inf, DQNConfig).
+        self.expected_steps = (
+            math.inf if math.isinf(ratio) else max(1, int(total_steps * ratio / config.batch_size))
+        )
         if dataset is not None and config.prioritized:
             dataset.importance_beta = self.importance_beta  # the dataset weighs with our schedule
         self.num_steps = 0

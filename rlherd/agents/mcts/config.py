@@ -34,7 +34,7 @@ class MCTSConfig(ObservationConfig):
     learning_rate: float = 1e-3
     replay_size: int = 10_000
     min_replay_size: int = 10  # Acme's min_observations
-    samples_per_insert: float = 16.0  # one learner step of 16 per agent step (Acme's)
+    samples_per_insert: float = 16.0  # one learner step of 16 per agent step (Acme's); inf: none
     samples_per_insert_tolerance: float = 0.1  # error buffer = min_replay_size * spi * tolerance
 
     # Networks.

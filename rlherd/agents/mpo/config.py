@@ -41,7 +41,7 @@ class MPOConfig:
     # Replay (Acme's SampleToInsertRatio: each transition is sampled samples_per_insert times).
     replay_size: int = 1_000_000
     min_replay_size: int = 1_000
-    samples_per_insert: float = 32.0  # inf: no rate limit (mono, distributed)
+    samples_per_insert: float = 32.0  # inf: no rate limit (mono, poly, distributed)
     samples_per_insert_tolerance: float = 0.1  # error buffer = min_replay_size * spi * tolerance
 
     # Critic: one value (MPO) or categorical over num_atoms atoms on [vmin, vmax] (DMPO).

@@ -34,7 +34,7 @@ class R2D2Config(ObservationConfig):
     # Replay.
     replay_size: int = 100_000
     min_replay_size: int = 50_000
-    samples_per_insert: float = 4.0  # inf: no rate limit (mono, distributed)
+    samples_per_insert: float = 4.0  # inf: no rate limit (mono, poly, distributed)
     samples_per_insert_tolerance: float = 0.1  # error buffer = min_replay_size * spi * tolerance
     priority_exponent: float = 0.9
     importance_sampling_exponent: float = 0.6  # constant, as in Acme

@@ -37,7 +37,7 @@ class TD3Config:
     # Replay (Acme's SampleToInsertRatio: each transition is sampled samples_per_insert times).
     replay_size: int = 1_000_000
     min_replay_size: int = 25_000
-    samples_per_insert: float = 256.0  # inf: no rate limit (mono, distributed)
+    samples_per_insert: float = 256.0  # inf: no rate limit (mono, poly, distributed)
     samples_per_insert_tolerance: float = 0.1  # error buffer = min_replay_size * spi * tolerance
 
     # Networks.
