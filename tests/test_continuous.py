@@ -102,7 +102,7 @@ def test_an_unlimited_ratio_paces_nothing_and_a_single_process_refuses_it(tmp_pa
     (paced,) = finite.make_replay_tables(spec, insert_blocking=True)
     paced.limiter.inserts, paced.limiter.samples = 5, 10**9
     assert not paced.limiter.can_sample(1)  # the same counts, under a finite ratio
-    with pytest.raises(ConfigError, match="--runtime mono or distributed"):
+    with pytest.raises(ConfigError, match="--runtime mono, poly or distributed"):
         rlherd.train("d4pg", "Pendulum-v1", runtime="single", total_steps=100, progress=False,
                      run_dir=tmp_path / "single", samples_per_insert="inf")  # fmt: skip
     with pytest.raises(ValueError, match="prioritized=false"):

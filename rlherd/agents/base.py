@@ -188,7 +188,7 @@ class TransitionReplayBuilder(AgentBuilder):
                 raise ConfigError(
                     "samples_per_insert=inf (no rate limit) lets the learner step without end "
                     "where it takes turns with the actors in one loop: run it with actors "
-                    "apart (--runtime mono or distributed), or give a finite ratio"
+                    "apart (--runtime mono, poly or distributed), or give a finite ratio"
                 )
             limiter = limiter.without_insert_blocking()
         signature = self.item_signature(spec)
