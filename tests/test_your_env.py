@@ -112,6 +112,11 @@ def codes() -> gym.Env:
     return Codes()
 
 
+def wrapping(env_id: str = "CartPole-v1", render_mode: str | None = None) -> gym.Env:
+    """A factory whose own option is called ``env_id``, as a wrapper of other ids' often is."""
+    return gym.make(env_id, render_mode=render_mode)
+
+
 def not_an_env() -> str:
     return "a string"
 
@@ -186,6 +191,16 @@ def test_factories_travel_as_import_paths_and_bad_ones_are_clear_errors():
         rl_envs.make(ONE_LEGAL, colour="blue")
     with pytest.raises(ConfigError, match="registered no environment 'nothing_here'"):
         rl_envs.make(f"{__name__}:nothing_here")
+
+
+@pytest.mark.parametrize("runtime", ["single", "mono"])
+def test_a_factorys_options_may_be_named_like_rlherds_own_arguments(runtime, tmp_path):
+    """Options go to the factory whatever their names: ``env_id`` collided with the id
+    parameter of ``rlherd.envs.make`` and ``spec_for`` ("got multiple values")."""
+    run = rlherd.train("dqn", wrapping, runtime=runtime, total_steps=200, progress=False,
+                       run_dir=tmp_path / "run", env_kwargs=dict(env_id="Acrobot-v1"))  # fmt: skip
+    assert run.summary["actor_steps"] >= 200
+    assert rl_envs.spec_for(f"{__name__}:wrapping", env_id="Acrobot-v1").obs_shape == (6,)
 
 
 @pytest.mark.parametrize("runtime", ["mono", "poly",

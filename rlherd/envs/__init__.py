@@ -94,7 +94,7 @@ class _FlatVector(gym.ObservationWrapper):
         return gym.spaces.flatten(self.env.observation_space, observation).astype(np.float32)
 
 
-def make(env_id: str, *, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
+def make(env_id: str, /, *, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
     """Build one environment of any supported family, with the family's standard preprocessing.
 
     Extra keyword arguments go to the family's builder (e.g. ``episodic_life=True`` for Atari,
@@ -210,6 +210,7 @@ def _install_hint(env_id: str) -> str:
 def make_vector(
     env_id: str,
     num_envs: int,
+    /,
     *,
     native: bool = True,
     workers: int = 0,
@@ -328,7 +329,7 @@ def dropped_notice(spec: EnvSpec) -> str | None:
     )
 
 
-def spec_for(env_id: str, **kwargs: Any) -> EnvSpec:
+def spec_for(env_id: str, /, **kwargs: Any) -> EnvSpec:
     """The :class:`EnvSpec` of ``env_id``, from a probe environment built and closed here
     (which also fails fast, with a clear message, on a bad id or space); a PettingZoo game's
     is one agent's, which a shared policy acts with."""

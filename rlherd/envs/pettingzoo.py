@@ -65,7 +65,7 @@ def turn_based(env_id: str) -> bool:
     return not hasattr(game_module(env_id), "parallel_env")
 
 
-def make_game(env_id: str, **kwargs: Any) -> Any:
+def make_game(env_id: str, /, **kwargs: Any) -> Any:
     """The parallel game ``env_id`` names, made by its module's ``parallel_env``."""
     module = game_module(env_id)
     if not hasattr(module, "parallel_env"):
@@ -104,7 +104,7 @@ def game_rows(env_id: str, rows: int, selfplay: dict[str, Any] | None = None,
     return AgentRows(env_id, rows // agents, agent_index, **kwargs)
 
 
-def one_game(env_id: str, agent_index: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
+def one_game(env_id: str, /, agent_index: bool = False, **kwargs: Any) -> gym.vector.VectorEnv:
     """One game of ``env_id`` as rows (its agents; a turn-based game's learner seat, against
     random moves): what a spec is read from and an evaluation plays."""
     if turn_based(env_id):
@@ -157,7 +157,7 @@ def assign_policies(agents: list[str], setting: str, same_spaces: bool = True) -
     return tuple(out)
 
 
-def policies_of(env_id: str, setting: str, **kwargs: Any) -> tuple[str, ...]:
+def policies_of(env_id: str, /, setting: str, **kwargs: Any) -> tuple[str, ...]:
     """The policy of each agent of ``env_id``'s parallel game (see :func:`assign_policies`)."""
     rows = AgentRows(env_id, 1, **kwargs)
     rows.close()
