@@ -184,7 +184,7 @@ class TransitionReplayBuilder(AgentBuilder):
         else:
             size, limiter = self.config.replay_size, self.rate_limiter()
         if not insert_blocking:
-            if math.isinf(self.config.samples_per_insert) and dataset_size is None:
+            if dataset_size is None and math.isinf(self.config.samples_per_insert):
                 raise ConfigError(
                     "samples_per_insert=inf (no rate limit) lets the learner step without end "
                     "where it takes turns with the actors in one loop: run it with actors "
