@@ -89,10 +89,10 @@ def same_run(run_dir: Path, env_id: str, env_kwargs: dict, actors: int, spi: flo
         return False
     record = json.loads((run_dir / "config.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
-    return (record["env"], record["env_kwargs"], record["settings"]["num_actors"],
-            record["config"]["samples_per_insert"], record["total_steps"]) == (
-        env_id, env_kwargs, actors, spi, total_steps) and summary.get(
-        "actor_steps", 0) >= total_steps  # fmt: skip
+    ran = (record["env"], record["env_kwargs"], record["settings"]["num_actors"],
+           record["config"]["samples_per_insert"], record["total_steps"])  # fmt: skip
+    asked = (env_id, env_kwargs, actors, spi, total_steps)
+    return ran == asked and summary.get("actor_steps", 0) >= total_steps
 
 
 def curve(run_dir: Path, window: int) -> dict[str, np.ndarray]:
@@ -141,6 +141,24 @@ def plot(figure: str, env_id: str, curves: dict[float, list[dict]], path: Path) 
     fig.savefig(path, dpi=110)
 
 
+def setting_row(figure: str, setting: float, runs: list[dict], target: float,
+                first: list[float | None]) -> dict:  # fmt: skip
+    """One setting over its seeds: the mean final return, how many seeds reached ``target``
+    and their mean steps and walltime to it, and (Figure 6, every seed of both reaching it) the
+    speed-up in time against the first setting, whose seeds' times are ``first``."""
+    hits = [reached(c, target) for c in runs]
+    steps = [n for n, _ in hits if n is not None]
+    times = [t for _, t in hits if t is not None]
+    row = dict(setting=label(figure, setting),
+               final_train_return_mean=round(float(np.mean([c["returns"][-1] for c in runs])), 1),
+               seeds_reaching_target=len(times),
+               time_to_target_s_mean=round(float(np.mean(times)), 1) if times else None,
+               steps_to_target_mean=round(float(np.mean(steps))) if steps else None)  # fmt: skip
+    if figure == "6" and None not in first and len(times) == len(runs):
+        row["speedup_vs_first"] = round(float(np.mean(first) / np.mean(times)), 2)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,8 +187,6 @@ def main() -> None:
         out = out / args.env.replace("/", "-")
 
     curves: dict[float, list[dict]] = {}
-    times: dict[float, list[float | None]] = {}
-    steps: dict[float, list[int | None]] = {}
     for setting in settings:
         for seed in args.seeds:
             if args.figure == "6":
@@ -182,8 +198,6 @@ def main() -> None:
             c = curve(run_dir, args.window)
             curves.setdefault(setting, []).append(c)
             at_step, at_time = reached(c, args.target)
-            steps.setdefault(setting, []).append(at_step)
-            times.setdefault(setting, []).append(at_time)
             print(json.dumps(dict(
                 bench="actor_scaling", figure=args.figure, actors=actors,
                 samples_per_insert=str(spi), latency_ms=latency, seed=seed,
@@ -193,20 +207,11 @@ def main() -> None:
                 wall_time_s=summary["wall_time_s"], sps=summary["sps"],
                 run_dir=str(run_dir))), flush=True)  # fmt: skip
 
-    base = times.get(settings[0], [])
+    first = [reached(c, args.target)[1] for c in curves[settings[0]]]
     for setting in settings:
-        row = dict(bench="actor_scaling", figure=args.figure, setting=label(args.figure, setting),
-                   seeds=args.seeds,
-                   final_train_return_mean=round(float(np.mean(
-                       [c["returns"][-1] for c in curves[setting]])), 1))  # fmt: skip
-        hits = [t for t in times[setting] if t is not None]
-        row["seeds_reaching_target"] = len(hits)
-        row["time_to_target_s_mean"] = round(float(np.mean(hits)), 1) if hits else None
-        at = [n for n in steps[setting] if n is not None]
-        row["steps_to_target_mean"] = round(float(np.mean(at))) if at else None
-        if args.figure == "6" and all(t is not None for t in base + times[setting]):
-            row["speedup_vs_first"] = round(float(np.mean(base) / np.mean(times[setting])), 2)
-        print(json.dumps(row | dict(machine=machine())), flush=True)
+        row = setting_row(args.figure, setting, curves[setting], args.target, first)
+        head = dict(bench="actor_scaling", figure=args.figure, seeds=args.seeds)
+        print(json.dumps(head | row | dict(machine=machine())), flush=True)
     plot(args.figure, args.env, curves, out / f"fig{args.figure}.png")
 
 
