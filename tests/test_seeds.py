@@ -18,7 +18,7 @@ import pytest
 
 import rlherd
 from rlherd.cli import main
-from rlherd.commands.seeds import parse_seeds
+from rlherd.commands.seeds import SeedProcess, parse_seeds
 from rlherd.errors import ConfigError
 from rlherd.run import statistics
 
@@ -87,6 +87,22 @@ def test_a_failing_seed_is_one_line_and_a_nonzero_exit(tmp_path):
     (line,) = out.stderr.strip().splitlines()
     assert line.startswith("rlherd: error: seeds 1,2 failed: 'no_such_field' is neither"), line
     assert "bad/seed-*.log" in line and (tmp_path / "bad" / "seed-1.log").exists()
+
+
+def test_a_seed_killed_before_it_said_anything_is_named_by_its_signal(tmp_path):
+    """A seed (or bsuite id) killed by the kernel's out-of-memory killer writes nothing: its
+    line must say SIGKILL and suggest memory, not a bare negative exit code."""
+    seed = SeedProcess(1, tmp_path / "seed-1", [])
+    seed.log.write_text("")
+    seed.returncode = -signal.SIGKILL
+    assert seed.last_line() == ("no output: killed by SIGKILL (out of memory? the kernel's OOM "
+                                "killer sends it)")  # fmt: skip
+    seed.returncode = -signal.SIGSEGV
+    assert seed.last_line() == "no output: killed by SIGSEGV"
+    seed.returncode = 3
+    assert seed.last_line() == "no output (exit 3)"
+    seed.log.write_text("Traceback ...\nValueError: bad\n")
+    assert seed.last_line() == "ValueError: bad"
 
 
 @pytest.mark.parametrize("flag", [["--seed", "3"], ["--resume", "runs/x"]])

@@ -70,8 +70,16 @@ class SeedProcess:
         return self.path.with_name(f"{self.path.name}.log")
 
     def last_line(self) -> str:
+        """What a failed process said last, or, killed by a signal before it could say anything,
+        which signal (SIGKILL, unasked, is most often the kernel's out-of-memory killer)."""
         lines = [line for line in self.log.read_text(errors="replace").splitlines() if line]
-        return lines[-1] if lines else f"no output (exit {self.returncode})"
+        if lines:
+            return lines[-1]
+        if self.returncode is not None and self.returncode < 0:
+            name = signal.Signals(-self.returncode).name
+            hint = " (out of memory? the kernel's OOM killer sends it)" if name == "SIGKILL" else ""
+            return f"no output: killed by {name}{hint}"
+        return f"no output (exit {self.returncode})"
 
 
 @dataclass
