@@ -99,6 +99,8 @@ def test_a_seed_killed_before_it_said_anything_is_named_by_its_signal(tmp_path):
                                 "killer sends it)")  # fmt: skip
     seed.returncode = -signal.SIGSEGV
     assert seed.last_line() == "no output: killed by SIGSEGV"
+    seed.returncode = -(signal.SIGRTMIN + 3)
+    assert seed.last_line() == f"no output: killed by signal {signal.SIGRTMIN + 3}"
     seed.returncode = 3
     assert seed.last_line() == "no output (exit 3)"
     seed.log.write_text("Traceback ...\nValueError: bad\n")

@@ -76,7 +76,10 @@ class SeedProcess:
         if lines:
             return lines[-1]
         if self.returncode is not None and self.returncode < 0:
-            name = signal.Signals(-self.returncode).name
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:  # a real-time signal has no name of its own
+                name = f"signal {-self.returncode}"
             hint = " (out of memory? the kernel's OOM killer sends it)" if name == "SIGKILL" else ""
             return f"no output: killed by {name}{hint}"
         return f"no output (exit {self.returncode})"
