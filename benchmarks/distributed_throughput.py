@@ -119,7 +119,10 @@ def replay(seconds: float) -> None:
             client.insert(row)
         return CHUNK
 
-    emit(figure="inserts_per_s", where="replay node", value=round(rate(insert_remote, seconds)))
+    per_s = rate(insert_remote, seconds)
+    client.settle()
+    emit(figure="inserts_per_s", where="replay node", value=round(per_s),
+         items_per_call=round(client.sent / client.calls, 1))  # fmt: skip
     sampler = TableClient(node, 0, "replay", Distributed().sample_prefetch)
     emit(figure="samples_per_s", where="replay node",
          value=round(rate(lambda: len(sampler.sample(BATCH).keys), seconds)))  # fmt: skip

@@ -187,12 +187,108 @@ def test_large_parameters_are_published_once_per_version_and_small_ones_sent_in_
             else:
                 for a, b in zip(answers[0][1][0].values(), answers[1][1][0].values(), strict=True):
                     np.testing.assert_array_equal(a, b)
+            version = answers[0][0]  # an asker that has it gets the version alone
+            assert ray.get(node.get_variables.remote(["policy"], version)) == (version, None, None)
             _, (state,) = fetch_variables(node.get_variables.remote(["policy"]))
             assert (sum(v.nbytes for v in state.values()) >= PUBLISH_BYTES) == published
             ray.kill(node)
             ray.kill(replay)
     finally:
         ray.shutdown()
+
+
+@pytest.fixture
+def local_ray():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.ray
+def test_insert_calls_gather_the_chunks_made_while_a_call_is_out(local_ray):
+    """An actor that makes chunks faster than calls come back sends them together (up to
+    ``gather`` chunks, and fewer for large items); one that waits for each call sends chunks
+    alone; a queue of rollouts (``gather=1``) never gathers."""
+    from rlherd.runtime.program import GATHER_BYTES, InsertClient
+
+    @local_ray.remote
+    class Replay:
+        def __init__(self):
+            self.calls, self.delay = [], 0.0
+
+        def slow(self, delay: float) -> None:
+            self.delay = delay
+
+        def insert(self, index, columns, priorities, timeout):
+            time.sleep(self.delay)
+            self.calls.append(len(priorities))
+            return len(priorities)
+
+        def log(self) -> list[int]:
+            calls, self.calls = self.calls, []
+            return calls
+
+    def sent(client: InsertClient, chunks: int, wait: bool, size: int = 1) -> list[int]:
+        for _ in range(chunks * client.chunk):
+            client.insert({"x": np.zeros(size, np.float32)})
+            if wait and client.in_flight is not None:
+                local_ray.wait([client.in_flight[0]])
+        client.settle()
+        return local_ray.get(replay.log.remote())
+
+    replay, stop = Replay.remote(), threading.Event()
+    local_ray.get(replay.slow.remote(0.3))
+    assert sent(InsertClient(replay, 0, None, 4, stop, gather=3), 7, wait=False) == [4, 12, 12]
+    assert sent(InsertClient(replay, 0, None, 4, stop, gather=1), 3, wait=False) == [4, 4, 4]
+    local_ray.get(replay.slow.remote(0.0))
+    assert sent(InsertClient(replay, 0, None, 4, stop, gather=3), 3, wait=True) == [4, 4, 4]
+    big = GATHER_BYTES // 4 // 2  # float32s: two items fill GATHER_BYTES
+    local_ray.get(replay.slow.remote(0.3))
+    assert sent(InsertClient(replay, 0, None, 1, stop, gather=3), 3, False, big) == [1, 2]
+
+
+@pytest.mark.ray
+def test_actors_poll_and_fetch_parameters_in_one_call_that_carries_them_only_when_newer(local_ray):
+    """An actor node's source asks ``get_variables(names, newer_than)`` and nothing else (a
+    separate version poll would double the calls to the learner), gets parameters only for a
+    newer version, and loads that version once it is back."""
+    from rlherd.runtime.program import RemoteVariables
+
+    @local_ray.remote
+    class Learner:  # no variables_version: a client that polls it fails
+        def __init__(self):
+            self.version, self.asked = 0, []
+
+        def step(self) -> None:
+            self.version += 1
+
+        def get_variables(self, names, newer_than=-1):
+            self.asked.append((self.version, newer_than))
+            if self.version <= newer_than:
+                return self.version, None, None
+            return self.version, [{"w": np.full(1, float(self.version), np.float32)}], None
+
+        def log(self) -> list[tuple[int, int]]:
+            return self.asked
+
+    def poll_until(version: int) -> None:
+        deadline = time.monotonic() + 10
+        while source.variables_version() != version and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    learner = Learner.remote()
+    source = RemoteVariables(learner)
+    assert source.get_variables(["policy"])[0]["w"].item() == 0.0  # the first fetch waits
+    for _ in range(20):
+        poll_until(0)
+    local_ray.get(learner.step.remote())
+    poll_until(1)
+    assert source.get_variables(["policy"])[0]["w"].item() == 1.0
+    asked = local_ray.get(learner.log.remote())  # (the learner's version, newer_than)
+    assert asked[0] == (0, -1) and (0, 0) in asked and (1, 0) in asked
+    assert sum(version > newer_than for version, newer_than in asked) == 2  # sent twice
 
 
 def _nodes(run_dir: Path, timeout: float = 120.0) -> dict:

@@ -6,7 +6,8 @@ launches and supervises them). Nodes meet the agent only through its builder, as
 does; what this module adds are the remote stand-ins for the pieces that live elsewhere:
 
 - :class:`InsertClient`: an actor's adder writes into it as into a table; items go to the replay
-  node in chunks of ``insert_chunk``, one in flight, each waiting for the rate limiters there.
+  node in chunks of ``insert_chunk`` (several per call when calls fall behind), one call in
+  flight, each waiting for the rate limiters there.
 - :class:`TableClient`: the learner's dataset samples through it, ``sample_prefetch`` batches
   per call (and DQN writes priorities back).
 - :class:`RemoteVariables`: the actors' and evaluator's ``VariableSource``, the learner node.
@@ -43,8 +44,10 @@ from rlherd.runtime import make_envs, torch_threads, with_demonstrations
 
 POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its stop flag again
 STATS_PERIOD_S = 0.2  # actor nodes report steps and episodes at most this often
-VERSION_POLL_S = 0.01  # actor nodes ask the learner for its version at most this often
+VERSION_POLL_S = 0.01  # actor nodes ask the learner for newer parameters at most this often
 PREFETCH_BYTES = 32 * 2**20  # the most a replay node's reply to a learner holds (Atari: 1 batch)
+GATHER_CHUNKS = 16  # the most chunks an actor node's insert call takes when calls fall behind
+GATHER_BYTES = 32 * 2**20  # ... and the most bytes (Atari sequences: one chunk)
 PUBLISH_BYTES = 2**20  # parameters from this size on go to Ray's object store, once per version
 READER_TURN_S = 0.005  # the longest a learner waits after a step for readers of its parameters
 VERSION = "version"  # the field of a queued rollout that holds the parameters' version
@@ -192,39 +195,46 @@ class TableClient:
 
 class InsertClient:
     """A table on the replay node, as an actor's adder writes into one. Items are kept until
-    ``chunk`` of them are here, then sent in one call as columns. A call is done when the
-    replay node took them all (its rate limiters hold across the network: what they held back
-    is sent again); waiting for it raises :class:`Stopped` once ``stopping`` is set.
-
-    ``pipelined``: a chunk's call is waited for only when the next chunk is sent, so the actor
-    acts on while it travels, one chunk ahead of the replay node at most (as Reverb's writers
-    keep items in flight). Without it (a queue of rollouts, whose waits bound the policy lag)
-    each call is waited for at once."""
+    ``chunk`` of them are here, then go to the replay node as columns in one call, with one
+    call in flight: the actor acts on while it travels (as Reverb's writers keep items in
+    flight). A chunk made while the call is still out waits, and the next call takes every
+    chunk waiting, up to ``gather`` of them (and ``GATHER_BYTES``): a Ray call costs about as
+    much as inserting a few hundred items, so calls grow when an actor makes items faster than
+    calls go, and stay one chunk when it is slower. A queue of rollouts gathers none (its
+    waits bound the policy lag). A call is done when the replay node took them all (its rate
+    limiters hold across the network: what they held back is sent again); waiting for it
+    raises :class:`Stopped` once ``stopping`` is set."""
 
     def __init__(self, replay: Any, index: int, signature: dict | None, chunk: int,
-                 stopping: threading.Event, pipelined: bool = True):  # fmt: skip
+                 stopping: threading.Event, gather: int = GATHER_CHUNKS):  # fmt: skip
         self.replay, self.index, self.signature = replay, index, signature
-        self.chunk, self.stopping, self.pipelined = chunk, stopping, pipelined
+        self.chunk, self.stopping, self.gather = chunk, stopping, gather
+        self.most: int | None = None  # items one call takes, from the first item's size
         self.items: list[dict[str, np.ndarray]] = []
         self.priorities: list[float] = []
         self.in_flight: tuple[Any, dict[str, np.ndarray], np.ndarray] | None = None
+        self.calls = self.sent = 0  # how many calls and items went (a benchmark's figures)
 
     def insert(self, item: dict, priority: float = 1.0, timeout: float | None = None) -> None:
         self.items.append(item)
         self.priorities.append(priority)
-        if len(self.items) >= self.chunk:
+        if len(self.items) % self.chunk == 0:
             self.flush()
 
     def flush(self) -> None:
-        if not self.items:
+        """Send the chunks waiting, unless the call in flight is still out and more fit in the
+        next one."""
+        if self.most is None:
+            size = sum(np.asarray(v).nbytes for v in self.items[0].values())
+            self.most = self.chunk * max(1, min(self.gather, GATHER_BYTES // (size * self.chunk)))
+        out = self.in_flight is not None and not ray.wait([self.in_flight[0]], timeout=0)[0]
+        if out and len(self.items) < self.most:
             return
         columns = {k: np.stack([np.asarray(item[k]) for item in self.items]) for k in self.items[0]}
         priorities = np.asarray(self.priorities, dtype=np.float64)
         self.items, self.priorities = [], []
         self.settle()
         self._send(columns, priorities)
-        if not self.pipelined:
-            self.settle()
 
     def settle(self) -> None:
         """Wait until the call in flight is done."""
@@ -240,6 +250,7 @@ class InsertClient:
             raise Stopped
         call = self.replay.insert.remote(self.index, columns, priorities, POLL_S)
         self.in_flight = (call, columns, priorities)
+        self.calls, self.sent = self.calls + 1, self.sent + len(priorities)
 
 
 # ----------------------------------------------------------------------------------- learner
@@ -325,16 +336,18 @@ class LearnerNode(Node):
             learned.append((1, metrics if lag is None else dict(metrics, policy_lag=lag)))
         return len(learned), mean_metrics(learned)
 
-    def variables_version(self) -> int:
-        return self.version
-
-    def get_variables(self, names: list[str]) -> tuple[int, list | None, Any]:
+    def get_variables(self, names: list[str], newer_than: int = -1) -> tuple[int, list | None, Any]:
         """The version, and per name the learner's state as numpy arrays: in the answer
         ``(version, states, None)``, or, from ``PUBLISH_BYTES`` on, put in Ray's object store
         once per version and names however many nodes ask, as ``(version, None, reference)``:
         each asker reads the same copy (on the learner's machine, without copying it) instead
         of each answer pickling its own. Small states go in the answer: a put and a second
-        fetch cost more than they save. :func:`fetch_variables` reads either."""
+        fetch cost more than they save. :func:`fetch_variables` reads either.
+
+        An asker that has version ``newer_than`` gets ``(version, None, None)`` until there is
+        a newer one: asking is also how actors poll, one call instead of a poll and a fetch."""
+        if self.version <= newer_than:
+            return self.version, None, None
         key = tuple(names)
         version, cached = self._cache
         if version == self.version and key in cached:  # no lock: the cache is replaced whole
@@ -403,52 +416,55 @@ class _UnlockedWhileWaiting:
 
 class RemoteVariables:
     """A :class:`~rlherd.core.VariableSource` on another node (the learner), asked without
-    waiting, as Acme's variable client does in distributed agents: a version poll answers with
-    the reply to the previous poll (polls go out at most every ``VERSION_POLL_S``), and a fetch
-    returns the newest parameters already here while the next fetch is under way. Only the
-    first of each waits. So an actor never stops acting for a round trip, and acts at most one
-    fetch behind; ``fetched_version`` says which version it got, so its variable client asks
-    again until it has the newest."""
+    waiting, as Acme's variable client does in distributed agents. One call is out at a time,
+    sent at most every ``VERSION_POLL_S``: ``get_variables(names, newer_than)``, which answers
+    with the learner's parameters when they are newer than the ones here, and with its version
+    alone otherwise, so polling and fetching are one round trip. Only the first fetch waits;
+    after it, an actor never stops acting for a round trip and acts at most one answer behind.
+    ``fetched_version`` (and :meth:`variables_version`) says which version it has, so its
+    variable client loads each version once."""
 
     def __init__(self, learner: Any):
         self.learner = learner
-        self.fetched_version = 0
-        self._version: int | None = None
-        self._polling: Any = None
-        self._next_poll = 0.0
+        self.fetched_version = -1
+        self._names: list[str] | None = None
         self._states: list[dict[str, torch.Tensor]] | None = None
-        self._fetching: Any = None  # the learner's answer, asked for
+        self._asking: Any = None  # the learner's answer, asked for
+        self._next_ask = 0.0
         self._arriving: tuple[int, Any] | None = None  # (version, its parameters' reference)
 
     def variables_version(self) -> int:
-        now = time.monotonic()
-        if self._polling is None and now >= self._next_poll:
-            self._polling = self.learner.variables_version.remote()
-            self._next_poll = now + VERSION_POLL_S
-        if self._polling is not None and (
-            self._version is None or ray.wait([self._polling], timeout=0)[0]
-        ):
-            self._version, self._polling = ray.get(self._polling), None
-        return self._version
+        self._look()
+        return self.fetched_version
 
     def get_variables(self, names: list[str]) -> list[dict[str, torch.Tensor]]:
-        """A fetch has up to two stages, each waited for only by the first fetch: the learner's
-        answer, then (large states) the parameters from the object store."""
-        first = self._states is None
-        if self._fetching is None:
-            self._fetching = self.learner.get_variables.remote(names)
-        if self._arriving is None and (first or ray.wait([self._fetching], timeout=0)[0]):
-            version, states, ref = ray.get(self._fetching)
-            self._fetching = self.learner.get_variables.remote(names)
+        if self._states is None:  # the first fetch waits
+            self._names = names
+            self.fetched_version, self._states = fetch_variables(
+                self.learner.get_variables.remote(names))  # fmt: skip
+        self._look()
+        return self._states
+
+    def _look(self) -> None:
+        """Take the answer if it is back (and large parameters once they have arrived); ask
+        again once ``VERSION_POLL_S`` has passed since the last question."""
+        if self._names is None:
+            return
+        if self._asking is not None and ray.wait([self._asking], timeout=0)[0]:
+            version, states, ref = ray.get(self._asking)
+            self._asking = None
             if states is not None:
                 self.fetched_version, self._states = version, as_tensors(states)
-                return self._states
-            self._arriving = (version, ref)
-        if self._arriving is not None and (first or ray.wait([self._arriving[1]], timeout=0)[0]):
+            elif ref is not None:
+                self._arriving = (version, ref)
+        if self._arriving is not None and ray.wait([self._arriving[1]], timeout=0)[0]:
             version, ref = self._arriving
             self.fetched_version, self._states = version, as_tensors(ray.get(ref))
             self._arriving = None
-        return self._states
+        now = time.monotonic()
+        if self._asking is None and self._arriving is None and now >= self._next_ask:
+            self._asking = self.learner.get_variables.remote(self._names, self.fetched_version)
+            self._next_ask = now + VERSION_POLL_S
 
 
 def fetch_variables(call: Any) -> tuple[int, list[dict[str, torch.Tensor]]]:
@@ -541,10 +557,10 @@ class ActorNode(Node):
                       for i, signature in enumerate(signatures)]  # fmt: skip
             adder = builder.make_adder(tables, k)
         else:
-            queue = InsertClient(self.replay, 0, None, 1, self.stopping, pipelined=False)
+            queue = InsertClient(self.replay, 0, None, 1, self.stopping, gather=1)
 
             def hand_over(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-                reporter.report(force=True)  # its steps are counted before it is learned on
+                reporter.report()
                 acted_with = source.fetched_version
                 queue.insert({**{k: v.numpy() for k, v in full.items()}, VERSION: acted_with})
                 return full  # sent (a copy): refill it
