@@ -209,22 +209,23 @@ def local_ray():
 @pytest.mark.ray
 def test_insert_calls_gather_the_chunks_made_while_a_call_is_out(local_ray):
     """An actor that makes chunks faster than calls come back sends them together (up to
-    ``gather`` chunks, and fewer for large items); one that waits for each call sends chunks
-    alone; a queue of rollouts (``gather=1``) never gathers."""
+    ``gather`` chunks, fewer for large items, and no more than the table's rate limiter said
+    it would take); one that waits for each call sends chunks alone; a queue of rollouts
+    (``gather=1``) never gathers."""
     from rlherd.runtime.program import GATHER_BYTES, InsertClient
 
     @local_ray.remote
     class Replay:
         def __init__(self):
-            self.calls, self.delay = [], 0.0
+            self.calls, self.delay, self.room = [], 0.0, 10**6
 
-        def slow(self, delay: float) -> None:
-            self.delay = delay
+        def slow(self, delay: float, room: int = 10**6) -> None:
+            self.delay, self.room = delay, room
 
-        def insert(self, index, columns, priorities, timeout):
+        def insert(self, index, columns, priorities, timeout, most):
             time.sleep(self.delay)
             self.calls.append(len(priorities))
-            return len(priorities)
+            return len(priorities), min(self.room, most)
 
         def log(self) -> list[int]:
             calls, self.calls = self.calls, []
@@ -240,13 +241,18 @@ def test_insert_calls_gather_the_chunks_made_while_a_call_is_out(local_ray):
 
     replay, stop = Replay.remote(), threading.Event()
     local_ray.get(replay.slow.remote(0.3))
-    assert sent(InsertClient(replay, 0, None, 4, stop, gather=3), 7, wait=False) == [4, 12, 12]
+    # The first answer says how much the table takes: until it is back, chunks go alone.
+    assert sent(InsertClient(replay, 0, None, 4, stop, gather=3), 8, wait=False) == [4, 4, 12, 12]
     assert sent(InsertClient(replay, 0, None, 4, stop, gather=1), 3, wait=False) == [4, 4, 4]
     local_ray.get(replay.slow.remote(0.0))
     assert sent(InsertClient(replay, 0, None, 4, stop, gather=3), 3, wait=True) == [4, 4, 4]
     big = GATHER_BYTES // 4 // 2  # float32s: two items fill GATHER_BYTES
     local_ray.get(replay.slow.remote(0.3))
-    assert sent(InsertClient(replay, 0, None, 1, stop, gather=3), 3, False, big) == [1, 2]
+    assert sent(InsertClient(replay, 0, None, 1, stop, gather=3), 4, False, big) == [1, 1, 2]
+    local_ray.get(replay.slow.remote(0.3, room=0))  # a learner behind: the limiter holds back
+    assert sent(InsertClient(replay, 0, None, 4, stop, gather=3), 3, wait=False) == [4, 4, 4]
+    local_ray.get(replay.slow.remote(0.3, room=5))  # room for 5: two chunks, not three
+    assert sent(InsertClient(replay, 0, None, 4, stop, gather=3), 6, wait=False) == [4, 4, 8, 8]
 
 
 @pytest.mark.ray

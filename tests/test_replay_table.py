@@ -311,6 +311,21 @@ def test_bursts_drive_a_table_in_whole_bursts():
     assert bursts == [0, 0, 4, 0, 0, 4, 0, 0, 4, 0, 0, 4]
 
 
+def test_inserts_allowed_is_the_most_inserts_the_limiter_lets_in_now():
+    """The bisection against a count of ``can_insert(n)`` for every ``n``, for each kind of
+    limiter, in states where it holds inserts back and where it does not."""
+    limiters = [MinSize(3), Queue(5), SampleToInsertRatio(4.0, 10, 20.0), Bursts(4, 6, 8)]
+    for lim in limiters:
+        for _ in range(60):
+            naive = max(n for n in range(41) if n == 0 or lim.can_insert(n))
+            assert lim.inserts_allowed(40) == naive, (lim, lim.state_dict())
+            if lim.can_insert(1):
+                lim.inserts += 1
+            if lim.can_sample(3):
+                lim.samples += 3
+    assert Queue(5).inserts_allowed(40) == 5 and MinSize(3).inserts_allowed(40) == 40
+
+
 def test_without_insert_blocking():
     lim = SampleToInsertRatio(1.0, 2, error_buffer=2.0).without_insert_blocking()
     lim.inserts = 10**6

@@ -55,6 +55,15 @@ class RateLimiter:
         room = self.inserts * self.samples_per_insert - self.samples - self.min_diff
         return max(0, math.floor(room)) if room < 2**62 else 2**62
 
+    def inserts_allowed(self, most: int) -> int:
+        """How many inserts may proceed right now, up to ``most`` (the largest ``n`` with
+        ``can_insert(n)``: it only gets harder as ``n`` grows, so a bisection finds it)."""
+        lo, hi = 0, most
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if self.can_insert(mid) else (lo, mid - 1)
+        return lo
+
     def without_insert_blocking(self) -> RateLimiter:
         """The same limiter, but inserts never block: what one process that both acts and learns
         needs (it learns whenever sampling is allowed, as Acme's local layout does)."""

@@ -129,6 +129,10 @@ class Table:
         with self._cond:
             return self.limiter.can_insert(n)
 
+    def inserts_allowed(self, most: int) -> int:
+        with self._cond:
+            return self.limiter.inserts_allowed(most)
+
     def wait_until_can_sample(self, n: int, timeout: float | None = None) -> bool:
         """Wait until ``n`` samples may proceed at once; False after ``timeout``. A sampler of a
         table that removes what it samples (a queue) waits here first, so that a sample which

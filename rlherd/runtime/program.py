@@ -113,10 +113,12 @@ class ReplayNode(Node):
         return [t.name for t in self.tables]
 
     def insert(self, index: int, columns: dict[str, np.ndarray], priorities: np.ndarray,
-               timeout: float) -> int:  # fmt: skip
+               timeout: float, most: int) -> tuple[int, int]:  # fmt: skip
         """Insert the rows of ``columns`` in order, each as the rate limiter allows; returns how
-        many went in before ``timeout`` (the caller sends the rest again)."""
-        return self.tables[index].insert_many(columns, priorities, timeout)
+        many went in before ``timeout`` (the caller sends the rest again), and how many more the
+        rate limiter would let in now, up to ``most`` (what the caller's next call may carry)."""
+        table = self.tables[index]
+        return table.insert_many(columns, priorities, timeout), table.inserts_allowed(most)
 
     def sample(self, index: int, n: int, timeout: float,
                batches: int = 1) -> tuple[SampleBatch, int] | None:  # fmt: skip
@@ -197,19 +199,24 @@ class InsertClient:
     """A table on the replay node, as an actor's adder writes into one. Items are kept until
     ``chunk`` of them are here, then go to the replay node as columns in one call, with one
     call in flight: the actor acts on while it travels (as Reverb's writers keep items in
-    flight). A chunk made while the call is still out waits, and the next call takes every
-    chunk waiting, up to ``gather`` of them (and ``GATHER_BYTES``): a Ray call costs about as
+    flight). A call is done when the replay node took them all (its rate limiters hold across
+    the network: what they held back is sent again); waiting for it raises :class:`Stopped`
+    once ``stopping`` is set.
+
+    A chunk made while the call is still out waits, and the next call takes every chunk
+    waiting, up to ``gather`` of them (and ``GATHER_BYTES``), but no more than the table's rate
+    limiter said it would take (each call's answer says how many): a Ray call costs about as
     much as inserting a few hundred items, so calls grow when an actor makes items faster than
-    calls go, and stay one chunk when it is slower. A queue of rollouts gathers none (its
-    waits bound the policy lag). A call is done when the replay node took them all (its rate
-    limiters hold across the network: what they held back is sent again); waiting for it
-    raises :class:`Stopped` once ``stopping`` is set."""
+    calls go, but an actor whose learner is behind still waits for it one chunk ahead, as
+    before, instead of acting on for chunks the table will not take. A queue of rollouts
+    gathers none (its waits bound the policy lag)."""
 
     def __init__(self, replay: Any, index: int, signature: dict | None, chunk: int,
                  stopping: threading.Event, gather: int = GATHER_CHUNKS):  # fmt: skip
         self.replay, self.index, self.signature = replay, index, signature
         self.chunk, self.stopping, self.gather = chunk, stopping, gather
-        self.most: int | None = None  # items one call takes, from the first item's size
+        self.cap: int | None = None  # the most items one call takes, from the first item's size
+        self.room = 0  # items the table would take now, as of the last answer
         self.items: list[dict[str, np.ndarray]] = []
         self.priorities: list[float] = []
         self.in_flight: tuple[Any, dict[str, np.ndarray], np.ndarray] | None = None
@@ -224,11 +231,12 @@ class InsertClient:
     def flush(self) -> None:
         """Send the chunks waiting, unless the call in flight is still out and more fit in the
         next one."""
-        if self.most is None:
+        if self.cap is None:
             size = sum(np.asarray(v).nbytes for v in self.items[0].values())
-            self.most = self.chunk * max(1, min(self.gather, GATHER_BYTES // (size * self.chunk)))
+            self.cap = self.chunk * max(1, min(self.gather, GATHER_BYTES // (size * self.chunk)))
+        most = max(self.chunk, min(self.cap, -(-self.room // self.chunk) * self.chunk))
         out = self.in_flight is not None and not ray.wait([self.in_flight[0]], timeout=0)[0]
-        if out and len(self.items) < self.most:
+        if out and len(self.items) < most:
             return
         columns = {k: np.stack([np.asarray(item[k]) for item in self.items]) for k in self.items[0]}
         priorities = np.asarray(self.priorities, dtype=np.float64)
@@ -240,7 +248,7 @@ class InsertClient:
         """Wait until the call in flight is done."""
         while self.in_flight is not None:
             call, columns, priorities = self.in_flight
-            taken = ray.get(call)
+            taken, self.room = ray.get(call)
             self.in_flight = None
             if taken < len(priorities):
                 self._send({k: v[taken:] for k, v in columns.items()}, priorities[taken:])
@@ -248,7 +256,8 @@ class InsertClient:
     def _send(self, columns: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         if self.stopping.is_set():
             raise Stopped
-        call = self.replay.insert.remote(self.index, columns, priorities, POLL_S)
+        call = self.replay.insert.remote(self.index, columns, priorities, POLL_S,
+                                         self.cap or self.chunk)  # fmt: skip
         self.in_flight = (call, columns, priorities)
         self.calls, self.sent = self.calls + 1, self.sent + len(priorities)
 
