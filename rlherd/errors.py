@@ -4,6 +4,8 @@ network or a replay table can raise the same error the CLI turns into one line
 
 from __future__ import annotations
 
+import signal
+
 
 class ConfigError(ValueError):
     """A bad config value or override; the message says how to fix it."""
@@ -32,3 +34,18 @@ class TrainingDiverged(ValueError):
 class NodeDied(RuntimeError):
     """A node of a distributed program that the run cannot go on without (learner, replay,
     counter) is gone; the message names it and how to continue."""
+
+
+def exit_status(code: int | None) -> str:
+    """How a child process ended, in words, for the line that reports it: ``exit code 1``, or,
+    for the negative codes with which ``multiprocessing`` and ``subprocess`` name the signal
+    that ended a process, ``killed by SIGKILL (out of memory? ...)``: the kernel's out-of-memory
+    killer sends SIGKILL unasked, and "exit code -9" says neither."""
+    if code is None or code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:  # a real-time signal has no name of its own
+        name = f"signal {-code}"
+    hint = " (out of memory? the kernel's OOM killer sends it)" if name == "SIGKILL" else ""
+    return f"killed by {name}{hint}"

@@ -24,6 +24,7 @@ from rlherd.run.divergence import LOSS_WARMUP, DivergenceWatch
 from rlherd.run.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
+KILLED = r"killed by SIGKILL \(out of memory\? the kernel's OOM killer sends it\)"
 
 
 # ------------------------------------------------------------------------------ the detector
@@ -134,7 +135,7 @@ def test_a_replaced_mono_actor_is_said_on_stderr_when_it_happens(tmp_path, capfd
     assert result["run"].summary["actor_restarts"] == 1
     lines = _said(
         capfd.readouterr().err,
-        r"rlherd: actor [01] exited \(code -9\); restarted \(restart 1 of at most 40\)",
+        r"rlherd: actor [01] died, " + KILLED + r"; restarted \(restart 1 of at most 40\)",
     )
     assert len(lines) == 1
 
@@ -164,7 +165,7 @@ def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, 
     assert run.summary["server_restarts"] == 1
     err = capfd.readouterr().err
     server = r"rlherd: environment server unix:\S+env-\d\.sock"
-    why = r"exited \(code -9\); restarting it|does not answer \(.*\); retrying"
+    why = r"ended, " + KILLED + r"; restarting it|does not answer \(.*\); retrying"
     went = _said(err, f"{server} ({why})")
     back = _said(err, server + r" answers again, after \d+\.\ds")
     assert len(went) == 1 and len(back) == 1, err

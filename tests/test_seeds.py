@@ -95,14 +95,14 @@ def test_a_seed_killed_before_it_said_anything_is_named_by_its_signal(tmp_path):
     seed = SeedProcess(1, tmp_path / "seed-1", [])
     seed.log.write_text("")
     seed.returncode = -signal.SIGKILL
-    assert seed.last_line() == ("no output: killed by SIGKILL (out of memory? the kernel's OOM "
+    assert seed.last_line() == ("no output; killed by SIGKILL (out of memory? the kernel's OOM "
                                 "killer sends it)")  # fmt: skip
     seed.returncode = -signal.SIGSEGV
-    assert seed.last_line() == "no output: killed by SIGSEGV"
+    assert seed.last_line() == "no output; killed by SIGSEGV"
     seed.returncode = -(signal.SIGRTMIN + 3)
-    assert seed.last_line() == f"no output: killed by signal {signal.SIGRTMIN + 3}"
+    assert seed.last_line() == f"no output; killed by signal {signal.SIGRTMIN + 3}"
     seed.returncode = 3
-    assert seed.last_line() == "no output (exit 3)"
+    assert seed.last_line() == "no output; exit code 3"
     seed.log.write_text("Traceback ...\nValueError: bad\n")
     assert seed.last_line() == "ValueError: bad"
 

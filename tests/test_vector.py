@@ -96,6 +96,17 @@ def test_a_dead_worker_is_reported_and_can_be_restarted():
         assert obs.shape == (4, 4)
 
 
+def test_a_worker_killed_by_a_signal_is_named_by_it():
+    """A worker that the kernel's out-of-memory killer took (SIGKILL, unasked) is reported by
+    that signal and the hint, not as "exit code -9"."""
+    with BatchEnv(fns("CartPole-v1", 4), num_workers=2, timeout=30) as batch:
+        batch.reset(seed=0)
+        os.kill(batch._procs[1].pid, signal.SIGKILL)
+        died = r"worker 1 \(envs 2..3\) died, killed by SIGKILL \(out of memory\? the kernel's"
+        with pytest.raises(WorkerError, match=died):
+            batch.step(np.zeros(4, dtype=np.int64))
+
+
 def test_a_hanging_step_times_out():
     env_fns = fns("rlherd/Faulty-v0", 2, at=1, mode="hang", hang_s=30)
     with BatchEnv(env_fns, num_workers=1, timeout=0.5) as batch:

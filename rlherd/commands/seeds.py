@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, exit_status
 
 SEED_DIR = re.compile(r"seed-(-?\d+)")
 POLL_S = 1.0  # how often the group reads its seeds' summaries and exits
@@ -75,14 +75,7 @@ class SeedProcess:
         lines = [line for line in self.log.read_text(errors="replace").splitlines() if line]
         if lines:
             return lines[-1]
-        if self.returncode is not None and self.returncode < 0:
-            try:
-                name = signal.Signals(-self.returncode).name
-            except ValueError:  # a real-time signal has no name of its own
-                name = f"signal {-self.returncode}"
-            hint = " (out of memory? the kernel's OOM killer sends it)" if name == "SIGKILL" else ""
-            return f"no output: killed by {name}{hint}"
-        return f"no output (exit {self.returncode})"
+        return f"no output; {exit_status(self.returncode)}"
 
 
 @dataclass

@@ -51,7 +51,7 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.commands.train import default_run_dir, default_runtime, resolve_config, train
 from rlherd.config import to_json
-from rlherd.errors import ConfigError, TrainingDiverged
+from rlherd.errors import ConfigError, TrainingDiverged, exit_status
 from rlherd.run.callbacks import STOP, Callback, RunInfo
 from rlherd.runtime import settings as settings_mod
 
@@ -505,7 +505,7 @@ def _run_workers(plan: Plan, shares: list[int]) -> None:
         raise KeyboardInterrupt  # a worker was interrupted on its own (a signal sent to it)
     if failed:
         what = "; ".join(f"worker {i} " + ("stopped on the error above" if code == 2 else
-                                           f"crashed (exit code {code}, see above)")
+                                           f"crashed, {exit_status(code)} (see above)")
                          for i, code in failed)  # fmt: skip
         raise ConfigError(f"{what}; the study keeps the trials that finished")
 

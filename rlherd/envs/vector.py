@@ -39,6 +39,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlherd import types
+from rlherd.errors import exit_status
 
 
 class EnvError(RuntimeError):
@@ -337,8 +338,8 @@ class BatchEnv(gym.vector.VectorEnv):
         except (EOFError, OSError):
             self._procs[w].join(timeout=1)
             raise WorkerError(
-                f"environment worker {w} (envs {a}..{b - 1}) died (exit code "
-                f"{self._procs[w].exitcode}); call restart_worker({w}) to replace it"
+                f"environment worker {w} (envs {a}..{b - 1}) died, "
+                f"{exit_status(self._procs[w].exitcode)}; call restart_worker({w}) to replace it"
             ) from None
         if kind == "error":
             index, tb = payload

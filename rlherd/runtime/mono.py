@@ -41,7 +41,7 @@ import torch
 import torch.multiprocessing as mp
 
 from rlherd.envs.vector import die_with_parent
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, exit_status
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, join, rollout_layout
 from rlherd.run.counting import StepReport
 from rlherd.run.loop import EnvironmentLoop
@@ -290,16 +290,16 @@ class ActorPool:
             limit = MAX_RESTARTS_PER_ACTOR * len(self.links)
             if self.restarts > limit:
                 raise RuntimeError(
-                    f"actor processes died {self.restarts} times (last exit code "
-                    f"{link.process.exitcode}); see the actor traceback above"
+                    f"actor processes died {self.restarts} times, the last {exit_status(code)}; "
+                    "see the actor traceback above"
                 )
             link.conn.close()
             if link.held is not None:
                 self.free.put(link.held)
             self.links[i] = ActorLink(self, i, self._seed(i))
             say(
-                f"actor {i} exited (code {code}); restarted (restart {self.restarts} of at most "
-                f"{limit})"
+                f"actor {i} died, {exit_status(code)}; restarted (restart {self.restarts} of at "
+                f"most {limit})"
             )
 
     def close(self) -> None:

@@ -40,7 +40,7 @@ import torch
 from rlherd import types as F
 from rlherd.core import EnvSpec, VariableClient
 from rlherd.envs.ids import child_env
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, exit_status
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.runtime import (
@@ -136,7 +136,7 @@ class LocalServers:
         """Restart servers that died."""
         for i, proc in enumerate(self.procs):
             if proc.poll() is not None:
-                self.outages.down(self.addresses[i], f"exited (code {proc.returncode}); "
+                self.outages.down(self.addresses[i], f"ended, {exit_status(proc.returncode)}; "
                                                      "restarting it")  # fmt: skip
                 self.restarts += 1
                 self._start(i)
