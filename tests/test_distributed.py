@@ -199,6 +199,7 @@ def test_large_parameters_are_published_once_per_version_and_small_ones_sent_in_
 
 @pytest.fixture
 def local_ray():
+    """A local Ray for a test of the program's pieces (whole programs start their own)."""
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
