@@ -153,11 +153,21 @@ def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_pa
 
 
 # ------------------------------------------------------------------------- programs on Ray
-@pytest.mark.ray
-def test_large_parameters_are_published_once_per_version_and_small_ones_sent_in_the_answer():
-    import functools
-
+@pytest.fixture
+def local_ray():
+    """A local Ray for a test of the program's pieces (whole programs start their own)."""
     import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.ray
+def test_large_parameters_are_published_once_per_version_and_small_ones_sent_in_the_answer(
+    local_ray,
+):
+    import functools
 
     from rlherd import envs as rl_envs
     from rlherd.agents import BUILDERS
@@ -171,40 +181,27 @@ def test_large_parameters_are_published_once_per_version_and_small_ones_sent_in_
     from rlherd.runtime.settings import Distributed
 
     spec = rl_envs.spec_for("CartPole-v1")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    try:
-        for hidden, published in (((16,), False), ((1024, 1024), True)):
-            builder = BUILDERS["dqn"](BUILDERS["dqn"].config_class(hidden_sizes=hidden))
-            tables = functools.partial(builder.make_replay_tables, spec, True)
-            replay = ray.remote(ReplayNode).remote(tables)
-            setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed())
-            node = ray.remote(LearnerNode).options(max_concurrency=4).remote(setup, replay, 10, 0)
-            ray.get(node.ready.remote())
-            answers = [ray.get(node.get_variables.remote(["policy"])) for _ in range(2)]
-            assert [answer[1] is None for answer in answers] == [published] * 2
-            if published:  # one put for the version, however many ask
-                assert answers[0][2] == answers[1][2]
-            else:
-                for a, b in zip(answers[0][1][0].values(), answers[1][1][0].values(), strict=True):
-                    np.testing.assert_array_equal(a, b)
-            version = answers[0][0]  # an asker that has it gets the version alone
-            assert ray.get(node.get_variables.remote(["policy"], version)) == (version, None, None)
-            _, (state,) = fetch_variables(node.get_variables.remote(["policy"]))
-            assert (sum(v.nbytes for v in state.values()) >= PUBLISH_BYTES) == published
-            ray.kill(node)
-            ray.kill(replay)
-    finally:
-        ray.shutdown()
-
-
-@pytest.fixture
-def local_ray():
-    """A local Ray for a test of the program's pieces (whole programs start their own)."""
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield ray
-    ray.shutdown()
+    for hidden, published in (((16,), False), ((1024, 1024), True)):
+        builder = BUILDERS["dqn"](BUILDERS["dqn"].config_class(hidden_sizes=hidden))
+        tables = functools.partial(builder.make_replay_tables, spec, True)
+        replay = local_ray.remote(ReplayNode).remote(tables)
+        setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed())
+        node = local_ray.remote(LearnerNode).options(max_concurrency=4).remote(setup, replay, 10, 0)
+        local_ray.get(node.ready.remote())
+        answers = [local_ray.get(node.get_variables.remote(["policy"])) for _ in range(2)]
+        assert [answer[1] is None for answer in answers] == [published] * 2
+        if published:  # one put for the version, however many ask
+            assert answers[0][2] == answers[1][2]
+        else:
+            for a, b in zip(answers[0][1][0].values(), answers[1][1][0].values(), strict=True):
+                np.testing.assert_array_equal(a, b)
+        version = answers[0][0]  # an asker that has it gets the version alone
+        newer = node.get_variables.remote(["policy"], version)
+        assert local_ray.get(newer) == (version, None, None)
+        _, (state,) = fetch_variables(node.get_variables.remote(["policy"]))
+        assert (sum(v.nbytes for v in state.values()) >= PUBLISH_BYTES) == published
+        local_ray.kill(node)
+        local_ray.kill(replay)
 
 
 @pytest.mark.ray

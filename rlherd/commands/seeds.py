@@ -73,9 +73,7 @@ class SeedProcess:
         """What a failed process said last, or, killed by a signal before it could say anything,
         which signal (SIGKILL, unasked, is most often the kernel's out-of-memory killer)."""
         lines = [line for line in self.log.read_text(errors="replace").splitlines() if line]
-        if lines:
-            return lines[-1]
-        return f"no output; {exit_status(self.returncode)}"
+        return lines[-1] if lines else f"no output; {exit_status(self.returncode)}"
 
 
 @dataclass

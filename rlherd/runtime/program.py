@@ -215,7 +215,7 @@ class InsertClient:
                  stopping: threading.Event, gather: int = GATHER_CHUNKS):  # fmt: skip
         self.replay, self.index, self.signature = replay, index, signature
         self.chunk, self.stopping, self.gather = chunk, stopping, gather
-        self.cap: int | None = None  # the most items one call takes, from the first item's size
+        self.cap = 0  # the most items one call takes: set from the first item's size
         self.room = 0  # items the table would take now, as of the last answer
         self.items: list[dict[str, np.ndarray]] = []
         self.priorities: list[float] = []
@@ -231,7 +231,7 @@ class InsertClient:
     def flush(self) -> None:
         """Send the chunks waiting, unless the call in flight is still out and more fit in the
         next one."""
-        if self.cap is None:
+        if not self.cap:
             size = sum(np.asarray(v).nbytes for v in self.items[0].values())
             self.cap = self.chunk * max(1, min(self.gather, GATHER_BYTES // (size * self.chunk)))
         most = max(self.chunk, min(self.cap, -(-self.room // self.chunk) * self.chunk))
@@ -256,8 +256,7 @@ class InsertClient:
     def _send(self, columns: dict[str, np.ndarray], priorities: np.ndarray) -> None:
         if self.stopping.is_set():
             raise Stopped
-        call = self.replay.insert.remote(self.index, columns, priorities, POLL_S,
-                                         self.cap or self.chunk)  # fmt: skip
+        call = self.replay.insert.remote(self.index, columns, priorities, POLL_S, self.cap)
         self.in_flight = (call, columns, priorities)
         self.calls, self.sent = self.calls + 1, self.sent + len(priorities)
 
@@ -569,7 +568,6 @@ class ActorNode(Node):
             queue = InsertClient(self.replay, 0, None, 1, self.stopping, gather=1)
 
             def hand_over(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-                reporter.report()
                 acted_with = source.fetched_version
                 queue.insert({**{k: v.numpy() for k, v in full.items()}, VERSION: acted_with})
                 return full  # sent (a copy): refill it
