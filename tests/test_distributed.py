@@ -3,6 +3,7 @@
 Learning on it is in tests/test_matrix.py (every agent learns Corridor there, as on every
 runtime). Tests that start Ray are marked ``ray``."""
 
+import functools
 import json
 import os
 import signal
@@ -293,6 +294,59 @@ def test_actors_poll_and_fetch_parameters_in_one_call_that_carries_them_only_whe
     asked = local_ray.get(learner.log.remote())  # (the learner's version, newer_than)
     assert asked[0] == (0, -1) and (0, 0) in asked and (1, 0) in asked
     assert sum(version > newer_than for version, newer_than in asked) == 2  # sent twice
+
+
+@pytest.mark.ray
+def test_an_on_policy_actor_node_polls_for_parameters_with_its_rollouts_alone(local_ray):
+    """Rollouts go into the learner node's own queue, and each insert's answer carries the
+    parameters when they are newer: the actor node makes no call of its own to poll (on two
+    cores, polls as often cost IMPALA on CartPole a fifth of its speed) and still acts with
+    fresh parameters (the learner's batches are a few versions old at most)."""
+    from rlherd import envs as rl_envs
+    from rlherd.agents import BUILDERS
+    from rlherd.runtime.distributed import _queue_table
+    from rlherd.runtime.program import (
+        ActorNode,
+        CounterNode,
+        LearnerNode,
+        NodeSetup,
+        rollout_signature,
+    )
+    from rlherd.runtime.settings import Distributed
+
+    class Learner(LearnerNode):  # counts the calls that reach it
+        def get_variables(self, names, newer_than=-1):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().get_variables(names, newer_than)
+
+        def insert_and_get_variables(self, *args):
+            self.inserts = getattr(self, "inserts", 0) + 1
+            return super().insert_and_get_variables(*args)
+
+        def count(self) -> tuple[int, int]:
+            inserts = getattr(self, "inserts", 0)  # each one's get_variables counts in calls
+            return inserts, getattr(self, "calls", 0) - inserts
+
+    spec = rl_envs.spec_for("CartPole-v1")
+    builder = BUILDERS["impala"](BUILDERS["impala"].config_class(unroll_length=5, batch_size=4))
+    setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed(envs_per_actor=2))
+    queue = functools.partial(_queue_table, rollout_signature(builder, spec, 2), 4)
+    learner = local_ray.remote(Learner).options(max_concurrency=4).remote(
+        setup, None, 10**6, 2, queue)  # fmt: skip
+    counter = local_ray.remote(CounterNode).remote()
+    actor = local_ray.remote(ActorNode).options(max_concurrency=2).remote(
+        0, 0, setup, None, learner, counter)  # fmt: skip
+    run = actor.run.remote()
+    lags = []
+    for _ in range(20):
+        steps, metrics = local_ray.get(learner.train.remote(0.2))
+        if steps:
+            lags.append(metrics["policy_lag"])
+    actor.stop.remote()
+    local_ray.get(run)
+    inserts, polls = local_ray.get(learner.count.remote())
+    assert inserts >= 20 and polls == 1, (inserts, polls)  # one poll: the first fetch waits
+    assert len(lags) >= 5 and np.mean(lags[len(lags) // 2 :]) < 4, lags
 
 
 def _nodes(run_dir: Path, timeout: float = 120.0) -> dict:

@@ -2,10 +2,11 @@
 2.4-2.5) as a program of Ray actors, from one laptop to a cluster, for every agent.
 
 The program is built from the agent's builder alone (the nodes are in
-:mod:`rlherd.runtime.program`): a **replay** node holds the agent's tables (on-policy agents: a
-queue table of whole rollouts, FIFO, each sampled once, inserts blocking while it holds
-``num_buffers``, so policy lag is bounded); a **learner** node; ``num_actors`` **actor** nodes that
-act with parameters pulled from the learner and write to replay in chunks; an **evaluator**
+:mod:`rlherd.runtime.program`): a **replay** node holds the agent's tables; a **learner** node
+(an on-policy agent's holds its queue of whole rollouts instead, FIFO, each sampled once,
+inserts blocking while it holds ``num_buffers``, so policy lag is bounded; such a program has no
+replay node); ``num_actors`` **actor** nodes that act with parameters pulled from the learner
+and write to replay (or the queue) in chunks; an **evaluator**
 node (with ``--eval-every``) and a **counter**. This process, the driver, steps the learner in
 half-second slices and in between does what every runtime does: counts, logs, checkpoints
 (learner and replay together, so ``--resume`` restores both) and looks after the nodes.
@@ -214,25 +215,26 @@ class Program:
     # launching ---------------------------------------------------------------------------------
     def launch(self) -> None:
         ctx, builder, settings = self.ctx, self.ctx.builder, self.ctx.settings
-        per_batch = 0
-        if builder.dataflow == "replay":
-            make_tables = functools.partial(builder.make_replay_tables, ctx.spec, True)
-        else:
-            per_batch, capacity = queue_capacity(builder, settings)
-            signature = rollout_signature(builder, ctx.spec, settings.envs_per_actor)
-            make_tables = functools.partial(_queue_table, signature, capacity)
         # Every actor may wait on a limiter, and poll and fetch from the learner, at once.
         threads = 2 * settings.num_actors + 8
         gpus = 1 if settings.device.startswith("cuda") else 0
         self.group = self._learner_group(gpus)
         self.counter = self._start("counter", CounterNode, self.group)
-        self.replay = self._start("replay", ReplayNode, dict(self.group, max_concurrency=threads),
-                                  make_tables)  # fmt: skip
-        self.learner = self._start(
-            "learner", LearnerNode,
-            dict(self.group, max_concurrency=threads, num_cpus=self.learner_cpus, num_gpus=gpus),
-            self.setup, self.replay, ctx.learner_budget, per_batch,
-        )  # fmt: skip
+        learner_options = dict(self.group, max_concurrency=threads, num_cpus=self.learner_cpus,
+                               num_gpus=gpus)  # fmt: skip
+        if builder.dataflow == "replay":
+            make_tables = functools.partial(builder.make_replay_tables, ctx.spec, True)
+            self.replay = self._start("replay", ReplayNode,
+                                      dict(self.group, max_concurrency=threads), make_tables)
+            self.learner = self._start("learner", LearnerNode, learner_options, self.setup,
+                                       self.replay, ctx.learner_budget)  # fmt: skip
+        else:  # the queue of rollouts is the learner node's own
+            per_batch, capacity = queue_capacity(builder, settings)
+            signature = rollout_signature(builder, ctx.spec, settings.envs_per_actor)
+            make_queue = functools.partial(_queue_table, signature, capacity)
+            self.learner = self._start("learner", LearnerNode, learner_options, self.setup, None,
+                                       ctx.learner_budget, per_batch, make_queue)  # fmt: skip
+            self.replay = self.learner  # where the tables are: metrics/replay.csv asks it
         self.evaluator = None
         if ctx.evaluator is not None:
             self._start_evaluator()
