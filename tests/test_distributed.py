@@ -349,6 +349,39 @@ def test_an_on_policy_actor_node_polls_for_parameters_with_its_rollouts_alone(lo
     assert len(lags) >= 5 and np.mean(lags[len(lags) // 2 :]) < 4, lags
 
 
+@pytest.mark.ray
+def test_parameters_that_come_back_with_a_rollout_act_from_the_next_step(local_ray):
+    """An on-policy actor's insert call brings newer parameters; ``poll()`` (every step) takes
+    them as soon as the call is back, not when the next rollout is sent."""
+    from rlherd.runtime.program import InsertClient, RemoteVariables
+
+    @local_ray.remote
+    class Learner:
+        def __init__(self):
+            self.version = 0
+
+        def get_variables(self, names, newer_than=-1):
+            if self.version <= newer_than:
+                return self.version, None, None
+            return self.version, [{"w": np.full(1, float(self.version), np.float32)}], None
+
+        def insert_and_get_variables(self, index, columns, priorities, timeout, most, names,
+                                     newer_than):  # fmt: skip
+            self.version += 1  # the learner stepped while the rollout travelled
+            return (len(priorities), most), self.get_variables(names, newer_than)
+
+    source = RemoteVariables(Learner.remote(), polls=False)
+    assert source.get_variables(["policy"])[0]["w"].item() == 0.0
+    client = InsertClient(source.learner, 0, None, 1, threading.Event(), gather=1,
+                          variables=source)  # fmt: skip
+    client.insert({"obs": np.zeros(3, np.float32)})
+    local_ray.wait([client.in_flight[0]])
+    client.poll()
+    assert source.variables_version() == 1
+    assert source.get_variables(["policy"])[0]["w"].item() == 1.0
+    assert client.in_flight is None  # settled: the next rollout's call goes at once
+
+
 def _nodes(run_dir: Path, timeout: float = 120.0) -> dict:
     """nodes.json once every node (actors included) has started."""
     deadline = time.monotonic() + timeout

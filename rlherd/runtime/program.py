@@ -29,6 +29,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +230,7 @@ class InsertClient:
         self.items: list[dict[str, np.ndarray]] = []
         self.priorities: list[float] = []
         self.in_flight: tuple[Any, dict[str, np.ndarray], np.ndarray] | None = None
+        self.answered: Future | None = None  # the call in flight's, with ``variables``
         self.calls = self.sent = 0  # how many calls and items went (a benchmark's figures)
 
     def insert(self, item: dict, priority: float = 1.0, timeout: float | None = None) -> None:
@@ -253,6 +255,15 @@ class InsertClient:
         self.settle()
         self._send(columns, priorities)
 
+    def poll(self) -> None:
+        """With ``variables``: take the call in flight's answer if it is back, without waiting,
+        so its parameters act from the next step on rather than from the next call's (the
+        policy lag of IMPALA on CartPole: 1.4 learner versions instead of 2.3). A future's
+        ``done()`` is what makes this cheap enough to ask every step: ``ray.wait`` there cost
+        12% of the steps per second."""
+        if self.answered is not None and self.answered.done():
+            self.settle()
+
     def settle(self) -> None:
         """Wait until the call in flight is done."""
         while self.in_flight is not None:
@@ -262,7 +273,7 @@ class InsertClient:
                 answer, parameters = answer
                 self.variables.take(parameters)
             taken, self.room = answer
-            self.in_flight = None
+            self.in_flight = self.answered = None
             if taken < len(priorities):
                 self._send({k: v[taken:] for k, v in columns.items()}, priorities[taken:])
 
@@ -275,6 +286,7 @@ class InsertClient:
         else:
             call = self.replay.insert_and_get_variables.remote(*args, *self.variables.question())
         self.in_flight = (call, columns, priorities)
+        self.answered = call.future() if self.variables is not None else None
         self.calls, self.sent = self.calls + 1, self.sent + len(priorities)
 
 
@@ -633,6 +645,8 @@ class ActorNode(Node):
             while not self.stopping.is_set():
                 loop.step()
                 reporter.report()
+                if on_policy:
+                    queue.poll()
         except Stopped:
             pass
         finally:
