@@ -224,7 +224,7 @@ class InsertClient:
                  variables: RemoteVariables | None = None):  # fmt: skip
         self.replay, self.index, self.signature = replay, index, signature
         self.chunk, self.stopping, self.gather = chunk, stopping, gather
-        self.variables = variables  # polled with each call (the learner's queue: see its calls)
+        self.variables = variables  # asked after with each call (LearnerNode's queue inserts)
         self.cap = 0  # the most items one call takes: set from the first item's size
         self.room = 0  # items the table would take now, as of the last answer
         self.items: list[dict[str, np.ndarray]] = []
@@ -329,7 +329,7 @@ class LearnerNode(TableHost, Node):
     holds its own: actor nodes insert into it as into a replay node's table, and a rollout
     crosses the network once, with no call to fetch it again (on a replay node, each rollout
     costs a call in and a share of a call out: on two cores, IMPALA on CartPole spends more
-    time in those calls than in acting)
+    time in those calls than in acting).
 
     Parameters are read under a lock that the learner holds while it steps, except while it
     waits for data, so a read never sees half an update and never waits for a rate limiter.
@@ -348,7 +348,7 @@ class LearnerNode(TableHost, Node):
         self.version = 0
         self._cache: tuple[int, dict[tuple, tuple]] = (-1, {})  # (version, {names: answer})
         tables: list[TableClient] = []
-        self.tables = make_queue() if make_queue is not None else []
+        self.tables = make_queue() if make_queue is not None else []  # hosted here (TableHost)
         if builder.dataflow == "replay":
             names = ray.get(replay.names.remote())
             prefetch = setup.settings.sample_prefetch
