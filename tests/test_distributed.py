@@ -344,6 +344,7 @@ def test_an_on_policy_actor_node_polls_for_parameters_with_its_rollouts_alone(lo
             lags.append(metrics["policy_lag"])
     actor.stop.remote()
     local_ray.get(run)
+    local_ray.get(learner.train.remote(1.0))  # makes room for an insert still out, so it ends
     inserts, polls = local_ray.get(learner.count.remote())
     assert inserts >= 20 and polls == 1, (inserts, polls)  # one poll: the first fetch waits
     assert len(lags) >= 5 and np.mean(lags[len(lags) // 2 :]) < 4, lags
@@ -375,7 +376,7 @@ def test_parameters_that_come_back_with_a_rollout_act_from_the_next_step(local_r
     client = InsertClient(source.learner, 0, None, 1, threading.Event(), gather=1,
                           variables=source)  # fmt: skip
     client.insert({"obs": np.zeros(3, np.float32)})
-    local_ray.wait([client.in_flight[0]])
+    client.answered.result(timeout=30)  # the call is back (poll() itself never waits)
     client.poll()
     assert source.variables_version() == 1
     assert source.get_variables(["policy"])[0]["w"].item() == 1.0
