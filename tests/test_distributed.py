@@ -168,8 +168,6 @@ def local_ray():
 def test_large_parameters_are_published_once_per_version_and_small_ones_sent_in_the_answer(
     local_ray,
 ):
-    import functools
-
     from rlherd import envs as rl_envs
     from rlherd.agents import BUILDERS
     from rlherd.runtime.program import (

@@ -234,7 +234,7 @@ class Program:
             make_queue = functools.partial(_queue_table, signature, capacity)
             self.learner = self._start("learner", LearnerNode, learner_options, self.setup, None,
                                        ctx.learner_budget, per_batch, make_queue)  # fmt: skip
-            self.replay = self.learner  # where the tables are: metrics/replay.csv asks it
+            self.replay = None
         self.evaluator = None
         if ctx.evaluator is not None:
             self._start_evaluator()
@@ -423,7 +423,8 @@ class Program:
         now = time.monotonic()
         if not force and now - self.last_info[0] < self.ctx.settings.log_interval_s:
             return
-        info = self._get(self.replay.info.remote())
+        host = self.learner if self.replay is None else self.replay  # where the tables are
+        info = self._get(host.info.remote())
         steps = int(self.ctx.recorder.counters["actor_steps"])
         rundir = self.ctx.recorder.rundir
         before = self.last_info
