@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="stop once an evaluation's mean return reaches R (set --eval-every)")
     watch.add_argument("--patience", type=int, metavar="N",
                        help="stop after N evaluations without a better mean return")
+    watch.add_argument("--until-solved", action="store_true",
+                       help="bsuite deep sea ids: stop once bsuite's analysis counts the run "
+                       "solved (its score is then what the whole budget would give)")
     watch.add_argument("--save-best", action="store_true",
                        help="keep the best evaluation's policy in RUN/best/ (rlherd eval --best)")
     watch.add_argument("--track", default="", metavar="NAMES",
@@ -229,6 +232,9 @@ def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
                        "scores need its budget)")
     sweep.add_argument("--seed", type=int, default=0,
                        help="bsuite/EXPERIMENT/N runs with seed 1000 * SEED + N (default: 0)")
+    sweep.add_argument("--until-solved", action="store_true",
+                       help="stop each deep sea id once bsuite's analysis counts it solved (its "
+                       "score is then what the whole budget would give; unsolved ids play it all)")
     sweep.add_argument("--preset", help="the agent's preset (default: the one it picks)")
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="an agent config field or runtime setting (torch_threads=2) for "
@@ -337,6 +343,10 @@ def _callbacks(args: argparse.Namespace) -> list:
         made.append(StopWithoutImprovement(args.patience))
     if args.save_best:
         made.append(SaveBest())
+    if args.until_solved:
+        from rlherd.commands.bsuite import UntilSolved
+
+        made.append(UntilSolved())
     return made
 
 

@@ -331,3 +331,31 @@ def test_a_report_of_runs_too_short_for_bsuites_analysis_is_one_line(tmp_path):
     assert not result.failed
     with pytest.raises(ConfigError, match="fewer episodes than bsuite's budget"):
         sweeps.report([tmp_path / "dqn"], tmp_path / "report")  # its analysis starts at 100
+
+
+def test_until_solved_stops_a_solved_deep_sea_which_bsuite_scores_as_its_whole_budget(tmp_path):
+    """DQfD with its one demonstration solves deep sea of size 10 by episode 400 of 10,000
+    (measured: 400): ``until_solved`` stops it there, and the sweep and bsuite's analysis count
+    it finished and solved, as they would the whole budget."""
+    from bsuite.experiments.deep_sea import analysis
+
+    out = tmp_path / "dqfd"
+    result, kept = sweeps.sweep("dqfd", ["bsuite/deep_sea/0"], out, progress=False,
+                                until_solved=True, log_interval_s=0.5)  # fmt: skip
+    assert not result.failed and kept == []
+    summary = result.runs[0].summary
+    assert summary["total_episodes"] == 10_000 and summary["episodes"] < 2_000
+    assert summary["stopped_by"].startswith("UntilSolved: bsuite counts it solved at episode")
+    with sweeps.pandas_1():
+        assert analysis.score(csv_of(out / "deep_sea-0")) == 1.0
+    assert sweeps.sweep("dqfd", ["bsuite/deep_sea/0"], out, progress=False,
+                        log_interval_s=0.5)[1] == ["bsuite/deep_sea/0"]  # finished: kept
+    assert sweeps.report([out], tmp_path / "report").loc["deep_sea", "dqfd"] == 1.0
+    assert any("1 ids stopped once solved" in note for note in sweeps.notes([out]))
+    # Unsolved, a run plays on (DQN finds no treasure in 30 episodes of a 10-step sea).
+    run = rlherd.train("dqn", "bsuite/deep_sea/0", run_dir=tmp_path / "dqn", total_episodes=30,
+                       callbacks=[sweeps.UntilSolved()], log_interval_s=0.1, progress=False)
+    assert run.summary["episodes"] == 30 and run.summary.get("stopped_by") is None
+    with pytest.raises(ConfigError, match="bsuite/catch/0 is not one: drop it"):
+        rlherd.train("dqn", "bsuite/catch/0", run_dir=tmp_path / "catch", total_episodes=3,
+                     callbacks=[sweeps.UntilSolved()], progress=False)  # fmt: skip

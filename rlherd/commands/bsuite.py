@@ -16,11 +16,15 @@ The whole suite is 468 ids, days of CPU for an agent. :data:`SUBSET_SIZE` ids of
 spread evenly across its settings (its sizes, lengths or noise scales, from easiest to hardest;
 :func:`subset`), make the ``--ids subset`` sweep. A score over a subset is not the full suite's
 (deep sea's is the share of its sizes solved): compare agents on the same ids only.
+
+``--until-solved`` stops each deep sea id (:data:`SOLVABLE`) once bsuite's own analysis counts
+it solved (:class:`UntilSolved`): its score is then what the whole budget would give.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
 import sys
@@ -38,6 +42,7 @@ from rlherd.commands.train import resolve_config, split_overrides
 from rlherd.config import to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
+from rlherd.run.callbacks import STOP, Answer, Callback, RunInfo
 from rlherd.run.rundir import RunDir, read_json
 from rlherd.runtime import settings as settings_mod
 
@@ -46,6 +51,59 @@ CSV_DIR = "csv"  # a sweep's folder of links to its runs' CSVs
 SWEEP_FILE = "sweep.json"  # what a sweep's folder was swept with: agent, seed, settings
 # rlherd.train's own arguments that a sweep passes on to every id, beside fields and settings.
 TRAIN_ARGUMENTS = ("runtime", "total_steps", "eval_every", "eval_episodes", "env_kwargs")
+# The experiments whose score a solution fixes: bsuite's ``find_solution`` counts a size solved
+# at the first logged episode below its regret threshold, and a solved run as finished.
+SOLVABLE = ("deep_sea", "deep_sea_stochastic")
+
+
+class UntilSolved(Callback):
+    """Stop a run of a :data:`SOLVABLE` bsuite id once bsuite's own analysis of its CSV counts
+    it solved (``rlherd train --until-solved``, ``rlherd bsuite --until-solved``).
+
+    Why: deep sea's score is the share of its sizes solved, and bsuite's ``find_solution``
+    takes the first logged episode whose share of bad episodes is below its threshold, and
+    counts a solved run finished. The episodes after it change neither, but cost the most: an
+    agent that solves size 50 at episode 500 would play 9,500 more episodes of 50 steps. Sizes
+    not solved still play the whole budget. bsuite's plots draw a stopped id as unfinished (they
+    count its episodes); its score is bsuite's.
+
+    Example::
+
+        import rlherd
+        from rlherd.commands.bsuite import UntilSolved
+
+        run = rlherd.train("dqfd", "bsuite/deep_sea/0", callbacks=[UntilSolved()])
+        print(run.summary["stopped_by"])  # UntilSolved: bsuite counts it solved at episode ...
+    """
+
+    def on_start(self, run: RunInfo) -> Answer:
+        env = str(run.record["env"])
+        experiment = env[len(bs.PREFIX):].split("/")[0] if env.startswith(bs.PREFIX) else None
+        if experiment not in SOLVABLE:
+            raise ConfigError(f"--until-solved stops runs of bsuite/{{{','.join(SOLVABLE)}}}/N, "
+                              f"whose score a solution fixes; {env} is not one: drop it")
+        self.results = run.path / bs.RESULTS
+        analysis = importlib.import_module(f"bsuite.experiments.{experiment}.analysis")
+        self.find_solution = analysis.find_solution
+        return None
+
+    def on_log(self, metrics: dict[str, Any]) -> Answer:
+        from bsuite.logging import csv_load
+
+        if not any(self.results.glob("*.csv")):  # before the first logged episode
+            return None
+        data = csv_load.load_one_result_set(str(self.results))
+        with pandas_1():
+            solution = self.find_solution(data, merge=False)
+        if not solution.solved.any():
+            return None
+        self.reason = f"bsuite counts it solved at episode {int(solution.episode.min())}"
+        return STOP
+
+
+def stopped_solved(summary: dict[str, Any]) -> bool:
+    """Whether a run's summary says :class:`UntilSolved` stopped it."""
+    return str(summary.get("stopped_by", "")).startswith(f"{UntilSolved.__name__}:")
 
 
 def subset(env_ids: list[str]) -> list[str]:
@@ -91,12 +149,13 @@ def run_path(out: Path, env_id: str) -> Path:
 
 
 def _finished(path: Path) -> bool:
-    """Whether the run in ``path`` played its whole episode budget."""
+    """Whether the run in ``path`` played its whole episode budget, or was stopped solved."""
     try:
         summary = read_json(path / "summary.json")
     except (OSError, ValueError):
         return False
-    return 0 < summary.get("total_episodes", 0) <= summary.get("episodes", 0)
+    return 0 < summary.get("total_episodes", 0) <= summary.get("episodes", 0) or (
+        stopped_solved(summary))
 
 
 def _claim(out: Path, request: dict[str, Any]) -> None:
@@ -138,30 +197,35 @@ def _request(agent: str, env_id: str, seed: int, settings: dict[str, Any]) -> di
                                       settings=to_json(resolved), train=train)))  # fmt: skip
 
 
-def _argv(agent: str, env_id: str, path: Path, seed: int,
-          settings: dict[str, Any]) -> list[str]:  # fmt: skip
+def _argv(agent: str, env_id: str, path: Path, seed: int, settings: dict[str, Any],
+          until_solved: bool) -> list[str]:  # fmt: skip
     """The ``rlherd train`` arguments of one id: a new run, or the stopped one continued."""
+    solvable = until_solved and env_id.split("/")[1] in SOLVABLE
+    watch = ["--until-solved"] if solvable else []
     if (path / "config.json").exists() and RunDir(path).latest_checkpoint() is not None:
-        return ["--resume", str(path)]
+        return ["--resume", str(path), *watch]
     return [*train_argv(agent, env_id, settings), "--seed", str(seed), "--run-dir", str(path),
-            "--overwrite"]  # fmt: skip
+            "--overwrite", *watch]  # fmt: skip
 
 
 def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = None,
-          progress: bool = True, seed: int = 0,
+          progress: bool = True, seed: int = 0, until_solved: bool = False,
           **settings: Any) -> tuple[SeedRuns, list[str]]:  # fmt: skip
     """Train ``agent`` on each of ``env_ids`` not yet finished in ``out``, in parallel processes
     (at most ``jobs`` at once), each id with its own seed (:func:`id_seed`). ``settings`` are
     :func:`rlherd.train`'s (``preset``, ``total_episodes``, agent fields, runtime settings),
-    the same for every id and every sweep into ``out``. Returns the group's outcome and the ids
-    it found finished (and left as they were)."""
+    the same for every id and every sweep into ``out``. ``until_solved``: the :data:`SOLVABLE`
+    ids stop once solved (:class:`UntilSolved`); it is not part of what a folder is swept with,
+    as it changes no score. Returns the group's outcome and the ids it found finished (and left
+    as they were)."""
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
     _claim(out, _request(agent, env_ids[0], seed, settings))
     paths = {i: run_path(out, i) for i in env_ids}
     done = [i for i in env_ids if _finished(paths[i])]
-    group = [SeedProcess(k, paths[i], _argv(agent, i, paths[i], id_seed(seed, i), settings))
+    group = [SeedProcess(k, paths[i], _argv(agent, i, paths[i], id_seed(seed, i), settings,
+                                            until_solved))
              for k, i in enumerate(env_ids) if i not in done]  # fmt: skip
     threads = int(settings.get("torch_threads", 1))
     result = SeedRuns(out)
@@ -211,6 +275,8 @@ def pandas_1() -> Iterator[None]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module=r"bsuite\.")
             warnings.filterwarnings("ignore", category=UserWarning, module=r"bsuite\.")
+            # bsuite's bars fade the experiments with an id stopped once solved (unfinished)
+            warnings.filterwarnings("ignore", message="Using alpha for a discrete variable")
             yield
     finally:
         for (cls, name), value in saved.items():
@@ -251,8 +317,9 @@ def _agent_names(dirs: list[Path]) -> list[str]:
 
 
 def notes(dirs: list[str | Path]) -> list[str]:
-    """What a reader of a report of ``dirs`` must know: sweeps cut short of bsuite's budget, and
-    sweeps that finished different ids (bsuite's scores compare only on the same ones)."""
+    """What a reader of a report of ``dirs`` must know: sweeps cut short of bsuite's budget, ids
+    stopped once solved, and sweeps that finished different ids (bsuite's scores compare only
+    on the same ones)."""
     dirs = [Path(d) for d in dirs]
     out = []
     for d in dirs:
@@ -260,6 +327,10 @@ def notes(dirs: list[str | Path]) -> list[str]:
         if short:
             out.append(f"{d}: {len(short)} ids ran fewer episodes than bsuite's budget "
                        f"({short[0]}, ...); their scores are not bsuite's")  # fmt: skip
+        solved = [s for s in sorted(d.glob("*/summary.json")) if stopped_solved(read_json(s))]
+        if solved:
+            out.append(f"{d}: {len(solved)} ids stopped once solved (--until-solved): scored as "
+                       "their whole budget would be, drawn faded in bsuite's plots (unfinished)")
     finished = [_finished_ids(d) for d in dirs]
     if any(f != finished[0] for f in finished):
         out.append("the sweeps finished different ids (" + ", ".join(
@@ -338,7 +409,7 @@ def command(args: Any, overrides: dict[str, Any]) -> int:
     if args.preset is not None:
         kwargs["preset"] = args.preset
     result, done = sweep(args.agent, env_ids, args.out, args.jobs, not args.no_progress,
-                         args.seed, **kwargs)  # fmt: skip
+                         args.seed, args.until_solved, **kwargs)  # fmt: skip
     names = dict(enumerate(env_ids))  # the group's runs are numbered by their place here
     for run in result.runs:
         print(json.dumps({"env": run.config.env, "run_dir": str(run.path), **run.summary}))
