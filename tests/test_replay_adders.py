@@ -192,3 +192,26 @@ def test_batch_adder_skips_autoreset_steps():
         (10, 11),
         (11, 12),
     ]
+
+
+def test_a_sequence_adder_restored_mid_episode_writes_what_it_would_have():
+    """A checkpoint holds an adder's open rows as plain data (a deque comes back a list), and a
+    resumed R2D2 run's adder goes on from them: the sequences written are those of an adder
+    never stopped. (A restored list once failed at the next sequence: no ``popleft``.)"""
+    from rlherd.run.plain import from_plain, to_plain
+
+    straight_table = seq_table(3)
+    seq_episode(SequenceAdder(straight_table, length=3, period=2), steps=9)
+    table = seq_table(3)
+    adder = SequenceAdder(table, length=3, period=2)
+    adder.add_first(obs(0))
+    for t in range(4):  # four steps in: one sequence written, rows 2-4 open
+        adder.add(np.int64(1), float(t), obs(t + 1), False, False, {"h": np.float32(t)})
+    restored = SequenceAdder(table, length=3, period=2)
+    restored.load_state_dict(from_plain(to_plain(adder.state_dict())))
+    for t in range(4, 9):
+        last = t == 8
+        restored.add(np.int64(1), float(t), obs(t + 1), last, False, {"h": np.float32(t)})
+    expected = [rows_of(i) for i in drain(straight_table)]
+    assert [rows_of(i) for i in drain(table)] == expected == [[0, 1, 2], [2, 3, 4], [4, 5, 6],
+                                                              [6, 7, 8], [8, 9]]  # fmt: skip

@@ -184,6 +184,7 @@ class _RowAdder:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         vars(self).update(state)
+        self.rows = deque(self.rows)  # a checkpoint gives a deque back as a list
 
 
 class SequenceAdder(_RowAdder):
