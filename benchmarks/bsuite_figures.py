@@ -10,6 +10,10 @@
   ``deep_sea_stochastic`` ids, DQfD and R2D3 with the paper's demonstrations. The claim: DQfD
   and R2D3 solve ids that DQN and R2D2 do not.
 
+``--until-solved`` stops each deep sea id once bsuite's analysis counts it solved (its score is
+then what the whole budget gives; ``rlherd bsuite --until-solved``), which spares most of the
+episodes of the agents that solve them.
+
 Sweeps stay in ``--out/<figure>/<agent>``: running the same command again keeps finished ids and
 continues stopped ones, so the hours a figure takes can go in pieces. The mnist experiments need
 MNIST in /tmp/mnist (bsuite downloads it on first use); ``--skip mnist mnist_noise mnist_scale``
@@ -19,7 +23,8 @@ Prints one JSON line per agent (ids finished, wall time of this invocation's swe
 one per experiment and agent (bsuite's score), one per claim (whether it holds), and writes the
 report (radar, bars, scores) to ``--out/<figure>/report``.
 Usage: python benchmarks/bsuite_figures.py --figure 10 [--agents dqn r2d2 ...] [--jobs 2]
-       [--out runs/bsuite] [--skip EXPERIMENT ...] [--total-episodes N (a smoke test)]
+       [--out runs/bsuite] [--skip EXPERIMENT ...] [--until-solved]
+       [--total-episodes N (a smoke test)]
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bsuite")
     parser.add_argument("--skip", nargs="+", default=[], metavar="EXPERIMENT")
     parser.add_argument("--total-episodes", type=int, help="per id: a smoke test, not a figure")
+    parser.add_argument("--until-solved", action="store_true",
+                        help="stop deep sea ids once solved (the scores are the same)")
     args = parser.parse_args()
     pool = sweeps.select(EXPERIMENTS[args.figure], ["subset"])
     ids = [i for i in pool if i.split("/")[1] not in args.skip]
@@ -82,7 +89,8 @@ def main() -> None:
     extra = {} if args.total_episodes is None else {"total_episodes": args.total_episodes}
     for agent in args.agents or AGENTS[args.figure]:
         start = time.perf_counter()
-        result, kept = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False, **extra)
+        result, kept = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False,
+                                    until_solved=args.until_solved, **extra)  # fmt: skip
         print(json.dumps(dict(bench="bsuite", figure=args.figure, agent=agent, ids=len(ids),
                               finished_before=len(kept), finished_now=len(result.runs),
                               failed=result.failed, wall_time_s=round(time.perf_counter() - start),
