@@ -352,6 +352,14 @@ def test_until_solved_stops_a_solved_deep_sea_which_bsuite_scores_as_its_whole_b
                         log_interval_s=0.5)[1] == ["bsuite/deep_sea/0"]  # finished: kept
     assert sweeps.report([out], tmp_path / "report").loc["deep_sea", "dqfd"] == 1.0
     assert any("1 ids stopped once solved" in note for note in sweeps.notes([out]))
+    # The stochastic sea's analysis is its own (from episode 100, a stricter threshold).
+    from bsuite.experiments.deep_sea_stochastic import analysis as stochastic
+
+    run = rlherd.train("dqfd", "bsuite/deep_sea_stochastic/0", run_dir=tmp_path / "windy",
+                       callbacks=[sweeps.UntilSolved()], log_interval_s=0.5, progress=False)
+    assert run.summary["stopped_by"].startswith("UntilSolved") and run.summary["episodes"] < 2_000
+    with sweeps.pandas_1():
+        assert stochastic.score(csv_of(tmp_path / "windy")) == 1.0
     # Unsolved, a run plays on (DQN finds no treasure in 30 episodes of a 10-step sea).
     run = rlherd.train("dqn", "bsuite/deep_sea/0", run_dir=tmp_path / "dqn", total_episodes=30,
                        callbacks=[sweeps.UntilSolved()], log_interval_s=0.1, progress=False)

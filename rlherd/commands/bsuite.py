@@ -51,9 +51,10 @@ CSV_DIR = "csv"  # a sweep's folder of links to its runs' CSVs
 SWEEP_FILE = "sweep.json"  # what a sweep's folder was swept with: agent, seed, settings
 # rlherd.train's own arguments that a sweep passes on to every id, beside fields and settings.
 TRAIN_ARGUMENTS = ("runtime", "total_steps", "eval_every", "eval_episodes", "env_kwargs")
-# The experiments whose score a solution fixes: bsuite's ``find_solution`` counts a size solved
-# at the first logged episode below its regret threshold, and a solved run as finished.
-SOLVABLE = ("deep_sea", "deep_sea_stochastic")
+# The experiments whose score a solution fixes (bsuite's ``find_solution`` counts a size solved
+# at the first logged episode below its regret threshold, and a solved run as finished), with
+# the first episode their analysis reads.
+SOLVABLE = {"deep_sea": 1, "deep_sea_stochastic": 100}
 
 
 class UntilSolved(Callback):
@@ -82,7 +83,7 @@ class UntilSolved(Callback):
         if experiment not in SOLVABLE:
             raise ConfigError(f"--until-solved stops runs of bsuite/{{{','.join(SOLVABLE)}}}/N, "
                               f"whose score a solution fixes; {env} is not one: drop it")
-        self.results = run.path / bs.RESULTS
+        self.results, self.first_episode = run.path / bs.RESULTS, SOLVABLE[experiment]
         analysis = importlib.import_module(f"bsuite.experiments.{experiment}.analysis")
         self.find_solution = analysis.find_solution
         return None
@@ -93,8 +94,10 @@ class UntilSolved(Callback):
         if not any(self.results.glob("*.csv")):  # before the first logged episode
             return None
         data = csv_load.load_one_result_set(str(self.results))
+        if data.episode.max() < self.first_episode:
+            return None
         with pandas_1():
-            solution = self.find_solution(data, merge=False)
+            solution = self.find_solution(data)
         if not solution.solved.any():
             return None
         self.reason = f"bsuite counts it solved at episode {int(solution.episode.min())}"
