@@ -79,7 +79,7 @@ class UntilSolved(Callback):
 
     def on_start(self, run: RunInfo) -> Answer:
         env = str(run.record["env"])
-        experiment = env[len(bs.PREFIX):].split("/")[0] if env.startswith(bs.PREFIX) else None
+        experiment = env.split("/")[1] if env.startswith(bs.PREFIX) else None  # as _argv reads it
         if experiment not in SOLVABLE:
             raise ConfigError(f"--until-solved stops runs of bsuite/{{{','.join(SOLVABLE)}}}/N, "
                               f"whose score a solution fixes; {env} is not one: drop it")
