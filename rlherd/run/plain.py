@@ -40,8 +40,13 @@ def to_plain(obj: Any, where: str = "checkpoint") -> Any:
         array = np.asarray(obj)
         if array.dtype == object:
             raise TypeError(f"{where} is a numpy array of Python objects, which is not plain data")
-        tensor = torch.from_numpy(array.copy(order="C"))  # not ascontiguousarray: 0-d stays 0-d
-        return {_NUMPY: tensor, "scalar": isinstance(obj, np.generic)}
+        # Shared, not copied, where torch can share it: a checkpoint is written at once, in this
+        # thread, and its bulk is the replay tables' items, already a copy (taken under each
+        # table's lock), which a second copy would double. (copy, not ascontiguousarray: 0-d
+        # stays 0-d.)
+        if not (array.flags.c_contiguous and array.flags.writeable):
+            array = array.copy(order="C")
+        return {_NUMPY: torch.from_numpy(array), "scalar": isinstance(obj, np.generic)}
     if isinstance(obj, np.dtype):
         return {_DTYPE: obj.str}
     if isinstance(obj, torch.Tensor | int | float | str | bytes | None):

@@ -87,7 +87,7 @@ class Single(Demonstrations):
     num_envs: int | None = None  # environments stepped together (on-policy: the agent's batch_size)
     env_workers: int = 0  # processes stepping them (BatchEnv); 0: in this process
     native_vector_env: bool = True  # Atari through ale-py's C++ vector environment
-    checkpoint_replay: bool = True  # replay tables go into checkpoints (exact resume; large)
+    checkpoint_replay: bool = True  # replay in checkpoints: exact resume, 2x its memory to write
     record_dataset: str = ""  # write every training episode as this Minari dataset at the end
 
     def check(self) -> None:
