@@ -98,9 +98,13 @@ def main() -> None:
         if result.stopped:
             raise SystemExit(f"stopped; the same command continues the sweep in {out / agent}")
     dirs = [out / a for a in args.agents or AGENTS[args.figure]]
-    table = sweeps.report(dirs, out / "report")
+    scored = sweeps.report(dirs, out / "report")
+    table = scored.experiments
     for experiment, row in table.iterrows():
         print(json.dumps(dict(bench="bsuite", figure=args.figure, experiment=experiment,
+                              **{k: round(float(v), 3) for k, v in row.items()})))  # fmt: skip
+    for category, row in scored.categories.iterrows():  # with how many experiments each has
+        print(json.dumps(dict(bench="bsuite", figure=args.figure, category=category,
                               **{k: round(float(v), 3) for k, v in row.items()})))  # fmt: skip
     for claim in claims(args.figure, table):
         print(json.dumps(dict(bench="bsuite", figure=args.figure, **claim), default=float))

@@ -210,21 +210,36 @@ def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
         assert not result.failed
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        table = sweeps.report([tmp_path / "dqn", tmp_path / "impala"], tmp_path / "report")
+        scored = sweeps.report([tmp_path / "dqn", tmp_path / "impala"], tmp_path / "report")
     # bsuite's own code warns under newer pandas and matplotlib: nothing a user can act on.
     assert not [w for w in said if "bsuite" in w.filename], [str(w.message) for w in said]
+    table, categories = scored
     assert list(table.columns) == ["dqn", "impala"]
     assert list(table.index) == ["bandit", "deep_sea"]
     assert np.isfinite(table.to_numpy()).all()
-    for name in ("radar.png", "bars.png", "scores.csv", "scores.md"):
+    for name in ("radar.png", "bars.png", "scores.csv", "categories.csv", "scores.md"):
         assert (tmp_path / "report" / name).stat().st_size > 0
+    # A category of a partial sweep is bsuite's mean over the experiments measured, said as such:
+    # exploration here is deep sea alone (bsuite has three), and memory has nothing.
+    assert categories.loc["exploration", "experiments"] == 3
+    assert categories.loc["exploration", "dqn measured"] == 1
+    assert categories.loc["exploration", "dqn"] == table.loc["deep_sea", "dqn"]
+    assert categories.loc["basic", "impala"] == table.loc["bandit", "impala"]
+    assert np.isnan(categories.loc["memory", "dqn"])
+    assert categories.loc["memory", "dqn measured"] == 0
+    assert f"| exploration (3) | {table.loc['deep_sea', 'dqn']:.3f} (1) |" in (
+        tmp_path / "report" / "scores.md").read_text()
+    # bsuite's radar draws neither agent (it needs all seven categories): the report says so.
+    gaps = sweeps.radar_gaps(categories)
+    assert len(gaps) == 1
+    assert "leaves out dqn (basic, exploration); impala (basic, exploration)" in gaps[0]
     assert not hasattr(pd.Series, "append")  # pandas is given back as it was
     notes = sweeps.notes([tmp_path / "dqn", tmp_path / "impala"])
     assert len(notes) == 2 and "fewer episodes than bsuite's budget" in notes[0]
     # Two sweeps of one agent in folders of one name are told apart by their parents'.
     shutil.copytree(tmp_path / "dqn", tmp_path / "again" / "dqn", symlinks=True)
     table = sweeps.report([tmp_path / "dqn", tmp_path / "again" / "dqn"], tmp_path / "twice")
-    assert set(table.columns) == {f"{tmp_path.name}-dqn", "again-dqn"}
+    assert set(table.experiments.columns) == {f"{tmp_path.name}-dqn", "again-dqn"}
 
 
 def test_mnist_without_its_download_is_one_line(monkeypatch):
@@ -350,7 +365,7 @@ def test_until_solved_stops_a_solved_deep_sea_which_bsuite_scores_as_its_whole_b
         assert analysis.score(csv_of(out / "deep_sea-0")) == 1.0
     assert sweeps.sweep("dqfd", ["bsuite/deep_sea/0"], out, progress=False,
                         log_interval_s=0.5)[1] == ["bsuite/deep_sea/0"]  # finished: kept
-    assert sweeps.report([out], tmp_path / "report").loc["deep_sea", "dqfd"] == 1.0
+    assert sweeps.report([out], tmp_path / "report").experiments.loc["deep_sea", "dqfd"] == 1.0
     assert any("1 ids stopped once solved" in note for note in sweeps.notes([out]))
     # The stochastic sea's analysis is its own (from episode 100, a stricter threshold).
     from bsuite.experiments.deep_sea_stochastic import analysis as stochastic

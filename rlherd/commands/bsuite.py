@@ -32,7 +32,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -342,12 +342,20 @@ def notes(dirs: list[str | Path]) -> list[str]:
     return out
 
 
-def report(dirs: list[str | Path], out: str | Path) -> Any:
+class Scores(NamedTuple):
+    """A report's scores, agents as columns: ``experiments`` (one row per bsuite experiment) and
+    ``categories`` (:func:`category_table`)."""
+
+    experiments: Any
+    categories: Any
+
+
+def report(dirs: list[str | Path], out: str | Path) -> Scores:
     """Score each sweep in ``dirs`` with bsuite's analysis (``bsuite.experiments.
-    summary_analysis``): writes ``OUT/scores.csv`` (per experiment and agent), ``OUT/radar.png``
-    (the capability radar of Osband et al.'s Figure 1 and the Acme paper's Figure 10),
-    ``OUT/bars.png`` (scores per experiment) and ``OUT/scores.md`` (a table). Returns the table
-    of scores (experiments as rows, agents as columns)."""
+    summary_analysis``): writes ``OUT/scores.csv`` (per experiment and agent),
+    ``OUT/categories.csv`` (per capability: :func:`category_table`), ``OUT/radar.png`` (the
+    capability radar of Osband et al.'s Figure 1 and the Acme paper's Figure 10),
+    ``OUT/bars.png`` (scores per experiment) and ``OUT/scores.md`` (both tables)."""
     try:
         from bsuite.experiments import summary_analysis
         from bsuite.logging import csv_load
@@ -389,8 +397,58 @@ def report(dirs: list[str | Path], out: str | Path) -> Any:
         bars.save(out / "bars.png", verbose=False, width=10, height=6, dpi=120)
     table = scores.pivot_table(index="bsuite_env", columns="agent_name", values="score")
     table.to_csv(out / "scores.csv")
-    (out / "scores.md").write_text(markdown(table))
-    return table
+    categories = category_table(summary, table, summary_analysis.BSUITE_INFO)
+    categories.to_csv(out / "categories.csv")
+    (out / "scores.md").write_text(markdown(table) + "\n" + category_markdown(categories))
+    return Scores(table, categories)
+
+
+def category_table(summary: Any, table: Any, info: dict[str, Any]) -> Any:
+    """bsuite's score of each capability (its ``ave_score_by_tag``: the mean over the category's
+    experiments that were scored) for each agent, beside how many of the category's experiments
+    each agent has and how many bsuite has (``info``: its ``BSUITE_INFO``). A category of a
+    partial sweep scores its experiments measured alone: deep sea by itself is not bsuite's
+    exploration."""
+    import pandas as pd
+
+    scores = summary.pivot_table(index="tag", columns="agent_name", values="score", dropna=False)
+    rows = []
+    for tag in sorted(scores.index):
+        experiments = [name for name, e in info.items() if tag in e.tags]
+        row = {"category": tag, "experiments": len(experiments)}
+        for agent in table.columns:
+            row[agent] = scores.loc[tag, agent]
+            row[f"{agent} measured"] = int(table[agent].reindex(experiments).notna().sum())
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("category")
+
+
+def category_markdown(categories: Any) -> str:
+    """The categories table as Markdown: each score with how many of its experiments it has."""
+    agents = [c for c in categories.columns if c != "experiments" and not c.endswith("measured")]
+    lines = ["| category (experiments) | " + " | ".join(agents) + " |",
+             "|---|" + "---:|" * len(agents)]  # fmt: skip
+    for tag, row in categories.iterrows():
+        cells = [("-" if np.isnan(row[a]) else f"{row[a]:.3f}") + f" ({row[f'{a} measured']:.0f})"
+                 for a in agents]  # fmt: skip
+        lines.append(f"| {tag} ({row['experiments']:.0f}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def radar_gaps(categories: Any) -> list[str]:
+    """A note naming the agents bsuite's radar leaves out: it draws an agent only with a score in
+    every category, so a partial sweep's radar can be empty."""
+    agents = [c for c in categories.columns if c != "experiments" and not c.endswith("measured")]
+    left_out = []
+    for agent in agents:
+        scored = [tag for tag in categories.index if not np.isnan(categories.loc[tag, agent])]
+        if len(scored) < len(categories.index):
+            left_out.append(f"{agent} ({', '.join(scored) or 'none'})")
+    if not left_out:
+        return []
+    return [f"radar.png draws an agent only with a score in each of bsuite's "
+            f"{len(categories.index)} categories, and leaves out {'; '.join(left_out)}: "
+            "scores.md gives each category's score over the experiments measured"]
 
 
 def markdown(table: Any) -> str:
@@ -433,10 +491,10 @@ def command(args: Any, overrides: dict[str, Any]) -> int:
 
 
 def report_command(args: Any) -> int:
-    table = report(args.dirs, args.output)
-    for note in notes(args.dirs):
+    scored = report(args.dirs, args.output)
+    for note in notes(args.dirs) + radar_gaps(scored.categories):
         print(f"rlherd: note: {note}", file=sys.stderr)
-    print(markdown(table), end="")
-    print(f"written: {Path(args.output) / 'radar.png'}, bars.png, scores.csv, scores.md",
-          file=sys.stderr)  # fmt: skip
+    print(markdown(scored.experiments), end="")
+    print(f"written: {Path(args.output) / 'radar.png'}, bars.png, scores.csv, categories.csv, "
+          "scores.md", file=sys.stderr)  # fmt: skip
     return 0
