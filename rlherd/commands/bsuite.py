@@ -423,9 +423,15 @@ def category_table(summary: Any, table: Any, info: dict[str, Any]) -> Any:
     return pd.DataFrame(rows).set_index("category")
 
 
+def _category_agents(categories: Any) -> list[str]:
+    """The agents' columns of a :func:`category_table` (beside ``experiments`` and each agent's
+    ``measured``)."""
+    return [c for c in categories.columns if c != "experiments" and not c.endswith(" measured")]
+
+
 def category_markdown(categories: Any) -> str:
     """The categories table as Markdown: each score with how many of its experiments it has."""
-    agents = [c for c in categories.columns if c != "experiments" and not c.endswith("measured")]
+    agents = _category_agents(categories)
     lines = ["| category (experiments) | " + " | ".join(agents) + " |",
              "|---|" + "---:|" * len(agents)]  # fmt: skip
     for tag, row in categories.iterrows():
@@ -438,7 +444,7 @@ def category_markdown(categories: Any) -> str:
 def radar_gaps(categories: Any) -> list[str]:
     """A note naming the agents bsuite's radar leaves out: it draws an agent only with a score in
     every category, so a partial sweep's radar can be empty."""
-    agents = [c for c in categories.columns if c != "experiments" and not c.endswith("measured")]
+    agents = _category_agents(categories)
     left_out = []
     for agent in agents:
         scored = [tag for tag in categories.index if not np.isnan(categories.loc[tag, agent])]
