@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from bsuite.logging import csv_load  # the bsuite extra, which the test install has (all)
+from bsuite.utils import wrappers
 
 import rlherd
 from rlherd import envs as rl_envs
@@ -191,16 +192,29 @@ def test_a_resumed_bsuite_run_writes_where_its_folder_is_now(tmp_path, interrupt
     assert csv_of(tmp_path / "moved")["episode"].max() == 30
 
 
-def test_a_bsuite_run_without_its_environment_snapshot_is_refused(tmp_path, interrupt_at,
-                                                                  monkeypatch):  # fmt: skip
-    interrupt_at(100)
+def test_a_bsuite_run_from_another_machine_goes_on_with_bsuites_counts(tmp_path, interrupt_at,
+                                                                       monkeypatch):  # fmt: skip
+    """Its pickled environment is never loaded on another machine (another snapshot key), but
+    its checkpoint also holds bsuite's counts as plain data: a fresh environment takes them up,
+    and bsuite's CSV goes on from the last episode that ended, logged at the same episodes as
+    a run never stopped, its cumulative counts never falling back. (It was refused, and the
+    run's episodes were lost.)"""
+    interrupt_at(100)  # catch's episodes are 9 steps: stopped within the 12th
     rlherd.train("dqn", "bsuite/catch/0", run_dir=tmp_path / "run", total_episodes=30,
                  progress=False)  # fmt: skip
+    before = csv_of(tmp_path / "run")
+    logged = [e for e in range(1, 31) if wrappers._logarithmic_logging(e)]  # bsuite's choice
+    assert before["episode"].tolist() == logged[:10]
     monkeypatch.setenv("RLHERD_SNAPSHOT_KEY", str(tmp_path / "another-machines.key"))
-    refused = pytest.raises(ConfigError, match="continues bsuite's CSV only with its environment")
-    with pytest.warns(UserWarning, match="not written on this machine"), refused:
+    with pytest.warns(UserWarning, match="not written on this machine"):
         rlherd.train(resume=tmp_path / "run", progress=False)
-    assert csv_of(tmp_path / "run")["episode"].max() < 30  # left as it was, not begun again
+    after = csv_of(tmp_path / "run")
+    assert after["episode"].tolist() == logged  # 1-10, 12, 14, 17, 20, 25, 30
+    pd.testing.assert_frame_equal(after.iloc[: len(before)], before)
+    for counter in ("steps", "total_regret"):  # each a running total
+        assert after[counter].is_monotonic_increasing, after[counter].tolist()
+    assert after["steps"].iloc[-1] > 30 * 9 - 9  # every episode's steps, in the one stream
+
 
 
 def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):

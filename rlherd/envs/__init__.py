@@ -351,6 +351,26 @@ def spec_for(env_id: str, /, **kwargs: Any) -> EnvSpec:
         probe.close()
 
 
+def env_progress(envs: gym.vector.VectorEnv) -> list[Any] | None:
+    """What each environment can hand back as plain data to go on from where its pickled
+    snapshot cannot be loaded (a bsuite id's counts and CSV rows: ``progress()``); None where
+    none can."""
+    states = [_progress_of(env) for env in getattr(envs, "envs", [])]
+    return states if any(state is not None for state in states) else None
+
+
+def _progress_of(env: gym.Env) -> Any:
+    progress = getattr(env.unwrapped, "progress", None)
+    return None if progress is None else progress()
+
+
+def continue_envs(envs: gym.vector.VectorEnv, states: list[Any]) -> None:
+    """Give fresh environments the :func:`env_progress` of those they replace."""
+    for env, state in zip(envs.envs, states, strict=True):
+        if state is not None:
+            env.unwrapped.continue_from(state)
+
+
 def save_envs(envs: gym.vector.VectorEnv) -> bytes | None:
     """A vector env's full state as bytes for a checkpoint, or None where it cannot be pickled
     (ale-py's native vector env, a BatchEnv's processes): a resumed run restarts its episodes."""

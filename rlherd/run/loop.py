@@ -28,7 +28,7 @@ import numpy as np
 
 from rlherd import types as F
 from rlherd.core import Actor, BatchedAlgorithm
-from rlherd.envs import save_envs
+from rlherd.envs import continue_envs, env_progress, save_envs
 from rlherd.run.counting import EpisodeTracker
 from rlherd.run.plain import key_path, seal, unseal
 from rlherd.run.recorder import Recorder
@@ -158,22 +158,23 @@ class EnvironmentLoop:
 
     def state_dict(self) -> dict[str, Any]:
         """The loop's state, with the environments pickled and sealed with this machine's key
-        (:func:`rlherd.run.plain.seal`), or None where they cannot be pickled."""
+        (:func:`rlherd.run.plain.seal`), or None where they cannot be pickled; beside them, as
+        plain data, what environments can hand to fresh ones (:func:`rlherd.envs.env_progress`:
+        a bsuite id's counts)."""
         keys = ("obs", "beginning", "resetting")
         envs = save_envs(self.envs)
         return dict(envs=None if envs is None else seal(envs),
-                    episodes=self.episodes.state_dict(),
+                    progress=env_progress(self.envs), episodes=self.episodes.state_dict(),
                     **{k: getattr(self, k) for k in keys})  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore, and say whether the environments were restored too; where they could not be
-        saved (ale-py), or their snapshot was not sealed by this machine's key (a colleague's
-        run), keep the fresh ones, whose episodes all begin at the next step. An unsealed
-        snapshot is never unpickled."""
-        if state["envs"] is None:
-            return False
-        envs = unseal(state["envs"])
-        if envs is None:
+        """Restore, and say whether the environments go on where they were: restored whole, or
+        fresh but given their plain-data progress (a bsuite id's counts, so its CSV goes on).
+        Where they could not be saved (ale-py), or their snapshot was not sealed by this
+        machine's key (a colleague's run), the fresh ones' episodes all begin at the next step.
+        An unsealed snapshot is never unpickled."""
+        envs = None if state["envs"] is None else unseal(state["envs"])
+        if state["envs"] is not None and envs is None:
             warnings.warn(
                 "the run's environment snapshot was not written on this machine (it is not "
                 f"sealed by the key in {key_path()}), so it is not loaded, since unpickling it "
@@ -181,7 +182,11 @@ class EnvironmentLoop:
                 SnapshotNotice,
                 stacklevel=2,
             )
-            return False
+        if envs is None:
+            progress = state.get("progress")  # absent from checkpoints of older versions
+            if progress is not None:
+                continue_envs(self.envs, progress)
+            return progress is not None
         self.envs.close()
         self.envs = pickle.loads(envs)
         self.bind()

@@ -229,19 +229,20 @@ class RunContext:
         return make_envs(self.env_id, kwargs, self.settings, num_envs, workers)
 
     def resumed_envs(self, envs: gym.vector.VectorEnv, restored: bool) -> None:
-        """A resumed run's environments, ``restored`` from its checkpoint or fresh. A bsuite
-        id's CSV is one stream of its episodes, which only the restored environment (its logger
-        within) can continue: fresh ones would start it again at episode 1 under a run that goes
-        on counting. Its logger writes to the run's folder as it is now (moved, or named from
-        another working directory)."""
+        """A resumed run's environments: ``restored`` where they go on where they were (from
+        their snapshot, or fresh with their plain-data progress), else fresh. A bsuite id's CSV
+        is one stream of its episodes, which fresh environments without their progress would
+        start again at episode 1 under a run that goes on counting. Its logger writes to the
+        run's folder as it is now (moved, or named from another working directory)."""
         results = self._bsuite_results()
         if results is None:
             return
         if not restored:
             raise ConfigError(
                 f"{self.recorder.rundir.path} continues bsuite's CSV only with its environment "
-                "snapshot, which was not written on this machine (or could not be saved): "
-                "delete the run directory and train the id again (a sweep then starts it anew)"
+                "snapshot or bsuite's counts, which its checkpoint does not hold (written by an "
+                "older rlherd): delete the run directory and train the id again (a sweep then "
+                "starts it anew)"
             )
         for env in envs.envs:
             env.unwrapped.log_to(results)
