@@ -353,22 +353,23 @@ def spec_for(env_id: str, /, **kwargs: Any) -> EnvSpec:
 
 def env_progress(envs: gym.vector.VectorEnv) -> list[Any] | None:
     """What each environment can hand back as plain data to go on from where its pickled
-    snapshot cannot be loaded (a bsuite id's counts and CSV rows: ``progress()``); None where
-    none can."""
+    snapshot cannot be loaded (its ``plain_progress()``: a bsuite id's counts and CSV rows);
+    None where none can."""
     states = [_progress_of(env) for env in getattr(envs, "envs", [])]
     return states if any(state is not None for state in states) else None
 
 
 def _progress_of(env: gym.Env) -> Any:
-    progress = getattr(env.unwrapped, "progress", None)
-    return None if progress is None else progress()
+    progress = getattr(getattr(env, "unwrapped", env), "plain_progress", None)
+    return progress() if callable(progress) else None
 
 
 def continue_envs(envs: gym.vector.VectorEnv, states: list[Any]) -> None:
-    """Give fresh environments the :func:`env_progress` of those they replace."""
+    """Give fresh environments the :func:`env_progress` of those they replace (their
+    ``continue_from_progress``)."""
     for env, state in zip(envs.envs, states, strict=True):
         if state is not None:
-            env.unwrapped.continue_from(state)
+            env.unwrapped.continue_from_progress(state)
 
 
 def save_envs(envs: gym.vector.VectorEnv) -> bytes | None:

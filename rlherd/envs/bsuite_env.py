@@ -47,22 +47,22 @@ class BSuite(BSuiteCompatibilityV0):
             logger = self._env._logger
             logger._save_path = str(results_dir / Path(logger._save_path).name)
 
-    def progress(self) -> dict[str, Any] | None:
+    def plain_progress(self) -> dict[str, Any] | None:
         """bsuite's counts so far as plain data: the logging wrapper's counters, the
         environment's own (those its ``bsuite_info`` reports, which bsuite scores) and the CSV's
         rows. A resumed run whose pickled environment cannot be loaded (sealed by another
-        machine's key) hands them to a fresh one (:meth:`continue_from`), so that bsuite's CSV
-        goes on instead of starting again. None: this environment logs nothing."""
+        machine's key) hands them to a fresh one (:meth:`continue_from_progress`), so that
+        bsuite's CSV goes on instead of starting again. None: this environment logs nothing."""
         if not isinstance(self._env, Logging):
             return None
         log = self._env
         return dict(steps=log._steps, episode=log._episode, total_return=log._total_return,
                     info=dict(log.bsuite_info()), rows=list(log._logger._data))  # fmt: skip
 
-    def continue_from(self, progress: dict[str, Any]) -> None:
-        """Take up :meth:`progress` in this fresh environment, which starts a new episode: the
-        CSV goes on from the last episode that ended, with the counts it had then, and the
-        steps and rewards of the episode cut short stay counted (a part of one episode)."""
+    def continue_from_progress(self, progress: dict[str, Any]) -> None:
+        """Take up :meth:`plain_progress` in this fresh environment, which starts a new
+        episode: the CSV goes on from the last episode that ended, with the counts it had then,
+        and the steps and rewards of the episode cut short stay counted (a part of one)."""
         log = self._env
         log._steps, log._episode = progress["steps"], progress["episode"]
         log._total_return = progress["total_return"]
