@@ -669,6 +669,31 @@ def test_silent_streams_are_cancelled_and_free_their_slots():
         proc.wait(timeout=15)
 
 
+def test_a_client_waits_for_a_slot_of_a_server_serving_its_most_streams():
+    """A server at ``--max-streams`` refuses new streams until one ends; a client waits for a
+    slot within its connect timeout (it failed at once, so a busy server's clients fell over
+    while a slot was a moment away), and past it gets one line that says why."""
+    proc, address = _start_server("--max-streams", "1")
+    try:
+        first = EnvStream(address, seed=1)
+        waited: list = []
+        second = threading.Thread(
+            target=lambda: waited.append(EnvStream(address, seed=2, connect_timeout=30))
+        )
+        second.start()
+        time.sleep(1.0)
+        assert second.is_alive()  # waiting: the one slot is taken
+        first.close()
+        second.join(timeout=30)
+        assert waited and waited[0].step(np.array([0, 1]))["observation"].shape == (2, 4)
+        with pytest.raises(ConnectionError, match=r"serves its most streams \(--max-streams\)"):
+            EnvStream(address, seed=3, connect_timeout=1)
+        waited[0].close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
 def test_server_fuzz_keeps_serving_and_stops_on_sigterm_in_bounded_time():
     """Random bytes, wrong dtypes / shapes / sizes, huge shapes, oversized messages and silent
     streams, many at once; a well-behaved client is served throughout, and SIGTERM stops the

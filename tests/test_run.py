@@ -347,7 +347,8 @@ def test_load_policy_acts_as_the_runs_evaluation_does(tmp_path):
     np.testing.assert_array_equal(actions, outputs["policy_params"].argmax(-1))
     action, one = policy.act(batch[0])
     assert action == actions[0]
-    assert one["baseline"] == pytest.approx(outputs["baseline"][0], abs=1e-6)
+    # The same up to float32 rounding: a batch of one and of five may take different kernels.
+    assert one["baseline"] == pytest.approx(outputs["baseline"][0], rel=1e-5)
     dqn = rlherd.train("dqn", "CartPole-v1", total_steps=600, run_dir=tmp_path / "dqn",
                        progress=False)  # fmt: skip
     actions, outputs = rlherd.load_policy(dqn.path).act(batch)

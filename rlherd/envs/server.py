@@ -515,10 +515,31 @@ class EnvStream:
             raise
 
     def _open(self, connect_timeout: float, seed: int | None) -> None:
+        """Connect and start the stream. A server serving its most streams (``--max-streams``)
+        refuses more (``RESOURCE_EXHAUSTED``) until one ends: the stream waits for a slot
+        within ``connect_timeout``, as a client of a busy server should, rather than fail at
+        once."""
+        deadline = time.monotonic() + connect_timeout
         try:
             grpc.channel_ready_future(self.channel).result(timeout=connect_timeout)
         except grpc.FutureTimeoutError:
             raise ConnectionError(f"no environment server answered at {self.address}") from None
+        while True:
+            try:
+                return self._start(seed)
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                self._requests.put(None)  # ends the refused call's request iterator (its thread)
+                if time.monotonic() >= deadline:
+                    raise ConnectionError(
+                        f"the environment server at {self.address} serves its most streams "
+                        f"(--max-streams) and none ended within {connect_timeout:g} s"
+                    ) from None
+                time.sleep(0.1)
+
+    def _start(self, seed: int | None) -> None:
+        """Open the stream: reset with ``seed``, then read the server's Spec and first Step."""
         self._requests: queue.Queue = queue.Queue()
         method = self.channel.stream_stream(
             METHOD,
