@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
@@ -104,8 +105,8 @@ def main() -> None:
         print(json.dumps(dict(bench="bsuite", figure=args.figure, experiment=experiment,
                               **{k: round(float(v), 3) for k, v in row.items()})))  # fmt: skip
     for category, row in scored.categories.iterrows():  # with how many experiments each has
-        print(json.dumps(dict(bench="bsuite", figure=args.figure, category=category,
-                              **{k: round(float(v), 3) for k, v in row.items()})))  # fmt: skip
+        scores = {k: None if math.isnan(v) else round(float(v), 3) for k, v in row.items()}
+        print(json.dumps(dict(bench="bsuite", figure=args.figure, category=category, **scores)))
     for claim in claims(args.figure, table):
         print(json.dumps(dict(bench="bsuite", figure=args.figure, **claim), default=float))
 

@@ -235,7 +235,7 @@ def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
         assert (tmp_path / "report" / name).stat().st_size > 0
     # A category of a partial sweep is bsuite's mean over the experiments measured, said as such:
     # exploration here is deep sea alone (bsuite has three), and memory has nothing.
-    assert categories.loc["exploration", "experiments"] == 3
+    assert categories.loc["exploration", sweeps.EXPERIMENTS] == 3
     assert categories.loc["exploration", "dqn measured"] == 1
     assert categories.loc["exploration", "dqn"] == table.loc["deep_sea", "dqn"]
     assert categories.loc["basic", "impala"] == table.loc["bandit", "impala"]
@@ -243,10 +243,10 @@ def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
     assert categories.loc["memory", "dqn measured"] == 0
     assert f"| exploration (3) | {table.loc['deep_sea', 'dqn']:.3f} (1) |" in (
         tmp_path / "report" / "scores.md").read_text()
-    # bsuite's radar draws neither agent (it needs all seven categories): the report says so.
+    # bsuite's radar draws neither agent whole (that needs all seven categories): said so.
     gaps = sweeps.radar_gaps(categories)
     assert len(gaps) == 1
-    assert "leaves out dqn (basic, exploration); impala (basic, exploration)" in gaps[0]
+    assert "not at all: dqn (basic, exploration); impala (basic, exploration)" in gaps[0]
     assert not hasattr(pd.Series, "append")  # pandas is given back as it was
     notes = sweeps.notes([tmp_path / "dqn", tmp_path / "impala"])
     assert len(notes) == 2 and "fewer episodes than bsuite's budget" in notes[0]

@@ -83,8 +83,15 @@ def test_checkpoints_round_trip_as_plain_data():
     state = {"a": np.arange(6, dtype=np.uint16).reshape(2, 3).T, "b": np.float32(2.5),
              "c": np.array(7), "d": (np.dtype("<f4"), [np.bool_(True), 3, "s", b"x", None]),
              "e": torch.ones(2), "g": np.frombuffer(b"\x01\x02", np.uint8)}  # fmt: skip
-    back = from_plain(to_plain(state))
-    assert back["g"].tolist() == [1, 2]  # read-only: copied, as torch shares only writable
+    plain = to_plain(state)
+    back = from_plain(plain)
+    assert back["g"].tolist() == [1, 2]
+    # A contiguous, writable array is shared (a replay table's items are not copied twice); a
+    # read-only or strided one is copied, as torch shares only writable, contiguous memory.
+    shared = np.ones(4, np.float32)
+    assert to_plain(shared)["__numpy__"].data_ptr() == shared.ctypes.data
+    assert plain["g"]["__numpy__"].data_ptr() != state["g"].ctypes.data
+    assert plain["a"]["__numpy__"].data_ptr() != state["a"].ctypes.data
     assert back["a"].dtype == np.uint16 and (back["a"] == state["a"]).all()
     assert type(back["b"]) is np.float32 and back["b"] == 2.5
     assert back["c"].shape == () and back["c"] == 7

@@ -49,6 +49,7 @@ from rlherd.runtime import settings as settings_mod
 SUBSET_SIZE = 5  # ids per experiment in the documented subset
 CSV_DIR = "csv"  # a sweep's folder of links to its runs' CSVs
 SWEEP_FILE = "sweep.json"  # what a sweep's folder was swept with: agent, seed, settings
+EXPERIMENTS = "bsuite's experiments"  # a category table's count column (no agent's name)
 # rlherd.train's own arguments that a sweep passes on to every id, beside fields and settings.
 TRAIN_ARGUMENTS = ("runtime", "total_steps", "eval_every", "eval_episodes", "env_kwargs")
 # The experiments whose score a solution fixes (bsuite's ``find_solution`` counts a size solved
@@ -406,7 +407,8 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
 def category_table(summary: Any, table: Any, info: dict[str, Any]) -> Any:
     """bsuite's score of each capability (its ``ave_score_by_tag``: the mean over the category's
     experiments that were scored) for each agent, beside how many of the category's experiments
-    each agent has and how many bsuite has (``info``: its ``BSUITE_INFO``). A category of a
+    each agent has (``<agent> measured``) and how many bsuite has (:data:`EXPERIMENTS`, from
+    ``info``: its ``BSUITE_INFO``). A category of a
     partial sweep scores its experiments measured alone: deep sea by itself is not bsuite's
     exploration."""
     import pandas as pd
@@ -415,7 +417,7 @@ def category_table(summary: Any, table: Any, info: dict[str, Any]) -> Any:
     rows = []
     for tag in sorted(scores.index):
         experiments = [name for name, e in info.items() if tag in e.tags]
-        row = {"category": tag, "experiments": len(experiments)}
+        row = {"category": tag, EXPERIMENTS: len(experiments)}
         for agent in table.columns:
             row[agent] = scores.loc[tag, agent]
             row[f"{agent} measured"] = int(table[agent].reindex(experiments).notna().sum())
@@ -426,7 +428,7 @@ def category_table(summary: Any, table: Any, info: dict[str, Any]) -> Any:
 def _category_agents(categories: Any) -> list[str]:
     """The agents' columns of a :func:`category_table` (beside ``experiments`` and each agent's
     ``measured``)."""
-    return [c for c in categories.columns if c != "experiments" and not c.endswith(" measured")]
+    return [c for c in categories.columns if c != EXPERIMENTS and not c.endswith(" measured")]
 
 
 def category_markdown(categories: Any) -> str:
@@ -437,13 +439,14 @@ def category_markdown(categories: Any) -> str:
     for tag, row in categories.iterrows():
         cells = [("-" if np.isnan(row[a]) else f"{row[a]:.3f}") + f" ({row[f'{a} measured']:.0f})"
                  for a in agents]  # fmt: skip
-        lines.append(f"| {tag} ({row['experiments']:.0f}) | " + " | ".join(cells) + " |")
+        lines.append(f"| {tag} ({row[EXPERIMENTS]:.0f}) | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def radar_gaps(categories: Any) -> list[str]:
-    """A note naming the agents bsuite's radar leaves out: it draws an agent only with a score in
-    every category, so a partial sweep's radar can be empty."""
+    """A note naming the agents bsuite's radar cannot draw whole: a category without a score
+    breaks an agent's outline there, so a partial sweep's agents are drawn in part, or not at
+    all."""
     agents = _category_agents(categories)
     left_out = []
     for agent in agents:
@@ -452,9 +455,9 @@ def radar_gaps(categories: Any) -> list[str]:
             left_out.append(f"{agent} ({', '.join(scored) or 'none'})")
     if not left_out:
         return []
-    return [f"radar.png draws an agent only with a score in each of bsuite's "
-            f"{len(categories.index)} categories, and leaves out {'; '.join(left_out)}: "
-            "scores.md gives each category's score over the experiments measured"]
+    return [f"radar.png draws an agent whole only with a score in each of bsuite's "
+            f"{len(categories.index)} categories; in part or not at all: {'; '.join(left_out)} "
+            "(scores.md gives each category's score over the experiments measured)"]
 
 
 def markdown(table: Any) -> str:

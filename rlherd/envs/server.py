@@ -480,6 +480,13 @@ def serve(
 
 
 # ------------------------------------------------------------------------------ client
+def _server_full(error: grpc.RpcError) -> bool:
+    """Whether gRPC refused a stream because the server serves its most (``--max-streams``);
+    its other ``RESOURCE_EXHAUSTED``, a message over the size limit, will not pass by waiting."""
+    return (error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            and "Concurrent RPC limit" in (error.details() or ""))  # fmt: skip
+
+
 class EnvStream:
     """One stream to an environment server: ``num_envs`` environments, stepped together.
 
@@ -488,7 +495,8 @@ class EnvStream:
     space's dtype and shape ``[num_envs, ...]``), ``reward``, ``terminated``, ``truncated`` and
     ``absent`` (arrays ``[num_envs]``; ``absent``: a multi-agent game's rows whose agent is
     away, whose ids ``agents`` names). A broken connection raises ``grpc.RpcError``; a message
-    that does not fit the spec, :class:`ProtocolError`.
+    that does not fit the spec, :class:`ProtocolError`; no server, or one serving its most
+    streams for all of ``connect_timeout``, ``ConnectionError``.
     """
 
     def __init__(
@@ -516,9 +524,8 @@ class EnvStream:
 
     def _open(self, connect_timeout: float, seed: int | None) -> None:
         """Connect and start the stream. A server serving its most streams (``--max-streams``)
-        refuses more (``RESOURCE_EXHAUSTED``) until one ends: the stream waits for a slot
-        within ``connect_timeout``, as a client of a busy server should, rather than fail at
-        once."""
+        refuses more until one ends: the stream waits for a slot within ``connect_timeout``,
+        as a client of a busy server should."""
         deadline = time.monotonic() + connect_timeout
         try:
             grpc.channel_ready_future(self.channel).result(timeout=connect_timeout)
@@ -528,7 +535,7 @@ class EnvStream:
             try:
                 return self._start(seed)
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                if not _server_full(e):
                     raise
                 self._requests.put(None)  # ends the refused call's request iterator (its thread)
                 if time.monotonic() >= deadline:

@@ -240,9 +240,9 @@ class RunContext:
         if not restored:
             raise ConfigError(
                 f"{self.recorder.rundir.path} continues bsuite's CSV only with its environment "
-                "snapshot or bsuite's counts, which its checkpoint does not hold (written by an "
-                "older rlherd): delete the run directory and train the id again (a sweep then "
-                "starts it anew)"
+                "snapshot or bsuite's counts, and its checkpoint holds neither that this machine "
+                "can load: delete the run directory and train the id again (a sweep then starts "
+                "it anew)"
             )
         for env in envs.envs:
             env.unwrapped.log_to(results)
