@@ -16,6 +16,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import typing
 import warnings
 from collections.abc import Iterator
@@ -29,6 +30,8 @@ from rlherd.errors import ConfigError
 from rlherd.run.plain import from_plain, to_plain
 
 KEEP_CHECKPOINTS = 2
+# Free bytes below which a failed write is the disk's doing (torch does not say so: _torch_save).
+FULL_DISK_BYTES = 64 * 2**20
 CHECKPOINT_NAME = re.compile(r"ckpt-\d{12}\.pt")
 SNAPSHOT_NAME = re.compile(r"snapshot-(\d{12})\.pt")
 
@@ -235,7 +238,7 @@ class RunDir:
         with _disk_full_is_one_line(path):
             tmp = path.with_name(f".{path.name}.tmp")
             try:
-                torch.save(plain, tmp)
+                _torch_save(plain, tmp)
                 with open(tmp, "rb") as f:
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
@@ -356,7 +359,7 @@ def _save_policy(policy: dict[str, Any], path: Path) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     with _disk_full_is_one_line(path):
         try:
-            torch.save(to_plain(policy), tmp)
+            _torch_save(to_plain(policy), tmp)
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
@@ -388,6 +391,18 @@ def read_record(folder: Path) -> RunRecord:
 
 class DiskFull(ConfigError):
     """A run's file could not be written for want of space."""
+
+
+def _torch_save(obj: Any, path: Path) -> None:
+    """``torch.save``, a full disk raising ``OSError`` (ENOSPC) as any other write does: torch's
+    zip writer reports a write the disk had no room for as a ``RuntimeError`` ("unexpected
+    pos"), told apart here by the disk's free space, read while the partial file is there."""
+    try:
+        torch.save(obj, path)
+    except RuntimeError:
+        if shutil.disk_usage(path.parent).free >= FULL_DISK_BYTES:
+            raise  # not the disk: a fault to see whole
+        raise OSError(errno.ENOSPC, "No space left on device", str(path)) from None
 
 
 @contextlib.contextmanager
