@@ -216,7 +216,6 @@ def test_a_bsuite_run_from_another_machine_goes_on_with_bsuites_counts(tmp_path,
     assert after["steps"].iloc[-1] > 30 * 9 - 9  # every episode's steps, in the one stream
 
 
-
 def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
     for agent in ("dqn", "impala"):
         result, _ = sweeps.sweep(agent, ["bsuite/bandit/0", "bsuite/deep_sea/0"],

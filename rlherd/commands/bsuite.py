@@ -408,9 +408,8 @@ def category_table(summary: Any, table: Any, info: dict[str, Any]) -> Any:
     """bsuite's score of each capability (its ``ave_score_by_tag``: the mean over the category's
     experiments that were scored) for each agent, beside how many of the category's experiments
     each agent has (``<agent> measured``) and how many bsuite has (:data:`EXPERIMENTS`, from
-    ``info``: its ``BSUITE_INFO``). A category of a
-    partial sweep scores its experiments measured alone: deep sea by itself is not bsuite's
-    exploration."""
+    ``info``: its ``BSUITE_INFO``). A category of a partial sweep scores its experiments
+    measured alone: deep sea by itself is not bsuite's exploration."""
     import pandas as pd
 
     scores = summary.pivot_table(index="tag", columns="agent_name", values="score", dropna=False)
@@ -426,8 +425,8 @@ def category_table(summary: Any, table: Any, info: dict[str, Any]) -> Any:
 
 
 def _category_agents(categories: Any) -> list[str]:
-    """The agents' columns of a :func:`category_table` (beside ``experiments`` and each agent's
-    ``measured``)."""
+    """The agents' columns of a :func:`category_table` (beside :data:`EXPERIMENTS` and each
+    agent's ``<agent> measured``)."""
     return [c for c in categories.columns if c != EXPERIMENTS and not c.endswith(" measured")]
 
 
