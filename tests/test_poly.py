@@ -694,6 +694,28 @@ def test_a_client_waits_for_a_slot_of_a_server_serving_its_most_streams():
         proc.wait(timeout=15)
 
 
+def test_a_stopping_poly_run_leaves_no_actor_waiting_for_a_servers_slot(tmp_path):
+    """A run whose server serves its most streams (here the one slot is another client's):
+    its actors wait for a slot, and the run stops at its stall timeout. Stopping ends their
+    wait; they had waited out their 30 s connect timeout, past the run and past the 10 s it
+    gives each actor thread to end."""
+    proc, address = _start_server("--max-streams", "1")
+    other = EnvStream(address, seed=1)
+    try:
+        with pytest.raises(RuntimeError, match="the learner got nothing for 2s"):
+            rlherd.train(
+                "impala", "CartPole-v1", runtime="poly", total_steps=1_000, seed=0,
+                run_dir=tmp_path, progress=False, env_servers=address, num_actors=2,
+                envs_per_actor=2, stall_timeout_s=2,
+            )  # fmt: skip
+        waiting = [t.name for t in threading.enumerate() if t.name.startswith("poly-actor")]
+        assert waiting == []
+    finally:
+        other.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
 def test_server_fuzz_keeps_serving_and_stops_on_sigterm_in_bounded_time():
     """Random bytes, wrong dtypes / shapes / sizes, huge shapes, oversized messages and silent
     streams, many at once; a well-behaved client is served throughout, and SIGTERM stops the

@@ -496,7 +496,9 @@ class EnvStream:
     ``absent`` (arrays ``[num_envs]``; ``absent``: a multi-agent game's rows whose agent is
     away, whose ids ``agents`` names). A broken connection raises ``grpc.RpcError``; a message
     that does not fit the spec, :class:`ProtocolError`; no server, or one serving its most
-    streams for all of ``connect_timeout``, ``ConnectionError``.
+    streams for all of ``connect_timeout``, ``ConnectionError``. Setting ``stop`` (a run's
+    stop event) ends that wait at once, with ``ConnectionError``, so a stopping run's clients
+    do not outlive it.
     """
 
     def __init__(
@@ -505,6 +507,7 @@ class EnvStream:
         seed: int | None = None,
         connect_timeout: float = 30.0,
         step_timeout: float = STEP_S,
+        stop: threading.Event | None = None,
     ):
         self.address = address
         self.channel = grpc.insecure_channel(
@@ -517,20 +520,27 @@ class EnvStream:
         self._responses: Any = None
         self._monitor = _client_monitor(step_timeout)
         try:
-            self._open(connect_timeout, seed)
+            self._open(connect_timeout, seed, stop or threading.Event())
         except BaseException:
             self.close()  # no channel is left open by a stream that failed to start
             raise
 
-    def _open(self, connect_timeout: float, seed: int | None) -> None:
+    def _open(self, connect_timeout: float, seed: int | None, stop: threading.Event) -> None:
         """Connect and start the stream. A server serving its most streams (``--max-streams``)
         refuses more until one ends: the stream waits for a slot within ``connect_timeout``,
-        as a client of a busy server should."""
+        as a client of a busy server should. Both waits look at ``stop`` every 0.1 s."""
         deadline = time.monotonic() + connect_timeout
-        try:
-            grpc.channel_ready_future(self.channel).result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
-            raise ConnectionError(f"no environment server answered at {self.address}") from None
+        ready = grpc.channel_ready_future(self.channel)
+        while True:
+            try:
+                ready.result(timeout=0.1)
+                break
+            except grpc.FutureTimeoutError:
+                if time.monotonic() >= deadline:
+                    raise ConnectionError(
+                        f"no environment server answered at {self.address}"
+                    ) from None
+                self._check_stop(stop)
         while True:
             try:
                 return self._start(seed)
@@ -543,7 +553,12 @@ class EnvStream:
                         f"the environment server at {self.address} serves its most streams "
                         f"(--max-streams) and none ended within {connect_timeout:g} s"
                     ) from None
-                time.sleep(0.1)
+                stop.wait(0.1)
+                self._check_stop(stop)
+
+    def _check_stop(self, stop: threading.Event) -> None:
+        if stop.is_set():
+            raise ConnectionError(f"stopped while connecting to {self.address}")
 
     def _start(self, seed: int | None) -> None:
         """Open the stream: reset with ``seed``, then read the server's Spec and first Step."""

@@ -288,7 +288,7 @@ class Actors:
             envs = None
             try:
                 seed = self.seed + 1000 * i + attempt
-                envs = StreamEnvs(EnvStream(address, seed=seed))
+                envs = StreamEnvs(EnvStream(address, seed=seed, stop=ctx.stop))
                 if envs.num_envs != k:
                     raise ConfigError(
                         f"{envs.stream.address} serves {envs.num_envs} environments per stream; "
