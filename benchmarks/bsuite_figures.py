@@ -45,31 +45,31 @@ MEMORY = ("memory_len", "memory_size")
 
 def claims(figure: str, table) -> list[dict]:
     """The paper's qualitative claims, each with whether bsuite's scores (``table``: experiments
-    by agents) bear it out."""
+    by agents) bear it out. An agent without an experiment's scores (NaN in ``table``: not run)
+    takes no part in that experiment's claims, rather than losing them."""
     out = []
-    agents = set(table.columns)
-    if figure == "10":
-        if {"dqn", "r2d2"} <= agents:
-            for experiment in MEMORY:
-                if experiment in table.index:
-                    r2d2, dqn = table.loc[experiment, "r2d2"], table.loc[experiment, "dqn"]
-                    out.append(dict(claim=f"r2d2 above dqn on {experiment}", holds=bool(r2d2 > dqn),
-                                    r2d2=r2d2, dqn=dqn))  # fmt: skip
-        if "mcts" in agents and "deep_sea" in table.index:
-            row = table.loc["deep_sea"]
+    for experiment in table.index:
+        row = table.loc[experiment].dropna()
+        if figure == "10" and experiment in MEMORY and {"dqn", "r2d2"} <= set(row.index):
+            out.append(dict(claim=f"r2d2 above dqn on {experiment}",
+                            holds=bool(row["r2d2"] > row["dqn"]), r2d2=row["r2d2"],
+                            dqn=row["dqn"]))  # fmt: skip
+        if figure == "10" and experiment == "deep_sea" and "mcts" in row:
             top = bool(row["mcts"] >= row.max())
             out.append(dict(claim="mcts at the top on deep_sea", holds=top, scores=row.to_dict()))
-    else:
-        for experiment in EXPERIMENTS["11"]:
-            if experiment not in table.index:
-                continue
-            row = table.loc[experiment]
+        if figure == "11" and experiment in EXPERIMENTS["11"]:
             without = max(row.get("dqn", 0.0), row.get("r2d2", 0.0))
             for agent in ("dqfd", "r2d3"):
                 if agent in row:
                     out.append(dict(claim=f"{agent} solves {experiment} ids dqn and r2d2 do not",
                                     holds=bool(row[agent] > without), scores=row.to_dict()))
     return out
+
+
+def scores(row) -> dict:
+    """A row of scores for a JSON line: a score bsuite has not given (an agent that did not run
+    the experiment) is null, as NaN is not JSON."""
+    return {k: None if math.isnan(v) else round(float(v), 3) for k, v in row.items()}
 
 
 def main() -> None:
@@ -103,10 +103,10 @@ def main() -> None:
     table = scored.experiments
     for experiment, row in table.iterrows():
         print(json.dumps(dict(bench="bsuite", figure=args.figure, experiment=experiment,
-                              **{k: round(float(v), 3) for k, v in row.items()})))  # fmt: skip
+                              **scores(row))))  # fmt: skip
     for category, row in scored.categories.iterrows():  # with how many experiments each has
-        scores = {k: None if math.isnan(v) else round(float(v), 3) for k, v in row.items()}
-        print(json.dumps(dict(bench="bsuite", figure=args.figure, category=category, **scores)))
+        print(json.dumps(dict(bench="bsuite", figure=args.figure, category=category,
+                              **scores(row))))  # fmt: skip
     for claim in claims(args.figure, table):
         print(json.dumps(dict(bench="bsuite", figure=args.figure, **claim), default=float))
 

@@ -59,3 +59,27 @@ def test_actor_scaling_reads_the_first_step_its_moving_mean_reaches_the_target(t
     np.testing.assert_allclose(c["returns"], [-1000.0, -550.0, -500.0, -500.0, -100.0])
     assert bench.reached(c, -500.0) == (600, 3.0)
     assert bench.reached(c, -50.0) == (None, None)
+
+
+def test_bsuite_figures_judges_claims_only_on_scores_bsuite_gave():
+    """An agent that did not run an experiment has NaN there in bsuite's table: its JSON lines
+    say null (NaN is not JSON), and no claim is judged against it (r2d2 above a missing dqn
+    read False; the missing mcts made "mcts at the top" False)."""
+    import json
+    import math
+
+    import pandas as pd
+
+    figures = load("bsuite_figures")
+    table = pd.DataFrame(
+        {"dqn": [math.nan, 0.2, 0.0], "r2d2": [0.7, 0.6, 0.0], "mcts": [math.nan, math.nan, 1.0]},
+        index=["memory_len", "memory_size", "deep_sea"],
+    )
+    claims = figures.claims("10", table)
+    assert [c["claim"] for c in claims] == ["r2d2 above dqn on memory_size",
+                                            "mcts at the top on deep_sea"]  # fmt: skip
+    assert [c["holds"] for c in claims] == [True, True]
+    line = json.dumps(figures.scores(table.loc["memory_len"]), allow_nan=False)
+    assert json.loads(line) == {"dqn": None, "r2d2": 0.7, "mcts": None}
+    table.loc["deep_sea", "mcts"] = math.nan
+    assert [c["claim"] for c in figures.claims("10", table)] == ["r2d2 above dqn on memory_size"]
