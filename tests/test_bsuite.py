@@ -72,9 +72,13 @@ def test_bsuites_budget_is_the_default(tmp_path):
                         ).config.total_steps == STEP_BOUND  # fmt: skip
 
 
-def test_a_stopped_bsuite_run_continues_its_csv(tmp_path, interrupt_at):
+@pytest.mark.parametrize("env_id", ["bsuite/catch/0", "bsuite/catch_noise/0",
+                                    "bsuite/catch_scale/0"])  # fmt: skip
+def test_a_stopped_bsuite_run_continues_its_csv(tmp_path, interrupt_at, env_id):
+    """Also for the noise and scale experiments, whose bsuite wrappers could not be unpickled
+    (so their checkpoints could not be resumed)."""
     interrupt_at(100)
-    run = rlherd.train("dqn", "bsuite/catch/0", run_dir=tmp_path / "run", total_episodes=30,
+    run = rlherd.train("dqn", env_id, run_dir=tmp_path / "run", total_episodes=30,
                        progress=False)  # fmt: skip
     assert run.stopped and run.summary["episodes"] < 30
     run = rlherd.train(resume=tmp_path / "run", progress=False)
@@ -303,6 +307,43 @@ def test_copies_searched_by_mcts_never_reach_bsuites_csv(tmp_path):
     data = csv_of(tmp_path / "run")
     assert data["episode"].max() == 12 and data["steps"].max() == 12 * 9
     assert run.summary["episodes"] == 12
+
+
+@pytest.mark.parametrize("env_id", ["bsuite/deep_sea_stochastic/0", "bsuite/deep_sea/0",
+                                    "bsuite/catch_noise/2"])  # fmt: skip
+def test_a_copy_of_a_bsuite_environment_steps_as_it_and_never_moves_it(env_id, tmp_path):
+    """MCTS searches copies (a copy shares what a step never changes: deep sea's action mapping,
+    a deterministic sea's generator, whose draws it never reads). A copy steps as the
+    environment would, random draws included (the windy sea's moves, the noisy rewards), and
+    stepping it leaves the environment where it was, its generators included."""
+    import copy
+
+    def play(env, actions) -> list:
+        steps = []
+        for a in actions:
+            obs, reward, terminated, _, _ = env.step(int(a))
+            steps.append((np.asarray(obs).tolist(), float(reward), bool(terminated)))
+        return steps
+
+    def generators(env) -> list:  # the states of the generators a step reads
+        layer, states = env._env._env, []  # under bsuite's logger
+        while layer is not None:
+            states += [str(layer._rng.get_state())] if "_rng" in vars(layer) else []
+            layer = vars(layer).get("_env")
+        return [] if vars(env._env._env).get("_deterministic") else states
+
+    env = rl_envs.make(env_id, results_dir=str(tmp_path))  # logged, as a sweep's are
+    env.reset(seed=3)
+    env.step(1)
+    actions = np.random.default_rng(0).integers(0, env.action_space.n, 6)
+    before = generators(env)
+    first, second = copy.deepcopy(env), copy.deepcopy(env)
+    imagined = play(first, actions)
+    assert generators(env) == before  # the copy drew from generators of its own
+    assert play(second, actions) == imagined
+    assert play(env, actions) == imagined  # the environment did not move while they stepped
+    if env_id == "bsuite/deep_sea/0":
+        assert first._env._action_mapping is env._env._env._action_mapping  # shared
 
 
 @pytest.mark.slow

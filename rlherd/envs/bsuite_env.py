@@ -6,9 +6,11 @@ made.)"""
 from __future__ import annotations
 
 import copy
+import copyreg
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from bsuite.utils import wrappers
 from shimmy.bsuite_compatibility import BSuiteCompatibilityV0
 
@@ -21,6 +23,20 @@ class Logging(wrappers.Logging):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+def _rebuilt(cls: type, state: dict[str, Any]) -> Any:
+    """A bsuite wrapper from its attributes. bsuite's wrappers look every attribute they lack up
+    in the environment they wrap, so pickle's and ``deepcopy``'s own way, which looks up
+    ``__setstate__`` before that environment is set, recursed without end: a checkpoint of a
+    noise or scale experiment could not be loaded, nor could MCTS copy one."""
+    wrapper = object.__new__(cls)
+    wrapper.__dict__.update(state)
+    return wrapper
+
+
+for _wrapper in (wrappers.RewardNoise, wrappers.RewardScale, wrappers.ImageObservation):
+    copyreg.pickle(_wrapper, lambda wrapper: (_rebuilt, (type(wrapper), vars(wrapper))))
 
 
 class BSuite(BSuiteCompatibilityV0):
@@ -75,11 +91,39 @@ class BSuite(BSuiteCompatibilityV0):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> BSuite:
         """A copy is the environment without bsuite's logger: copies are what MCTS's simulator
-        searches with, and their imagined episodes must not reach bsuite's CSV. (Shimmy's
-        binding hands unknown attributes to what it wraps, so without this method ``deepcopy``
-        found the logger's environment's, and returned a bare bsuite environment.)"""
+        searches with, one per node, and their imagined episodes must not reach bsuite's CSV.
+        (Shimmy's binding hands unknown attributes to what it wraps, so without this method
+        ``deepcopy`` found the logger's environment's, and returned a bare bsuite environment.)
+
+        Only the bsuite environment is copied: the binding's spaces are shared (building them
+        again was a third of a copy), and so is what :meth:`_unchanging` names. Random
+        generators are copied by their state: ``deepcopy`` rebuilds one through pickle, which
+        seeds it from the operating system first (200 of a deep sea copy's 500 us)."""
         inner = self._env._env if isinstance(self._env, Logging) else self._env
-        return type(self)(copy.deepcopy(inner, memo))
+        layers = [inner]  # bsuite's wrappers (the noise and scale experiments'), then the env
+        while "_env" in vars(layers[-1]):
+            layers.append(layers[-1]._env)
+        memo.update({id(value): value for value in self._unchanging(layers[-1])})
+        for layer in layers:
+            for value in vars(layer).values():
+                if isinstance(value, np.random.RandomState) and id(value) not in memo:
+                    memo[id(value)] = _copied(value)
+        new = object.__new__(type(self))
+        new.__dict__.update(vars(self))  # spaces; gymnasium's unused _np_random (see np_random)
+        new._env = copy.deepcopy(inner, memo)
+        new._ezpickle_args = (new._env, *self._ezpickle_args[1:])  # pickled as the copy it is
+        return new
+
+    def _unchanging(self, env: Any) -> list[Any]:
+        """What ``env`` (the bsuite environment, under its wrappers) holds that a step never
+        changes, which copies share."""
+        return []
+
+
+def _copied(rng: np.random.RandomState) -> np.random.RandomState:
+    out = np.random.RandomState(0)
+    out.set_state(rng.get_state())
+    return out
 
 
 class DeepSea(BSuite):
@@ -91,6 +135,14 @@ class DeepSea(BSuite):
     ``dqfd/bsuite_demonstrations.py``): one episode of deep sea; ``size * 10`` of the stochastic
     one, 80% of them successful (a positive return) and 20% not, as its windy moves and noisy
     rewards make them."""
+
+    def _unchanging(self, sea: Any) -> list[Any]:
+        """The action mapping and the generator that drew it, at construction. A deterministic
+        sea draws from its generator when it moves right but never reads the draw (bsuite's
+        ``rand() > 1 / size or deterministic``), so its copies share that one too: a search's
+        copy of deep sea is then its few numbers."""
+        unchanging = [sea._action_mapping, vars(sea).get("_mapping_rng")]
+        return unchanging + [sea._rng] if sea._deterministic else unchanging
 
     def expert_demonstrations(self) -> tuple[int, float | None]:
         """How many expert episodes ``--demonstrations expert`` takes, and the share of them that
