@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import warnings
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,16 @@ def to_plain(obj: Any, where: str = "checkpoint") -> Any:
             raise TypeError(f"{where} is a numpy array of Python objects, which is not plain data")
         # Shared, not copied, where torch can share it: a checkpoint is written at once, in this
         # thread, and its bulk is the replay tables' items, already a copy (taken under each
-        # table's lock), which a second copy would double. (copy, not ascontiguousarray: 0-d
-        # stays 0-d.)
-        if not (array.flags.c_contiguous and array.flags.writeable):
+        # table's lock), which a second copy would double. Read-only arrays too (a distributed
+        # run's tables arrive read-only from Ray's object store): saving only reads them, so
+        # torch's warning that writing to them is undefined does not apply. (copy, not
+        # ascontiguousarray: 0-d stays 0-d.)
+        if not array.flags.c_contiguous:
             array = array.copy(order="C")
-        return {_NUMPY: torch.from_numpy(array), "scalar": isinstance(obj, np.generic)}
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            tensor = torch.from_numpy(array)
+        return {_NUMPY: tensor, "scalar": isinstance(obj, np.generic)}
     if isinstance(obj, np.dtype):
         return {_DTYPE: obj.str}
     if isinstance(obj, torch.Tensor | int | float | str | bytes | None):
