@@ -276,6 +276,30 @@ def test_mnist_without_its_download_is_one_line(monkeypatch):
     assert episode_budget("bsuite/mnist/0") == 10_000
 
 
+@pytest.mark.parametrize("env_id", ["bsuite/mnist/0", "bsuite/mnist_noise/0"])
+def test_copies_of_mnist_share_its_images(monkeypatch, env_id):
+    """MCTS copies the environment at every node: an MNIST bandit's copies share its images
+    (60,000 of them, which a step only reads) instead of copying them each time."""
+    import copy
+
+    from bsuite.utils import datasets
+
+    rng = np.random.default_rng(0)
+    images, labels = rng.integers(0, 128, (50, 28, 28), np.int8), rng.integers(0, 10, 50, np.uint8)
+    monkeypatch.setattr(datasets, "load_mnist", lambda: ((images, labels), (images, labels)))
+    env = rl_envs.make(env_id)
+    env.reset(seed=0)
+    imagined = copy.deepcopy(env)
+
+    def bandit(wrapped):  # under bsuite's noise wrapper, if any
+        while "_env" in vars(wrapped):
+            wrapped = wrapped._env
+        return wrapped
+
+    assert bandit(imagined._env)._images is bandit(env._env)._images
+    assert imagined.step(3)[1:3] == env.step(3)[1:3]
+
+
 def test_deep_seas_expert_gives_the_acme_papers_demonstrations():
     from rlherd.replay.demonstrations import expert_episodes
 

@@ -106,7 +106,7 @@ def make_bsuite(env_id: str, results_dir: str | None = None, overwrite: bool = F
     from rlherd.envs.ids import no_display_warning
 
     with no_display_warning():  # importing shimmy imports dm_control, which imports glfw
-        from rlherd.envs.bsuite_env import BSuite, DeepSea, Logging
+        from rlherd.envs.bsuite_env import MNIST, BSuite, DeepSea, Logging
 
     name = bsuite_id(env_id)
     env = _load(name)
@@ -118,4 +118,6 @@ def make_bsuite(env_id: str, results_dir: str | None = None, overwrite: bool = F
         except ValueError as e:  # the CSV exists
             raise ConfigError(f"{e}: each bsuite id's CSV is written by one run") from e
         env = Logging(env, logger)
-    return (DeepSea if name.startswith("deep_sea") else BSuite)(env)
+    experiment = name.split("/")[0]
+    return (DeepSea if experiment.startswith("deep_sea")
+            else MNIST if experiment.startswith("mnist") else BSuite)(env)  # fmt: skip

@@ -126,6 +126,14 @@ def _copied(rng: np.random.RandomState) -> np.random.RandomState:
     return out
 
 
+class MNIST(BSuite):
+    """bsuite's MNIST bandits: copies share the training images and labels (47 MB, which a step
+    only reads), where MCTS's search had copied them at every node."""
+
+    def _unchanging(self, bandit: Any) -> list[Any]:
+        return [bandit._images, bandit._labels]
+
+
 class DeepSea(BSuite):
     """deep sea and deep sea stochastic, with their optimal policy as a scripted expert
     (``--demonstrations expert``, the Acme paper's demonstrations for DQfD and R2D3): always
