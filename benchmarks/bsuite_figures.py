@@ -46,7 +46,8 @@ MEMORY = ("memory_len", "memory_size")
 def claims(figure: str, table) -> list[dict]:
     """The paper's qualitative claims, each with whether bsuite's scores (``table``: experiments
     by agents) bear it out. An agent without an experiment's scores (NaN in ``table``: not run)
-    takes no part in that experiment's claims, rather than losing them."""
+    takes no part in that experiment's claims, and a claim with nobody to compare against is
+    not judged."""
     out = []
     for experiment in table.index:
         row = table.loc[experiment].dropna()
@@ -54,11 +55,11 @@ def claims(figure: str, table) -> list[dict]:
             out.append(dict(claim=f"r2d2 above dqn on {experiment}",
                             holds=bool(row["r2d2"] > row["dqn"]), r2d2=row["r2d2"],
                             dqn=row["dqn"]))  # fmt: skip
-        if figure == "10" and experiment == "deep_sea" and "mcts" in row:
+        if figure == "10" and experiment == "deep_sea" and "mcts" in row and len(row) > 1:
             top = bool(row["mcts"] >= row.max())
             out.append(dict(claim="mcts at the top on deep_sea", holds=top, scores=row.to_dict()))
-        if figure == "11" and experiment in EXPERIMENTS["11"]:
-            without = max(row.get("dqn", 0.0), row.get("r2d2", 0.0))
+        if figure == "11" and experiment in EXPERIMENTS["11"] and {"dqn", "r2d2"} & set(row.index):
+            without = max(row.get("dqn", -math.inf), row.get("r2d2", -math.inf))
             for agent in ("dqfd", "r2d3"):
                 if agent in row:
                     out.append(dict(claim=f"{agent} solves {experiment} ids dqn and r2d2 do not",

@@ -64,7 +64,8 @@ def test_actor_scaling_reads_the_first_step_its_moving_mean_reaches_the_target(t
 def test_bsuite_figures_judges_claims_only_on_scores_bsuite_gave():
     """An agent that did not run an experiment has NaN there in bsuite's table: its JSON lines
     say null (NaN is not JSON), and no claim is judged against it (r2d2 above a missing dqn
-    read False; the missing mcts made "mcts at the top" False)."""
+    read False; the missing mcts made "mcts at the top" False), nor a claim with nobody to
+    compare against (dqfd above a missing dqn and r2d2)."""
     import json
     import math
 
@@ -83,3 +84,10 @@ def test_bsuite_figures_judges_claims_only_on_scores_bsuite_gave():
     assert json.loads(line) == {"dqn": None, "r2d2": 0.7, "mcts": None}
     table.loc["deep_sea", "mcts"] = math.nan
     assert [c["claim"] for c in figures.claims("10", table)] == ["r2d2 above dqn on memory_size"]
+    table.loc["deep_sea", ["dqn", "r2d2"]] = math.nan, math.nan
+    table.loc["deep_sea", "mcts"] = 1.0
+    assert [c["claim"] for c in figures.claims("10", table)] == ["r2d2 above dqn on memory_size"]
+    eleven = pd.DataFrame({"dqn": [math.nan, 0.0], "r2d2": [math.nan, 0.2], "dqfd": [0.5, 0.4]},
+                          index=["deep_sea", "deep_sea_stochastic"])  # fmt: skip
+    assert [(c["claim"], c["holds"]) for c in figures.claims("11", eleven)] == [
+        ("dqfd solves deep_sea_stochastic ids dqn and r2d2 do not", True)]

@@ -337,9 +337,10 @@ def test_copies_searched_by_mcts_never_reach_bsuites_csv(tmp_path):
                                     "bsuite/catch_noise/2"])  # fmt: skip
 def test_a_copy_of_a_bsuite_environment_steps_as_it_and_never_moves_it(env_id, tmp_path):
     """MCTS searches copies (a copy shares what a step never changes: deep sea's action mapping,
-    a deterministic sea's generator, whose draws it never reads). A copy steps as the
-    environment would, random draws included (the windy sea's moves, the noisy rewards), and
-    stepping it leaves the environment where it was, its generators included."""
+    a deterministic sea's generator, whose draws it never reads, so only there a copy's steps
+    move the environment's generator). A copy steps as the environment would, random draws
+    included (the windy sea's moves, the noisy rewards), and stepping it leaves the environment
+    where it was, its generators included (but the deterministic sea's)."""
     import copy
 
     def play(env, actions) -> list:
@@ -352,9 +353,9 @@ def test_a_copy_of_a_bsuite_environment_steps_as_it_and_never_moves_it(env_id, t
     def generators(env) -> list:  # the states of the generators a step reads
         layer, states = env._env._env, []  # under bsuite's logger
         while layer is not None:
-            if "_rng" in vars(layer):
-                _, key, pos, *_ = layer._rng.get_state()
-                states.append((key.tolist(), pos))
+            if "_rng" in vars(layer):  # the key as a list: arrays do not compare as one bool
+                kind, key, *rest = layer._rng.get_state()
+                states.append((kind, key.tolist(), *rest))
             layer = vars(layer).get("_env")
         return [] if vars(env._env._env).get("_deterministic") else states
 

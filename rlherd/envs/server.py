@@ -497,8 +497,8 @@ class EnvStream:
     away, whose ids ``agents`` names). A broken connection raises ``grpc.RpcError``; a message
     that does not fit the spec, :class:`ProtocolError`; no server, or one serving its most
     streams for all of ``connect_timeout``, ``ConnectionError``. Setting ``stop`` (a run's
-    stop event) ends that wait at once, with ``ConnectionError``, so a stopping run's clients
-    do not outlive it.
+    stop event) ends those two waits within 0.1 s, with ``ConnectionError``, so a stopping run's
+    clients do not wait out their timeout.
     """
 
     def __init__(
@@ -540,7 +540,8 @@ class EnvStream:
                     raise ConnectionError(
                         f"no environment server answered at {self.address}"
                     ) from None
-                self._check_stop(stop)
+                if stop.is_set():
+                    raise self._stopped() from None
         while True:
             try:
                 return self._start(seed)
@@ -553,12 +554,11 @@ class EnvStream:
                         f"the environment server at {self.address} serves its most streams "
                         f"(--max-streams) and none ended within {connect_timeout:g} s"
                     ) from None
-                stop.wait(0.1)
-                self._check_stop(stop)
+                if stop.wait(0.1):
+                    raise self._stopped() from None
 
-    def _check_stop(self, stop: threading.Event) -> None:
-        if stop.is_set():
-            raise ConnectionError(f"stopped while connecting to {self.address}")
+    def _stopped(self) -> ConnectionError:
+        return ConnectionError(f"stopped while connecting to {self.address}")
 
     def _start(self, seed: int | None) -> None:
         """Open the stream: reset with ``seed``, then read the server's Spec and first Step."""

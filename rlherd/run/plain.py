@@ -32,6 +32,13 @@ _NUMPY = "__numpy__"  # a dict {_NUMPY: tensor, "scalar": bool} stands for a num
 _DTYPE = "__dtype__"  # a dict {_DTYPE: "<f4"} stands for a numpy dtype
 
 
+# to_plain shares read-only arrays with torch only to save them (see below), never to write.
+# A filter, not catch_warnings around the call: that swaps the process's filters, which other
+# threads (a run's actors) may be using while a checkpoint is written.
+warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning,
+                        r"rlherd\.run\.plain")  # fmt: skip
+
+
 def to_plain(obj: Any, where: str = "checkpoint") -> Any:
     """``obj`` with numpy arrays and scalars as tensors (their dtype kept), numpy dtypes as
     their names and deques as lists, so that ``torch.load(weights_only=True)`` reads it back.
@@ -45,14 +52,11 @@ def to_plain(obj: Any, where: str = "checkpoint") -> Any:
         # thread, and its bulk is the replay tables' items, already a copy (taken under each
         # table's lock), which a second copy would double. Read-only arrays too (a distributed
         # run's tables arrive read-only from Ray's object store): saving only reads them, so
-        # torch's warning that writing to them is undefined does not apply. (copy, not
-        # ascontiguousarray: 0-d stays 0-d.)
+        # torch's warning that writing to them is undefined does not apply (it is filtered
+        # below). (copy, not ascontiguousarray: 0-d stays 0-d.)
         if not array.flags.c_contiguous:
             array = array.copy(order="C")
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
-            tensor = torch.from_numpy(array)
-        return {_NUMPY: tensor, "scalar": isinstance(obj, np.generic)}
+        return {_NUMPY: torch.from_numpy(array), "scalar": isinstance(obj, np.generic)}
     if isinstance(obj, np.dtype):
         return {_DTYPE: obj.str}
     if isinstance(obj, torch.Tensor | int | float | str | bytes | None):
