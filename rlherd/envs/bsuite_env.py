@@ -55,11 +55,9 @@ class BSuite(BSuiteCompatibilityV0):
         would draw from the operating system's entropy: they get the same generator."""
         obs, info = super().reset(seed=seed, options=options)
         if seed is not None:
-            layer = self._env
-            while layer is not None:
+            for layer in _layers(self._env):
                 if "_rng" in vars(layer):
                     layer._rng = self.np_random
-                layer = vars(layer).get("_env")
         return obs, info
 
     def log_to(self, results_dir: Path) -> None:
@@ -107,9 +105,7 @@ class BSuite(BSuiteCompatibilityV0):
         time of ``deepcopy``'s pickle round trip (a deep sea copy took 525 us, 430 of them its two
         generators')."""
         inner = self._env._env if isinstance(self._env, Logging) else self._env
-        layers = [inner]  # bsuite's wrappers (the noise and scale experiments'), then the env
-        while "_env" in vars(layers[-1]):
-            layers.append(layers[-1]._env)
+        layers = _layers(inner)
         memo.update({id(value): value for value in self._unchanging(layers[-1])})
         for layer in layers:
             for value in vars(layer).values():
@@ -125,6 +121,16 @@ class BSuite(BSuiteCompatibilityV0):
         """What ``env`` (the bsuite environment, under its wrappers) holds that a step never
         changes, which copies share."""
         return []
+
+
+def _layers(env: Any) -> list[Any]:
+    """``env`` and what it wraps, outermost first: bsuite's wrappers (the logger's, the noise
+    and scale experiments'), then the environment. Read from each one's attributes, as a
+    wrapper's own lookup falls through to what it wraps."""
+    layers = [env]
+    while "_env" in vars(layers[-1]):
+        layers.append(layers[-1]._env)
+    return layers
 
 
 def _copied(rng: np.random.RandomState) -> np.random.RandomState:
