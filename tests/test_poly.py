@@ -717,6 +717,74 @@ def test_a_stopping_poly_run_leaves_no_actor_waiting_for_a_servers_slot(tmp_path
         proc.wait(timeout=15)
 
 
+@contextlib.contextmanager
+def _mute_server():
+    """A server that reads a stream's Reset and never answers it, as one still building its
+    environments (up to ``FIRST_REPLY_S``) looks to its clients."""
+    release = threading.Event()
+
+    def stream(requests, context):
+        next(requests)
+        release.wait()
+        yield from ()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    handler = grpc.stream_stream_rpc_method_handler(
+        stream,
+        request_deserializer=pb.ClientMessage.FromString,
+        response_serializer=pb.ServerMessage.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("rlherd.env.EnvServer", {"Stream": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        release.set()
+        server.stop(0).wait()
+
+
+def test_stopping_ends_a_streams_wait_for_the_servers_first_message():
+    """Setting ``stop`` ends the wait for a Spec with ``ConnectionError``; without it the
+    client waits out ``FIRST_REPLY_S`` (180 s)."""
+    stop = threading.Event()
+    outcome: list[BaseException] = []
+
+    def connect(address: str) -> None:
+        try:
+            EnvStream(address, stop=stop).close()
+        except BaseException as e:
+            outcome.append(e)
+
+    with _mute_server() as address:
+        client = threading.Thread(target=connect, args=(address,), daemon=True)
+        client.start()
+        time.sleep(0.5)
+        stop.set()
+        client.join(timeout=10)
+        assert not client.is_alive(), "the client still waits for the server's first message"
+    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionError), outcome
+    assert "stopped while connecting" in str(outcome[0])
+
+
+def test_a_stopping_poly_run_leaves_no_actor_waiting_for_a_servers_first_message(tmp_path):
+    """A server that never sends its first message (its environments still being built):
+    the run stops at its stall timeout, and stopping ends its actors' wait, which would
+    otherwise last the client's 180 s."""
+    before = set(threading.enumerate())
+    with _mute_server() as address:
+        with pytest.raises(RuntimeError, match="the learner got nothing for 2s"):
+            rlherd.train(
+                "impala", "CartPole-v1", runtime="poly", total_steps=1_000, seed=0,
+                run_dir=tmp_path, progress=False, env_servers=address, num_actors=2,
+                envs_per_actor=2, stall_timeout_s=2,
+            )  # fmt: skip
+        left = set(threading.enumerate()) - before
+        assert [t.name for t in left if t.name.startswith("poly-actor")] == []
+
+
 def test_server_fuzz_keeps_serving_and_stops_on_sigterm_in_bounded_time():
     """Random bytes, wrong dtypes / shapes / sizes, huge shapes, oversized messages and silent
     streams, many at once; a well-behaved client is served throughout, and SIGTERM stops the

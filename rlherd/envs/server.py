@@ -267,21 +267,24 @@ class StreamMonitor:
     no message within ``idle_s`` after the last one (a server's silent clients cannot hold
     every slot; a client does not wait forever on a hung server). One thread checks every
     stream's deadline twice a second; a message only moves a number. A stream is anything
-    with ``cancel()``: a server's RPC context, a client's call."""
+    with ``cancel()``: a server's RPC context, a client's call. A client's stream may come with
+    its run's stop event, and is cancelled once that is set: a stopping run's read of a slow
+    server ends within the half second, not at its deadline."""
 
     def __init__(self, first_s: float, idle_s: float):
         self.first_s, self.idle_s = first_s, idle_s
-        self.deadlines: dict[int, tuple[float, Any]] = {}  # id(context) -> (deadline, context)
+        # id(context) -> (deadline, context, stop event or None)
+        self.deadlines: dict[int, tuple[float, Any, threading.Event | None]] = {}
         self.lock = threading.Lock()
         threading.Thread(target=self._watch, daemon=True, name="stream-monitor").start()
 
-    def opened(self, context) -> None:
+    def opened(self, context, stop: threading.Event | None = None) -> None:
         with self.lock:
-            self.deadlines[id(context)] = (time.monotonic() + self.first_s, context)
+            self.deadlines[id(context)] = (time.monotonic() + self.first_s, context, stop)
 
-    def heard(self, context) -> None:
+    def heard(self, context, stop: threading.Event | None = None) -> None:
         with self.lock:
-            self.deadlines[id(context)] = (time.monotonic() + self.idle_s, context)
+            self.deadlines[id(context)] = (time.monotonic() + self.idle_s, context, stop)
 
     def closed(self, context) -> None:
         with self.lock:
@@ -292,8 +295,8 @@ class StreamMonitor:
             time.sleep(0.5)
             now = time.monotonic()
             with self.lock:  # checked and cancelled together: an answer in between is seen
-                for key, (deadline, stream) in list(self.deadlines.items()):
-                    if deadline < now:
+                for key, (deadline, stream, stop) in list(self.deadlines.items()):
+                    if deadline < now or (stop is not None and stop.is_set()):
                         del self.deadlines[key]
                         with contextlib.suppress(Exception):
                             stream.cancel()  # the blocked read of its next message ends
@@ -497,8 +500,10 @@ class EnvStream:
     away, whose ids ``agents`` names). A broken connection raises ``grpc.RpcError``; a message
     that does not fit the spec, :class:`ProtocolError`; no server, or one serving its most
     streams for all of ``connect_timeout``, ``ConnectionError``. Setting ``stop`` (a run's
-    stop event) ends those two waits within 0.1 s, with ``ConnectionError``, so a stopping run's
-    clients do not wait out their timeout.
+    stop event) ends those two waits within 0.1 s, and the wait for the server's first message
+    (its environments being built) within 0.5 s, with ``ConnectionError``; a read of a step
+    then raises ``grpc.RpcError`` (CANCELLED). So a stopping run's clients do not wait out their
+    timeouts.
     """
 
     def __init__(
@@ -519,16 +524,18 @@ class EnvStream:
         )
         self._responses: Any = None
         self._monitor = _client_monitor(step_timeout)
+        self._stop = stop or threading.Event()
         try:
-            self._open(connect_timeout, seed, stop or threading.Event())
+            self._open(connect_timeout, seed)
         except BaseException:
             self.close()  # no channel is left open by a stream that failed to start
             raise
 
-    def _open(self, connect_timeout: float, seed: int | None, stop: threading.Event) -> None:
+    def _open(self, connect_timeout: float, seed: int | None) -> None:
         """Connect and start the stream. A server serving its most streams (``--max-streams``)
         refuses more until one ends: the stream waits for a slot within ``connect_timeout``,
         as a client of a busy server should. Both waits look at ``stop`` every 0.1 s."""
+        stop = self._stop
         deadline = time.monotonic() + connect_timeout
         ready = grpc.channel_ready_future(self.channel)
         while True:
@@ -546,6 +553,8 @@ class EnvStream:
             try:
                 return self._start(seed)
             except grpc.RpcError as e:
+                if stop.is_set():  # the monitor cancelled the wait for the first message
+                    raise self._stopped() from None
                 if not _server_full(e):
                     raise
                 self._requests.put(None)  # ends the refused call's request iterator (its thread)
@@ -590,8 +599,8 @@ class EnvStream:
         """The server's next message; a server silent for ``step_timeout`` (for its first
         message, which waits for its environments to be built: ``FIRST_REPLY_S`` at least) has
         the stream cancelled (``grpc.RpcError`` CANCELLED), so a hung server never hangs its
-        client."""
-        (self._monitor.opened if first else self._monitor.heard)(self._responses)
+        client; so has a set ``stop``."""
+        (self._monitor.opened if first else self._monitor.heard)(self._responses, self._stop)
         try:
             return next(self._responses)
         finally:
