@@ -7,13 +7,16 @@ needs a bigger machine and ``--total-steps``).
   default, Acme's D4PG default). Each environment step sleeps ``--latency-ms`` first (a slow
   simulator, or a robot), so actors wait rather than compute and a 2-core machine can hold 8 of
   them. The rate limiter ties learner steps to actor steps, so the curves against actor steps
-  should overlay (the same agent), while more actors reach a return sooner in walltime.
+  should overlay (the same agent), while more actors reach a return sooner in the learner's
+  walltime.
 - ``--figure 7``: samples per insert 8, 32, 128 and unlimited (``inf``: the learner samples as
   fast as it can) with ``--actors`` actors and no latency. The ratio sets how many learner steps
-  each actor step buys: return against actor steps and against walltime.
+  each actor step buys: return against actor steps and against the learner's walltime.
 
 Returns are training returns, the mean of each run's last ``--window`` episodes; time to return
-is the walltime at which that moving mean first reaches ``--target``. Runs stay in
+is the learner's walltime (the paper's axis: from the learner's first step, so Ray's start and
+the first ``min_replay_size`` steps, which take longer with fewer actors, are not in it) at which
+that moving mean first reaches ``--target``. Runs stay in
 ``--out/fig<N>/<setting>-seed<S>``: running the command again keeps finished runs of the same
 settings, so a figure can go in pieces. Prints one JSON line per run, one per setting (seeds'
 mean, and for Figure 6 the speed-up in time-to-return against the first setting: 1 actor unless
@@ -96,18 +99,22 @@ def same_run(run_dir: Path, env_id: str, env_kwargs: dict, actors: int, spi: flo
 
 
 def curve(run_dir: Path, window: int) -> dict[str, np.ndarray]:
-    """Actor steps, walltime and the moving mean of the last ``window`` training returns, at
-    each episode's end."""
+    """Actor steps, the learner's walltime and the moving mean of the last ``window`` training
+    returns, at each episode's end. The learner logs its walltime against actor steps every few
+    seconds; an episode's is read between its two rows (0 before the learner's first step)."""
     rows = np.genfromtxt(run_dir / "metrics" / "train.csv", delimiter=",", names=True)
+    learner = np.genfromtxt(run_dir / "metrics" / "learner.csv", delimiter=",", names=True)
     returns = rows["episode_return"]
     moving = np.convolve(returns, np.ones(window), "full")[: len(returns)]
     moving /= np.minimum(np.arange(1, len(returns) + 1), window)
-    return dict(steps=rows["actor_steps"], seconds=rows["wall_time_s"], returns=moving)
+    seconds = np.interp(rows["actor_steps"], learner["actor_steps"], learner["learner_walltime"],
+                        left=0.0)  # fmt: skip
+    return dict(steps=rows["actor_steps"], seconds=seconds, returns=moving)
 
 
 def reached(c: dict[str, np.ndarray], target: float) -> tuple[int | None, float | None]:
-    """Actor steps and walltime at which the moving mean first reaches ``target`` (None:
-    never)."""
+    """Actor steps and the learner's walltime at which the moving mean first reaches ``target``
+    (None: never)."""
     hit = np.flatnonzero(c["returns"] >= target)
     return (int(c["steps"][hit[0]]), float(c["seconds"][hit[0]])) if len(hit) else (None, None)
 
@@ -131,7 +138,7 @@ def plot(figure: str, env_id: str, curves: dict[float, list[dict]], path: Path) 
                 ax.plot(c[x], c["returns"], color=f"C{i}", alpha=0.8,
                         label=label(figure, setting) if j == 0 else None)  # fmt: skip
     axes[0].set_xlabel("actor steps")
-    axes[1].set_xlabel("walltime (s)")
+    axes[1].set_xlabel("learner walltime (s)")
     for ax in axes:
         ax.set_ylabel("training return (moving mean)")
         ax.grid(alpha=0.3)
@@ -142,20 +149,25 @@ def plot(figure: str, env_id: str, curves: dict[float, list[dict]], path: Path) 
 
 
 def setting_row(figure: str, setting: float, runs: list[dict], target: float,
-                first: list[float | None]) -> dict:  # fmt: skip
+                first: list[float | None] | None) -> dict:  # fmt: skip
     """One setting over its seeds: the mean final return, how many seeds reached ``target``
-    and their mean steps and walltime to it, and (Figure 6, every seed of both reaching it) the
-    speed-up in time against the first setting, whose seeds' times are ``first``."""
+    and their mean steps and learner walltime to it, and (Figure 6) the speed-up in time
+    against the first setting, whose seeds' times are ``first`` (None: this is it): each seed's
+    ratio, over the seeds where both settings reached the target (seed noise in steps to the
+    target is as large as the speed-up, so a seed is compared with itself)."""
     hits = [reached(c, target) for c in runs]
     steps = [n for n, _ in hits if n is not None]
     times = [t for _, t in hits if t is not None]
     row = dict(setting=label(figure, setting),
                final_train_return_mean=round(float(np.mean([c["returns"][-1] for c in runs])), 1),
                seeds_reaching_target=len(times),
-               time_to_target_s_mean=round(float(np.mean(times)), 1) if times else None,
+               learner_time_to_target_s_mean=round(float(np.mean(times)), 1) if times else None,
                steps_to_target_mean=round(float(np.mean(steps))) if steps else None)  # fmt: skip
-    if figure == "6" and None not in first and len(times) == len(runs):
-        row["speedup_vs_first"] = round(float(np.mean(first) / np.mean(times)), 2)
+    ratios = [f / t for f, (_, t) in zip(first or [None] * len(hits), hits, strict=True) if f and t]
+    if figure == "6" and ratios:
+        row.update(speedup_vs_first_mean=round(float(np.mean(ratios)), 2),
+                   speedup_vs_first_range=[round(min(ratios), 2), round(max(ratios), 2)],
+                   seeds_compared=len(ratios))  # fmt: skip
     return row
 
 
@@ -202,14 +214,15 @@ def main() -> None:
                 bench="actor_scaling", figure=args.figure, actors=actors,
                 samples_per_insert=str(spi), latency_ms=latency, seed=seed,
                 final_train_return=round(float(c["returns"][-1]), 1),
-                steps_to_target=at_step, time_to_target_s=at_time, target=args.target,
+                steps_to_target=at_step, learner_time_to_target_s=at_time, target=args.target,
                 actor_steps=summary["actor_steps"], learner_steps=summary["learner_steps"],
                 wall_time_s=summary["wall_time_s"], sps=summary["sps"],
                 run_dir=str(run_dir))), flush=True)  # fmt: skip
 
     first = [reached(c, args.target)[1] for c in curves[settings[0]]]
     for setting in settings:
-        row = setting_row(args.figure, setting, curves[setting], args.target, first)
+        row = setting_row(args.figure, setting, curves[setting], args.target,
+                          first if setting != settings[0] else None)  # fmt: skip
         head = dict(bench="actor_scaling", figure=args.figure, seeds=args.seeds)
         print(json.dumps(head | row | dict(machine=machine())), flush=True)
     plot(args.figure, args.env, curves, out / f"fig{args.figure}.png")

@@ -47,18 +47,39 @@ def test_sac_td3_updates_drives_todays_learners():
 
 def test_actor_scaling_reads_the_first_step_its_moving_mean_reaches_the_target(tmp_path):
     """Time-to-return is where the mean of the last ``window`` episodes first reaches the
-    target, not where one lucky episode does."""
+    target, not where one lucky episode does, and is the learner's walltime there (from its
+    first step), not the run's, which counts Ray's start."""
     bench = load("actor_scaling")
     (tmp_path / "metrics").mkdir()
-    rows = [(200, -1000.0, 1.0), (400, -100.0, 2.0), (600, -900.0, 3.0), (800, -100.0, 4.0),
-            (1000, -100.0, 5.0)]  # fmt: skip
+    rows = [(200, -1000.0, 11.0), (400, -100.0, 12.0), (600, -900.0, 13.0), (800, -100.0, 14.0),
+            (1000, -100.0, 15.0)]  # fmt: skip
     lines = ["actor_steps,episode_return,episode_length,sps,wall_time_s"]
     lines += [f"{n},{r},200,100.0,{t}" for n, r, t in rows]
     (tmp_path / "metrics" / "train.csv").write_text("\n".join(lines) + "\n")
+    learner = "learner_steps,actor_steps,learner_walltime\n10,300,0.5\n50,700,2.5\n90,1000,4.0\n"
+    (tmp_path / "metrics" / "learner.csv").write_text(learner)
     c = bench.curve(tmp_path, window=2)
     np.testing.assert_allclose(c["returns"], [-1000.0, -550.0, -500.0, -500.0, -100.0])
-    assert bench.reached(c, -500.0) == (600, 3.0)
+    np.testing.assert_allclose(c["seconds"], [0.0, 1.0, 2.0, 3.0, 4.0])
+    assert bench.reached(c, -500.0) == (600, 2.0)
     assert bench.reached(c, -50.0) == (None, None)
+
+
+def test_actor_scaling_compares_each_seed_with_itself():
+    """The speed-up is each seed's ratio of times, over the seeds where both settings reached
+    the target: a seed that only one setting brought there is not compared."""
+    bench = load("actor_scaling")
+
+    def run(*returns):  # one episode a second of the learner's walltime
+        seconds = np.arange(1.0, len(returns) + 1)
+        return dict(steps=seconds * 200, seconds=seconds, returns=np.array(returns, float))
+
+    first = [9.0, None, 8.0]  # 1 actor: seeds 0 and 2 reached it at 9 s and 8 s
+    runs = [run(-900, -300), run(-300), run(-900, -900, -900, -300)]  # at 2 s, 1 s and 4 s
+    row = bench.setting_row("6", 4, runs, -400.0, first)
+    assert row["seeds_reaching_target"] == 3 and row["seeds_compared"] == 2
+    assert row["speedup_vs_first_mean"] == 3.25  # (9 / 2 + 8 / 4) / 2
+    assert row["speedup_vs_first_range"] == [2.0, 4.5]
 
 
 def test_bsuite_figures_judges_claims_only_on_scores_bsuite_gave():
