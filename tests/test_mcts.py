@@ -37,24 +37,24 @@ def _hand_tree() -> Tree:
     """Root (3 visits, value sum 3) whose action 0 led to node 1 (reward 1, 2 visits, value sum
     1); action 1 never taken. Priors 0.3 / 0.7."""
     tree = Tree(1, 4, 2)
-    tree.prior[0, 0] = [0.3, 0.7]
-    tree.children[0, 0, 0] = 1
-    tree.num_nodes[0] = 2
-    tree.visits[0, :2] = [3, 2]
-    tree.value_sum[0, :2] = [3.0, 1.0]
-    tree.reward[0, 1] = 1.0
+    tree.prior[0] = [0.3, 0.7]
+    tree.children[0, 0] = 1
+    tree.next_node[0] = 2
+    tree.visits[:2] = [3, 2]
+    tree.value_sum[:2] = [3.0, 1.0]
+    tree.reward[1] = 1.0
     return tree
 
 
 def test_puct_scores_match_hand_computation():
-    tree, rows, root = _hand_tree(), np.array([0]), np.array([0])
+    tree, root = _hand_tree(), np.array([0])
     # Q(root, 0) = 1 + 0.9 * 1/2; an untried action is worth 0.
     settings = SearchSettings(discount=0.9, puct_c=1.5)
     q0, n = 1 + 0.9 * 0.5, 3
     expected = [q0 + 1.5 * math.sqrt(n) * 0.3 / 3, 0 + 1.5 * math.sqrt(n) * 0.7 / 1]
-    np.testing.assert_allclose(puct_scores(tree, rows, root, settings)[0], expected)
-    tree.legal[0, 0, 1] = False  # illegal actions are never chosen
-    assert puct_scores(tree, rows, root, settings)[0, 1] == -np.inf
+    np.testing.assert_allclose(puct_scores(tree, root, settings)[0], expected)
+    tree.legal[0, 1] = False  # illegal actions are never chosen
+    assert puct_scores(tree, root, settings)[0, 1] == -np.inf
 
 
 def test_select_descends_by_puct_to_a_new_edge():
@@ -73,15 +73,15 @@ def test_backup_adds_discounted_returns_up_the_path(discount):
     """Leaf value 2 at node 2 (reward 0.5), through node 1 (reward 1) to the root; a negative
     discount (two players) negates the value for each player up the path."""
     tree = _hand_tree()
-    tree.children[0, 1, 0], tree.num_nodes[0], tree.reward[0, 2] = 2, 3, 0.5
+    tree.children[1, 0], tree.next_node[0], tree.reward[2] = 2, 3, 0.5
     nodes = np.zeros((1, 5), np.int64)
     nodes[0, :3] = [0, 1, 2]
     backup(tree, Paths(nodes, np.array([2]), np.array([False]), np.array([0])), np.array([2.0]),
            discount)  # fmt: skip
     at_1 = 0.5 + discount * 2.0
     at_root = 1.0 + discount * at_1
-    np.testing.assert_allclose(tree.value_sum[0, :3], [3.0 + at_root, 1.0 + at_1, 2.0])
-    np.testing.assert_array_equal(tree.visits[0, :3], [4, 3, 1])
+    np.testing.assert_allclose(tree.value_sum[:3], [3.0 + at_root, 1.0 + at_1, 2.0])
+    np.testing.assert_array_equal(tree.visits[:4], [4, 3, 1, 0])
 
 
 class Trap(gym.Env):
@@ -125,8 +125,38 @@ def test_search_with_an_exact_model_finds_what_greed_misses():
     settings = SearchSettings(num_simulations=100)
     tree = search(roots, obs, legal, model, _knows_nothing(2), settings,
                   np.random.default_rng(0))  # fmt: skip
-    assert (visit_policy(tree, 0.0).argmax(-1) == 1).all(), tree.visits[:, :3]
+    assert (visit_policy(tree, 0.0).argmax(-1) == 1).all(), tree.visits[tree.children[tree.roots]]
     assert all(env.depth == 0 for env in envs)  # the played environments never moved
+
+
+def test_a_batch_of_trees_searches_each_tree_as_alone():
+    """Trees in one batch share arrays (tree ``b``'s nodes are ``b * N`` on): each must grow as
+    its own search would. Priors that differ by action leave no ties, so the random draws do not
+    matter."""
+    envs = [Trap() for _ in range(3)]
+    obs = np.stack([env.reset()[0] for env in envs])
+    for i, env in enumerate(envs):  # three different roots: depths 0, 1 and 2
+        for _ in range(i):
+            obs[i] = env.step(1)[0]
+
+    def prior(obs):
+        return np.tile([0.0, 0.3], (obs_len(obs), 1)), np.zeros(obs_len(obs))
+
+    settings = SearchSettings(num_simulations=20, puct_c=0.5)
+
+    def root_visits(indices):
+        model = Simulator()
+        model.bind([envs[i] for i in indices])
+        roots, legal = model.roots(np.arange(len(indices)), obs[indices])
+        tree = search(roots, obs[indices], legal, model, prior, settings, np.random.default_rng(0))
+        return tree.visits[tree.children[tree.roots]], tree.next_node - tree.roots
+
+    together, sizes = root_visits([0, 1, 2])
+    for i in range(3):
+        alone, size = root_visits([i])
+        np.testing.assert_array_equal(together[i], alone[0])
+        assert sizes[i] == size[0]
+    assert len({tuple(v) for v in together}) > 1  # the roots did differ
 
 
 def test_simulator_copies_round_trip_the_environment():

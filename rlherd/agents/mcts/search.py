@@ -65,59 +65,56 @@ class SearchSettings:
 
 
 class Tree:
-    """``B`` trees of up to ``N`` nodes over ``A`` actions, as arrays indexed ``[tree, node]``.
+    """``B`` trees of up to ``N`` nodes over ``A`` actions, in flat arrays indexed by node id:
+    node ``n`` of tree ``b`` is ``b * N + n``, so tree ``b``'s root is ``b * N``
+    (:attr:`roots`). One flat index per array is what keeps a batch of one cheap: each level of
+    a descent is a dozen numpy calls, and their cost, not their arithmetic, is the search's.
 
-    ``children[b, n, a]`` is the node reached by ``a`` from ``n`` (-1: never taken);
-    ``final[b, n]`` marks nodes where the episode ended (never expanded), whose value is
-    ``final_value[b, n]``; ``states[b][n]`` is the model's state of node ``n``."""
+    ``children[node, a]`` is the node reached by ``a``; an edge never taken leads to
+    :attr:`untaken`, one more node that is never visited and has no value and no reward, so an
+    untried action's ``Q`` and ``N`` read as 0 with no mask. ``final[node]`` marks nodes where
+    the episode ended (never expanded), whose value is ``final_value[node]``; ``states[node]``
+    is the model's state of the node."""
 
     def __init__(self, batch: int, num_nodes: int, num_actions: int):
-        shape = (batch, num_nodes)
-        self.prior = np.zeros((*shape, num_actions), np.float64)
-        self.legal = np.ones((*shape, num_actions), bool)
-        self.children = np.full((*shape, num_actions), -1, np.int64)
-        self.visits = np.zeros(shape, np.int64)
-        self.value_sum = np.zeros(shape, np.float64)
-        self.reward = np.zeros(shape, np.float64)
-        self.final = np.zeros(shape, bool)
-        self.final_value = np.zeros(shape, np.float64)
-        self.num_nodes = np.ones(batch, np.int64)
-        self.states: list[list[Any]] = [[] for _ in range(batch)]
+        size = batch * num_nodes + 1
+        self.nodes_per_tree, self.untaken = num_nodes, size - 1
+        self.roots = np.arange(batch, dtype=np.int64) * num_nodes
+        self.next_node = self.roots + 1  # the id of each tree's next new node
+        self.prior = np.zeros((size, num_actions), np.float64)
+        self.legal = np.ones((size, num_actions), bool)
+        self.children = np.full((size, num_actions), self.untaken, np.int64)
+        self.visits = np.zeros(size, np.int64)
+        self.value_sum = np.zeros(size, np.float64)
+        self.reward = np.zeros(size, np.float64)
+        self.final = np.zeros(size, bool)
+        self.final_value = np.zeros(size, np.float64)
+        self.states: list[Any] = [None] * (size - 1)
 
     @property
     def batch(self) -> int:
-        return len(self.num_nodes)
+        return len(self.roots)
 
-    def value(self, trees: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    def value(self, nodes: np.ndarray) -> np.ndarray:
         """Mean backed-up return of each node (0 before its first visit)."""
-        return self.value_sum[trees, nodes] / np.maximum(self.visits[trees, nodes], 1)
-
-    def child_stats(self, trees: np.ndarray, nodes: np.ndarray, discount: float):
-        """``Q(node, a)`` and ``N(node, a)`` for every action ``[K, A]``; both 0 for an action
-        never taken."""
-        children = self.children[trees, nodes]
-        taken = children >= 0
-        safe = np.where(taken, children, 0)
-        rows = trees[:, None]
-        visits = np.where(taken, self.visits[rows, safe], 0)
-        q = self.reward[rows, safe] + discount * self.value(rows, safe)
-        return np.where(taken, q, 0.0), visits
+        return self.value_sum[nodes] / np.maximum(self.visits[nodes], 1)
 
 
-def puct_scores(tree: Tree, trees: np.ndarray, nodes: np.ndarray, s: SearchSettings) -> np.ndarray:
+def puct_scores(tree: Tree, nodes: np.ndarray, s: SearchSettings) -> np.ndarray:
     """The PUCT score of every action at ``nodes`` (equation 19 of the Acme paper, as Acme's
-    ``puct``): ``Q(s, a) + puct_c * P(s, a) * sqrt(N(s)) / (N(s, a) + 1)``, where ``Q`` is 0 for
-    an action never tried. Illegal actions score -inf.
+    ``puct``): ``Q(s, a) + puct_c * P(s, a) * sqrt(N(s)) / (N(s, a) + 1)``, where ``Q(s, a)`` is
+    ``reward + discount * V(child)``, 0 for an action never tried. Illegal actions score -inf.
 
     ``Q`` is in the units of the returns, so ``puct_c`` must be too: where returns reach 100
     (CartPole's), a weight of 1 is swamped and the search follows whichever action it tried
     first. (Scaling ``Q`` to [0, 1] per node as ``mctx`` does, with ``puct_c`` 1.25, reached
     120-145 on CartPole where the raw values with ``puct_c`` 100 reached 500: the scaling
     magnifies differences of a fraction of a step between nearly equal values.)"""
-    q, n_child = tree.child_stats(trees, nodes, s.discount)
-    n_parent = tree.visits[trees, nodes].astype(np.float64)
-    u = s.puct_c * np.sqrt(n_parent)[:, None] * tree.prior[trees, nodes] / (n_child + 1.0)
-    return np.where(tree.legal[trees, nodes], q + u, -np.inf)
+    children = tree.children[nodes]
+    q = tree.reward[children] + s.discount * tree.value(children)
+    n_parent = tree.visits[nodes].astype(np.float64)
+    u = s.puct_c * np.sqrt(n_parent)[:, None] * tree.prior[nodes] / (tree.visits[children] + 1.0)
+    return np.where(tree.legal[nodes], q + u, -np.inf)
 
 
 def random_argmax(scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -136,8 +133,9 @@ def masked_softmax(logits: np.ndarray, legal: np.ndarray | None) -> np.ndarray:
 
 
 class Paths(NamedTuple):
-    """Where one simulation went in each tree: the nodes from the root (``nodes[b, :depth+1]``),
-    and for trees that reached an edge never taken, the node it leaves and its action."""
+    """Where one simulation went in each tree: the nodes from the root (``nodes[b, :depth+1]``,
+    node ids), and for trees that reached an edge never taken, the node it leaves and its
+    action."""
 
     nodes: np.ndarray
     depth: np.ndarray
@@ -148,52 +146,50 @@ class Paths(NamedTuple):
 def select(tree: Tree, s: SearchSettings, rng: np.random.Generator) -> Paths:
     """Descend every tree by PUCT, one level per pass over the trees still descending."""
     batch = tree.batch
-    nodes = np.zeros((batch, tree.visits.shape[1] + 1), np.int64)
+    nodes = np.zeros((batch, tree.nodes_per_tree + 1), np.int64)
+    nodes[:, 0] = tree.roots
     depth = np.zeros(batch, np.int64)
     new_edge = np.zeros(batch, bool)
     action = np.zeros(batch, np.int64)
-    descending = ~tree.final[:, 0]
-    while descending.any():
-        trees = np.flatnonzero(descending)
-        here = nodes[trees, depth[trees]]
-        a = random_argmax(puct_scores(tree, trees, here, s), rng)
-        child = tree.children[trees, here, a]
+    trees = np.flatnonzero(~tree.final[tree.roots])
+    here = tree.roots[trees]
+    while len(trees):
+        a = random_argmax(puct_scores(tree, here, s), rng)
+        child = tree.children[here, a]
         action[trees] = a
-        stop = child < 0
-        new_edge[trees[stop]] = True
-        descending[trees[stop]] = False
-        down, child = trees[~stop], child[~stop]
-        depth[down] += 1
-        nodes[down, depth[down]] = child
-        descending[down] = ~tree.final[down, child]
+        taken = child != tree.untaken
+        new_edge[trees[~taken]] = True
+        trees, child = trees[taken], child[taken]
+        depth[trees] += 1
+        nodes[trees, depth[trees]] = child
+        going_on = ~tree.final[child]
+        trees, here = trees[going_on], child[going_on]
     return Paths(nodes, depth, new_edge, action)
 
 
 def expand(tree: Tree, paths: Paths, model: Model, evaluate: Evaluate) -> np.ndarray:
     """Step the new edges with the model, add their nodes, evaluate them; the value each path
     backs up (a new state's, or the final value of the node it stopped at)."""
-    rows = np.arange(tree.batch)
-    leaf = paths.nodes[rows, paths.depth]
-    values = tree.final_value[rows, leaf]
+    leaf = paths.nodes[np.arange(tree.batch), paths.depth]
+    values = tree.final_value[leaf]
     trees = np.flatnonzero(paths.new_edge)
     if len(trees) == 0:
         return values
-    parents = leaf[trees]
-    step = model.step([tree.states[b][p] for b, p in zip(trees, parents, strict=True)],
-                      paths.action[trees])  # fmt: skip
-    new = tree.num_nodes[trees]
-    tree.num_nodes[trees] += 1
-    tree.children[trees, parents, paths.action[trees]] = new
-    tree.reward[trees, new] = step.reward
-    tree.final[trees, new] = step.terminal | step.truncated
+    parents, actions = leaf[trees], paths.action[trees]
+    step = model.step([tree.states[p] for p in parents], actions)
+    new = tree.next_node[trees]
+    tree.next_node[trees] += 1
+    tree.children[parents, actions] = new
+    tree.reward[new] = step.reward
+    tree.final[new] = step.terminal | step.truncated
     if step.legal is not None:
-        tree.legal[trees, new] = step.legal
-    for b, state in zip(trees, step.states, strict=True):
-        tree.states[b].append(state)
+        tree.legal[new] = step.legal
+    for node, state in zip(new, step.states, strict=True):
+        tree.states[node] = state
     logits, value = evaluate(step.obs)
-    tree.prior[trees, new] = masked_softmax(logits, step.legal)
+    tree.prior[new] = masked_softmax(logits, step.legal)
     value = np.where(step.terminal, 0.0, value)
-    tree.final_value[trees, new] = np.where(tree.final[trees, new], value, 0.0)
+    tree.final_value[new] = np.where(tree.final[new], value, 0.0)
     paths.depth[trees] += 1
     paths.nodes[trees, paths.depth[trees]] = new
     values[trees] = value
@@ -203,13 +199,13 @@ def expand(tree: Tree, paths: Paths, model: Model, evaluate: Evaluate) -> np.nda
 def backup(tree: Tree, paths: Paths, values: np.ndarray, discount: float) -> None:
     """Add each path's return to every node on it, from the leaf up: a node gets the return from
     its state, and passes ``reward + discount * return`` to its parent."""
-    ret = values.astype(np.float64).copy()
+    ret = values.astype(np.float64)
     for d in range(int(paths.depth.max()), -1, -1):
         trees = np.flatnonzero(paths.depth >= d)
         nodes = paths.nodes[trees, d]
-        tree.value_sum[trees, nodes] += ret[trees]
-        tree.visits[trees, nodes] += 1
-        ret[trees] = tree.reward[trees, nodes] + discount * ret[trees]
+        tree.value_sum[nodes] += ret[trees]
+        tree.visits[nodes] += 1
+        ret[trees] = tree.reward[nodes] + discount * ret[trees]
 
 
 def search(
@@ -230,11 +226,11 @@ def search(
         prior = (1 - s.dirichlet_fraction) * prior + s.dirichlet_fraction * noise
         prior = prior * (True if legal is None else legal)
         prior /= prior.sum(-1, keepdims=True)
-    tree.prior[:, 0] = prior
+    tree.prior[tree.roots] = prior
     if legal is not None:
-        tree.legal[:, 0] = legal
-    for b, state in enumerate(roots):
-        tree.states[b].append(state)
+        tree.legal[tree.roots] = legal
+    for root, state in zip(tree.roots, roots, strict=True):
+        tree.states[root] = state
     for _ in range(s.num_simulations):
         paths = select(tree, s, rng)
         backup(tree, paths, expand(tree, paths, model, evaluate), s.discount)
@@ -244,10 +240,8 @@ def search(
 def visit_policy(tree: Tree, temperature: float = 1.0) -> np.ndarray:
     """The root's action distribution, ``N(root, a) ** (1 / temperature)`` normalised; the most
     visited action with ``temperature`` 0. Uniform over legal actions before any visit."""
-    trees = np.arange(tree.batch)
-    _, visits = tree.child_stats(trees, np.zeros_like(trees), 1.0)
-    visits = visits.astype(np.float64)
-    visits = np.where(visits.sum(-1, keepdims=True) > 0, visits, tree.legal[:, 0])
+    visits = tree.visits[tree.children[tree.roots]].astype(np.float64)
+    visits = np.where(visits.sum(-1, keepdims=True) > 0, visits, tree.legal[tree.roots])
     if temperature == 0:
         best = visits == visits.max(-1, keepdims=True)
         return best / best.sum(-1, keepdims=True)
