@@ -286,20 +286,10 @@ DICT_SPACE = gym.spaces.Dict(
 
 
 @contextlib.contextmanager
-def _scripted_server(observation_space: pb.Space, step: pb.Step):
-    """A server that answers a Reset with a Spec of two environments of ``observation_space``,
-    then with ``step``, whatever they are: what a faulty server in another language might send."""
-
-    def stream(requests, context):
-        next(requests)
-        spec = pb.Spec(env_id="scripted", num_envs=2, observation_space=observation_space,
-                       action_space=pb.Space(kind="discrete", n=2))  # fmt: skip
-        yield pb.ServerMessage(spec=spec)
-        yield pb.ServerMessage(step=step)
-        for _ in requests:  # until the client goes
-            pass
-
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+def _serving(stream):
+    """A gRPC server whose environment-server method is ``stream(requests, context)``: a server
+    of another kind, or another language's, as its clients see it."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     handler = grpc.stream_stream_rpc_method_handler(
         stream,
         request_deserializer=pb.ClientMessage.FromString,
@@ -314,6 +304,22 @@ def _scripted_server(observation_space: pb.Space, step: pb.Step):
         yield f"127.0.0.1:{port}"
     finally:
         server.stop(0).wait()
+
+
+def _scripted_server(observation_space: pb.Space, step: pb.Step):
+    """A server that answers a Reset with a Spec of two environments of ``observation_space``,
+    then with ``step``, whatever they are: what a faulty server in another language might send."""
+
+    def stream(requests, context):
+        next(requests)
+        spec = pb.Spec(env_id="scripted", num_envs=2, observation_space=observation_space,
+                       action_space=pb.Space(kind="discrete", n=2))  # fmt: skip
+        yield pb.ServerMessage(spec=spec)
+        yield pb.ServerMessage(step=step)
+        for _ in requests:  # until the client goes
+            pass
+
+    return _serving(stream)
 
 
 def _step(observation=None, reward=None, **observations):
@@ -694,6 +700,20 @@ def test_a_client_waits_for_a_slot_of_a_server_serving_its_most_streams():
         proc.wait(timeout=15)
 
 
+def _stall_and_count_actors_left(address: str, tmp_path: Path) -> None:
+    """A poly run on ``address`` that gets no step stops at its 2 s stall timeout; none of its
+    actor threads may be left behind, still waiting on the server."""
+    before = set(threading.enumerate())
+    with pytest.raises(RuntimeError, match="the learner got nothing for 2s"):
+        rlherd.train(
+            "impala", "CartPole-v1", runtime="poly", total_steps=1_000, seed=0,
+            run_dir=tmp_path, progress=False, env_servers=address, num_actors=2,
+            envs_per_actor=2, stall_timeout_s=2,
+        )  # fmt: skip
+    left = set(threading.enumerate()) - before
+    assert [t.name for t in left if t.name.startswith("poly-actor")] == []
+
+
 def test_a_stopping_poly_run_leaves_no_actor_waiting_for_a_servers_slot(tmp_path):
     """A run whose server serves its most streams (here the one slot is another client's):
     its actors wait for a slot, and the run stops at its stall timeout. Stopping ends their
@@ -701,16 +721,8 @@ def test_a_stopping_poly_run_leaves_no_actor_waiting_for_a_servers_slot(tmp_path
     gives each actor thread to end."""
     proc, address = _start_server("--max-streams", "1")
     other = EnvStream(address, seed=1)
-    before = set(threading.enumerate())
     try:
-        with pytest.raises(RuntimeError, match="the learner got nothing for 2s"):
-            rlherd.train(
-                "impala", "CartPole-v1", runtime="poly", total_steps=1_000, seed=0,
-                run_dir=tmp_path, progress=False, env_servers=address, num_actors=2,
-                envs_per_actor=2, stall_timeout_s=2,
-            )  # fmt: skip
-        left = set(threading.enumerate()) - before
-        assert [t.name for t in left if t.name.startswith("poly-actor")] == []
+        _stall_and_count_actors_left(address, tmp_path)
     finally:
         other.close()
         proc.send_signal(signal.SIGTERM)
@@ -728,22 +740,11 @@ def _mute_server():
         release.wait()
         yield from ()
 
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    handler = grpc.stream_stream_rpc_method_handler(
-        stream,
-        request_deserializer=pb.ClientMessage.FromString,
-        response_serializer=pb.ServerMessage.SerializeToString,
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("rlherd.env.EnvServer", {"Stream": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        release.set()
-        server.stop(0).wait()
+    with _serving(stream) as address:
+        try:
+            yield address
+        finally:
+            release.set()  # before the server stops: its handler ends
 
 
 def test_stopping_ends_a_streams_wait_for_the_servers_first_message():
@@ -773,16 +774,8 @@ def test_a_stopping_poly_run_leaves_no_actor_waiting_for_a_servers_first_message
     """A server that never sends its first message (its environments still being built):
     the run stops at its stall timeout, and stopping ends its actors' wait, which would
     otherwise last the client's 180 s."""
-    before = set(threading.enumerate())
     with _mute_server() as address:
-        with pytest.raises(RuntimeError, match="the learner got nothing for 2s"):
-            rlherd.train(
-                "impala", "CartPole-v1", runtime="poly", total_steps=1_000, seed=0,
-                run_dir=tmp_path, progress=False, env_servers=address, num_actors=2,
-                envs_per_actor=2, stall_timeout_s=2,
-            )  # fmt: skip
-        left = set(threading.enumerate()) - before
-        assert [t.name for t in left if t.name.startswith("poly-actor")] == []
+        _stall_and_count_actors_left(address, tmp_path)
 
 
 def test_server_fuzz_keeps_serving_and_stops_on_sigterm_in_bounded_time():
