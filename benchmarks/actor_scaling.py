@@ -19,8 +19,9 @@ the first ``min_replay_size`` steps, which take longer with fewer actors, are no
 that moving mean first reaches ``--target``. Runs stay in
 ``--out/fig<N>/<setting>-seed<S>``: running the command again keeps finished runs of the same
 settings, so a figure can go in pieces. Prints one JSON line per run, one per setting (seeds'
-mean, and for Figure 6 the speed-up in time-to-return against the first setting: 1 actor unless
-``--settings`` says), and writes the plot to ``--out/fig<N>/fig<N>.png``.
+mean, and for Figure 6 the speed-up in time-to-return against the first setting, each seed
+against itself: 1 actor unless ``--settings`` says), and writes the plot to
+``--out/fig<N>/fig<N>.png``.
 
 Usage: python benchmarks/actor_scaling.py --figure 6 [--seeds 0 1] [--total-steps 20000]
        [--latency-ms 10] [--spi 32] [--out runs/actor_scaling]
@@ -100,10 +101,14 @@ def same_run(run_dir: Path, env_id: str, env_kwargs: dict, actors: int, spi: flo
 
 def curve(run_dir: Path, window: int) -> dict[str, np.ndarray]:
     """Actor steps, the learner's walltime and the moving mean of the last ``window`` training
-    returns, at each episode's end. The learner logs its walltime against actor steps every few
-    seconds; an episode's is read between its two rows (0 before the learner's first step)."""
-    rows = np.genfromtxt(run_dir / "metrics" / "train.csv", delimiter=",", names=True)
-    learner = np.genfromtxt(run_dir / "metrics" / "learner.csv", delimiter=",", names=True)
+    returns, at each episode's end. The learner logs its walltime against actor steps every
+    5 s; an episode's is read between its two rows, and is 0 before the first row (up to 5 s
+    into learning: too early for any run to reach a return worth timing)."""
+    rows = np.genfromtxt(run_dir / "metrics" / "train.csv", delimiter=",", names=True, ndmin=1)
+    learner = np.genfromtxt(run_dir / "metrics" / "learner.csv", delimiter=",", names=True,
+                            ndmin=1)  # fmt: skip
+    if learner.size == 0:
+        raise SystemExit(f"{run_dir}: the learner never logged a step; give it more --total-steps")
     returns = rows["episode_return"]
     moving = np.convolve(returns, np.ones(window), "full")[: len(returns)]
     moving /= np.minimum(np.arange(1, len(returns) + 1), window)
@@ -163,7 +168,8 @@ def setting_row(figure: str, setting: float, runs: list[dict], target: float,
                seeds_reaching_target=len(times),
                learner_time_to_target_s_mean=round(float(np.mean(times)), 1) if times else None,
                steps_to_target_mean=round(float(np.mean(steps))) if steps else None)  # fmt: skip
-    ratios = [f / t for f, (_, t) in zip(first or [None] * len(hits), hits, strict=True) if f and t]
+    pairs = zip(first or [None] * len(hits), hits, strict=True)
+    ratios = [f / t for f, (_, t) in pairs if f is not None and t is not None and t > 0]
     if figure == "6" and ratios:
         row.update(speedup_vs_first_mean=round(float(np.mean(ratios)), 2),
                    speedup_vs_first_range=[round(min(ratios), 2), round(max(ratios), 2)],

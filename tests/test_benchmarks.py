@@ -82,6 +82,20 @@ def test_actor_scaling_compares_each_seed_with_itself():
     assert row["speedup_vs_first_range"] == [2.0, 4.5]
 
 
+def test_actor_scaling_reads_a_learner_log_of_one_row(tmp_path):
+    """A short run's learner may log once: its walltime is still read (not a 0-d array that
+    interpolation refuses)."""
+    bench = load("actor_scaling")
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "train.csv").write_text(
+        "actor_steps,episode_return,episode_length,sps,wall_time_s\n200,-900.0,200,100.0,1.0\n"
+    )
+    (tmp_path / "metrics" / "learner.csv").write_text(
+        "learner_steps,actor_steps,learner_walltime\n10,300,0.5\n"
+    )
+    np.testing.assert_allclose(bench.curve(tmp_path, window=2)["seconds"], [0.0])
+
+
 def test_bsuite_figures_judges_claims_only_on_scores_bsuite_gave():
     """An agent that did not run an experiment has NaN there in bsuite's table: its JSON lines
     say null (NaN is not JSON), and no claim is judged against it (r2d2 above a missing dqn

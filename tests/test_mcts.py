@@ -81,7 +81,16 @@ def test_backup_adds_discounted_returns_up_the_path(discount):
     at_1 = 0.5 + discount * 2.0
     at_root = 1.0 + discount * at_1
     np.testing.assert_allclose(tree.value_sum[:3], [3.0 + at_root, 1.0 + at_1, 2.0])
-    np.testing.assert_array_equal(tree.visits[:4], [4, 3, 1, 0])
+    np.testing.assert_array_equal(tree.visits[:3], [4, 3, 1])
+    _assert_untaken_is_blank(tree)
+
+
+def _assert_untaken_is_blank(tree: Tree) -> None:
+    """The node every untaken edge leads to reads as no visits, no value, no reward: an
+    untried action's ``Q`` and ``N`` are 0 only while nothing writes to it."""
+    u = tree.untaken
+    assert tree.visits[u] == 0 and tree.value_sum[u] == 0 and tree.reward[u] == 0
+    assert not tree.final[u] and tree.final_value[u] == 0
 
 
 class Trap(gym.Env):
@@ -131,8 +140,9 @@ def test_search_with_an_exact_model_finds_what_greed_misses():
 
 def test_a_batch_of_trees_searches_each_tree_as_alone():
     """Trees in one batch share arrays (tree ``b``'s nodes are ``b * N`` on): each must grow as
-    its own search would. Priors that differ by action leave no ties, so the random draws do not
-    matter."""
+    its own search would. Priors that differ by action leave ties only at each root's first
+    simulation (every score is 0 there), where either action leads to the same counts, so the
+    random draws, which batching orders differently, do not matter."""
     envs = [Trap() for _ in range(3)]
     obs = np.stack([env.reset()[0] for env in envs])
     for i, env in enumerate(envs):  # three different roots: depths 0, 1 and 2
@@ -149,6 +159,7 @@ def test_a_batch_of_trees_searches_each_tree_as_alone():
         model.bind([envs[i] for i in indices])
         roots, legal = model.roots(np.arange(len(indices)), obs[indices])
         tree = search(roots, obs[indices], legal, model, prior, settings, np.random.default_rng(0))
+        _assert_untaken_is_blank(tree)
         return tree.visits[tree.children[tree.roots]], tree.next_node - tree.roots
 
     together, sizes = root_visits([0, 1, 2])

@@ -770,6 +770,33 @@ def test_stopping_ends_a_streams_wait_for_the_servers_first_message():
     assert "stopped while connecting" in str(outcome[0])
 
 
+def test_stopping_ends_a_streams_read_of_a_silent_servers_step():
+    """A server that sent its first Step and went silent: setting ``stop`` cancels the read of
+    the next one (the client's own timeout is 60 s)."""
+    stop = threading.Event()
+    outcome: list[BaseException] = []
+    space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    with _scripted_server(space_to_proto(space), _step(np.zeros((2, 3), np.float32))) as address:
+        stream = EnvStream(address, stop=stop)
+
+        def read() -> None:
+            try:
+                stream.step(np.zeros(2, np.int64))
+            except BaseException as e:
+                outcome.append(e)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        time.sleep(0.3)
+        stop.set()
+        reader.join(timeout=10)
+        try:  # asked before closing the stream, which would end the read too
+            assert not reader.is_alive(), "the read still waits for the silent server"
+        finally:
+            stream.close()
+    assert isinstance(outcome[0], grpc.RpcError) and outcome[0].code() == grpc.StatusCode.CANCELLED
+
+
 def test_a_stopping_poly_run_leaves_no_actor_waiting_for_a_servers_first_message(tmp_path):
     """A server that never sends its first message (its environments still being built):
     the run stops at its stall timeout, and stopping ends its actors' wait, which would

@@ -550,6 +550,8 @@ class EnvStream:
                 if stop.is_set():
                     raise self._stopped() from None
         while True:
+            if stop.is_set():  # no Reset, which would have the server build environments
+                raise self._stopped()
             try:
                 return self._start(seed)
             except grpc.RpcError as e:

@@ -1,8 +1,8 @@
 """Monte Carlo tree search over a batch of trees, in numpy: Acme's MCTS (the Acme paper, section
 3.5; ``acme/agents/tf/mcts/search.py``) run for every environment of an actor at once, with the
-trees stored as arrays the way DeepMind's ``mctx`` stores them.
+trees stored as arrays (as DeepMind's ``mctx`` stores them, but flat: see :class:`Tree`).
 
-Each tree has room for ``num_simulations + 1`` nodes; node 0 is the root. A node is a state, and
+Each tree has room for ``num_simulations + 1`` nodes; its first is its root. A node is a state, and
 the edge into it holds the reward of the step that reached it, so the value of taking ``a`` at
 ``s`` is ``Q(s, a) = reward[child] + discount * V(child)``, with ``V`` the mean of the returns
 backed up through the child. One simulation, in every tree at once:
@@ -74,7 +74,8 @@ class Tree:
     :attr:`untaken`, one more node that is never visited and has no value and no reward, so an
     untried action's ``Q`` and ``N`` read as 0 with no mask. ``final[node]`` marks nodes where
     the episode ended (never expanded), whose value is ``final_value[node]``; ``states[node]``
-    is the model's state of the node."""
+    is the model's state of the node. A tree holds ``N`` nodes and nothing checks it: one more
+    would be the next tree's root (:func:`search` makes room for every simulation's)."""
 
     def __init__(self, batch: int, num_nodes: int, num_actions: int):
         size = batch * num_nodes + 1
