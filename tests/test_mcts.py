@@ -241,6 +241,21 @@ def test_learned_model_steps_its_network():
     np.testing.assert_array_equal(step.terminal, logit.numpy() < 0)
 
 
+def test_the_searchs_network_call_gives_the_policys_prior_and_value():
+    """The search calls ``prior_and_value`` (arrays, no action, no autograd) where acting
+    calls the policy: the two must read the same network the same way."""
+    from rlherd.agents.mcts.acting import MCTSPolicy
+
+    torch.manual_seed(0)
+    policy = MCTSPolicy(MCTSNetworks(rl_envs.spec_for("CartPole-v1"), MCTSConfig()))
+    obs = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    logits, value = policy.prior_and_value(obs)
+    out, _ = policy(torch.as_tensor(obs), torch.zeros(3, dtype=torch.bool), (), None)
+    np.testing.assert_array_equal(logits, out["logits"].numpy())
+    np.testing.assert_array_equal(value, out["value"].numpy())
+    assert logits.shape == (3, 2) and value.shape == (3,)
+
+
 # ------------------------------------------------------------------------------ losses
 def test_losses_match_naive_references():
     g = torch.Generator().manual_seed(0)
