@@ -168,9 +168,10 @@ def setting_row(figure: str, setting: float, runs: list[dict], target: float,
                seeds_reaching_target=len(times),
                learner_time_to_target_s_mean=round(float(np.mean(times)), 1) if times else None,
                steps_to_target_mean=round(float(np.mean(steps))) if steps else None)  # fmt: skip
-    pairs = zip(first or [None] * len(hits), hits, strict=True)
-    ratios = [f / t for f, (_, t) in pairs if f is not None and t is not None and t > 0]
-    if figure == "6" and ratios:
+    if figure != "6" or first is None:
+        return row
+    ratios = [f / t for f, (_, t) in zip(first, hits, strict=True) if f is not None and t]
+    if ratios:
         row.update(speedup_vs_first_mean=round(float(np.mean(ratios)), 2),
                    speedup_vs_first_range=[round(min(ratios), 2), round(max(ratios), 2)],
                    seeds_compared=len(ratios))  # fmt: skip

@@ -11,6 +11,7 @@ import torch
 
 import rlherd
 from rlherd import envs as rl_envs
+from rlherd.agents.mcts.acting import MCTSPolicy
 from rlherd.agents.mcts.config import MCTSConfig
 from rlherd.agents.mcts.models import LearnedModel, Simulator
 from rlherd.agents.mcts.networks import MCTSNetworks
@@ -244,8 +245,6 @@ def test_learned_model_steps_its_network():
 def test_the_searchs_network_call_gives_the_policys_prior_and_value():
     """The search calls ``prior_and_value`` (arrays, no action, no autograd) where acting
     calls the policy: the two must read the same network the same way."""
-    from rlherd.agents.mcts.acting import MCTSPolicy
-
     torch.manual_seed(0)
     policy = MCTSPolicy(MCTSNetworks(rl_envs.spec_for("CartPole-v1"), MCTSConfig()))
     obs = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)

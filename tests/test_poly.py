@@ -747,54 +747,50 @@ def _mute_server():
             release.set()  # before the server stops: its handler ends
 
 
+def _raised_once_stopped(call, stop: threading.Event, waiting: str) -> BaseException | None:
+    """Runs ``call`` in a thread, sets ``stop`` while it waits, and returns what it raised;
+    the call must have ended within 10 s (``waiting`` says what it would still wait for)."""
+    outcome: list[BaseException] = []
+
+    def guarded() -> None:
+        try:
+            call()
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=guarded, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    stop.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), f"the call still waits for {waiting}"
+    return outcome[0] if outcome else None
+
+
 def test_stopping_ends_a_streams_wait_for_the_servers_first_message():
     """Setting ``stop`` ends the wait for a Spec with ``ConnectionError``; without it the
     client waits out ``FIRST_REPLY_S`` (180 s)."""
     stop = threading.Event()
-    outcome: list[BaseException] = []
-
-    def connect(address: str) -> None:
-        try:
-            EnvStream(address, stop=stop).close()
-        except BaseException as e:
-            outcome.append(e)
-
     with _mute_server() as address:
-        client = threading.Thread(target=connect, args=(address,), daemon=True)
-        client.start()
-        time.sleep(0.5)
-        stop.set()
-        client.join(timeout=10)
-        assert not client.is_alive(), "the client still waits for the server's first message"
-    assert len(outcome) == 1 and isinstance(outcome[0], ConnectionError), outcome
-    assert "stopped while connecting" in str(outcome[0])
+        error = _raised_once_stopped(lambda: EnvStream(address, stop=stop).close(), stop,
+                                     "the server's first message")  # fmt: skip
+    assert isinstance(error, ConnectionError), error
+    assert "stopped while connecting" in str(error)
 
 
 def test_stopping_ends_a_streams_read_of_a_silent_servers_step():
     """A server that sent its first Step and went silent: setting ``stop`` cancels the read of
     the next one (the client's own timeout is 60 s)."""
     stop = threading.Event()
-    outcome: list[BaseException] = []
     space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     with _scripted_server(space_to_proto(space), _step(np.zeros((2, 3), np.float32))) as address:
         stream = EnvStream(address, stop=stop)
-
-        def read() -> None:
-            try:
-                stream.step(np.zeros(2, np.int64))
-            except BaseException as e:
-                outcome.append(e)
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        time.sleep(0.3)
-        stop.set()
-        reader.join(timeout=10)
         try:  # asked before closing the stream, which would end the read too
-            assert not reader.is_alive(), "the read still waits for the silent server"
+            error = _raised_once_stopped(lambda: stream.step(np.zeros(2, np.int64)), stop,
+                                         "the silent server")  # fmt: skip
         finally:
             stream.close()
-    assert isinstance(outcome[0], grpc.RpcError) and outcome[0].code() == grpc.StatusCode.CANCELLED
+    assert isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.CANCELLED
 
 
 def test_a_stopping_poly_run_leaves_no_actor_waiting_for_a_servers_first_message(tmp_path):

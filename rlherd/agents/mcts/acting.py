@@ -74,10 +74,6 @@ class MCTSActor:
     def bind_environments(self, envs: list[gym.Env] | None) -> None:
         self.model.bind(envs)
 
-    def evaluate(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The search's calls of the network: ``(logits [K, A], value [K])``."""
-        return self.policy.prior_and_value(obs)
-
     def select_action(self, obs: np.ndarray) -> np.ndarray:
         obs, n = F.map_obs(np.asarray, obs), F.obs_len(obs)
         if self.ended is None:
@@ -88,8 +84,8 @@ class MCTSActor:
         if len(live):
             obs_live = F.map_obs(lambda x: x[live], obs)
             roots, legal = self.model.roots(live, obs_live)
-            tree = search(roots, obs_live, legal, self.model, self.evaluate, self.settings,
-                          self.rng)  # fmt: skip
+            tree = search(roots, obs_live, legal, self.model, self.policy.prior_and_value,
+                          self.settings, self.rng)  # fmt: skip
             self.model.after_search(roots)
             self.search_policy[live] = visit_policy(tree, 1.0)
             acting = visit_policy(tree, self.temperature)
