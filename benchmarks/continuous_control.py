@@ -78,15 +78,21 @@ def score(agent: str, env: str, steps: int, seed: int, out: Path, eval_episodes:
 TD3_ZOO = {"Pendulum-v1": dict(gamma=0.98, buffer_size=200_000)}
 
 
-def sb3_td3(env_id: str, steps: int, seed: int, eval_episodes: int) -> dict:
-    """Stable-Baselines3's TD3 with RL Zoo's settings: the row ``score`` prints for rlherd."""
+def sb3_td3(env_id: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:
+    """Stable-Baselines3's TD3 with RL Zoo's settings: the row ``score`` prints for rlherd.
+
+    Its training episodes go to ``out/sb3-td3-ENV-seedN/monitor.csv`` as they end, so a run of
+    hours shows its progress and keeps its curve beside rlherd's ``episodes.csv``.
+    """
     from stable_baselines3 import TD3
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.noise import NormalActionNoise
 
     torch.set_num_threads(1)
-    env = Monitor(gym.make(env_id))
+    run_dir = out / f"sb3-td3-{env_id}-seed{seed}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = Monitor(gym.make(env_id), str(run_dir / "monitor.csv"))
     n = env.action_space.shape[0]
     model = TD3("MlpPolicy", env, learning_starts=10_000, seed=seed,
                 action_noise=NormalActionNoise(np.zeros(n), 0.1 * np.ones(n)),
@@ -127,7 +133,8 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS:,} steps per run")
-    parser.add_argument("--agents", nargs="+", default=["d4pg", "mpo", "ppo"])
+    parser.add_argument("--agents", nargs="*", default=["d4pg", "mpo", "ppo"],
+                        help="none, with --alternative, trains only Stable-Baselines3's TD3")
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Hopper-v5"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--eval-episodes", type=int, default=10)
@@ -143,7 +150,7 @@ def main() -> None:
                 rows.append(score(agent, env, steps, seed, Path(args.out), args.eval_episodes))
                 print(json.dumps(rows[-1]), flush=True)
         for seed in args.seeds if args.alternative else []:
-            rows.append(sb3_td3(env, steps, seed, args.eval_episodes))
+            rows.append(sb3_td3(env, steps, seed, Path(args.out), args.eval_episodes))
             print(json.dumps(rows[-1]), flush=True)
     print(table(rows))
 

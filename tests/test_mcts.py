@@ -20,6 +20,7 @@ from rlherd.agents.mcts.search import (
     SearchSettings,
     Tree,
     backup,
+    expand,
     puct_scores,
     search,
     select,
@@ -169,6 +170,28 @@ def test_a_batch_of_trees_searches_each_tree_as_alone():
         np.testing.assert_array_equal(together[i], alone[0])
         assert sizes[i] == size[0]
     assert len({tuple(v) for v in together}) > 1  # the roots did differ
+
+
+def test_a_full_tree_refuses_another_node():
+    """Trees share flat arrays, so a node past a tree's ``N`` would be the next tree's root. A
+    tree of two nodes takes one expansion; the second must raise, whichever edge it takes."""
+    for seed in range(4):  # both first actions: one ends the episode, one goes on
+        envs = [Trap(), Trap()]
+        obs = np.stack([env.reset()[0] for env in envs])
+        model = Simulator()
+        model.bind(envs)
+        roots, _ = model.roots(np.arange(2), obs)
+        tree = Tree(2, 2, 2)
+        for root, state in zip(tree.roots, roots, strict=True):
+            tree.states[root] = state
+        tree.prior[tree.roots] = 0.5
+        settings, rng, net = SearchSettings(), np.random.default_rng(seed), _knows_nothing(2)
+        paths = select(tree, settings, rng)
+        backup(tree, paths, expand(tree, paths, model, net), settings.discount)
+        second_root = (tree.visits[2], list(tree.children[2]), tree.states[2])
+        with pytest.raises(RuntimeError, match="tree of 2 nodes is full"):
+            expand(tree, select(tree, settings, rng), model, net)
+        assert (tree.visits[2], list(tree.children[2]), tree.states[2]) == second_root
 
 
 def test_simulator_copies_round_trip_the_environment():

@@ -74,8 +74,8 @@ class Tree:
     :attr:`untaken`, one more node that is never visited and has no value and no reward, so an
     untried action's ``Q`` and ``N`` read as 0 with no mask. ``final[node]`` marks nodes where
     the episode ended (never expanded), whose value is ``final_value[node]``; ``states[node]``
-    is the model's state of the node. A tree holds ``N`` nodes and nothing checks it: one more
-    would be the next tree's root (:func:`search` makes room for every simulation's)."""
+    is the model's state of the node. A tree holds ``N`` nodes (:func:`search` makes room for
+    every simulation's); :func:`expand` refuses one more, which would be the next tree's root."""
 
     def __init__(self, batch: int, num_nodes: int, num_actions: int):
         size = batch * num_nodes + 1
@@ -179,6 +179,9 @@ def expand(tree: Tree, paths: Paths, model: Model, evaluate: Evaluate) -> np.nda
     parents, actions = leaf[trees], paths.action[trees]
     step = model.step([tree.states[p] for p in parents], actions)
     new = tree.next_node[trees]
+    if (new - tree.roots[trees] >= tree.nodes_per_tree).any():
+        raise RuntimeError(f"a tree of {tree.nodes_per_tree} nodes is full: one more would "
+                           "overwrite the next tree's root")  # fmt: skip
     tree.next_node[trees] += 1
     tree.children[parents, actions] = new
     tree.reward[new] = step.reward
