@@ -19,11 +19,17 @@ continues stopped ones, so the hours a figure takes can go in pieces. The mnist 
 MNIST in /tmp/mnist (bsuite downloads it on first use); ``--skip mnist mnist_noise mnist_scale``
 leaves them out where it cannot.
 
+``--kept DIR`` keeps what the report reads of each finished id (its config, summary and bsuite
+CSV: a few kilobytes, no checkpoints) in ``DIR/<figure>/<agent>``, and starts each sweep from
+what is kept there, so the pieces can run on different machines and fresh clones;
+benchmarks/results/bsuite holds the figures' finished ids so far, and ``rlherd bsuite-report
+benchmarks/results/bsuite/figure10/*`` scores them.
+
 Prints one JSON line per agent (ids finished, wall time of this invocation's sweep, machine),
 one per experiment and agent (bsuite's score), one per claim (whether it holds), and writes the
 report (radar, bars, scores) to ``--out/<figure>/report``.
 Usage: python benchmarks/bsuite_figures.py --figure 10 [--agents dqn r2d2 ...] [--jobs 2]
-       [--out runs/bsuite] [--skip EXPERIMENT ...] [--until-solved]
+       [--out runs/bsuite] [--kept DIR] [--skip EXPERIMENT ...] [--until-solved]
        [--total-episodes N (a smoke test)]
 """
 
@@ -32,15 +38,35 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
 from rlherd.commands import bsuite as sweeps
+from rlherd.envs.bsuite import RESULTS
 from rlherd.run.provenance import machine
 
 AGENTS = {"10": ["dqn", "r2d2", "impala", "mcts", "ppo"], "11": ["dqn", "dqfd", "r2d2", "r2d3"]}
 EXPERIMENTS = {"10": None, "11": ["deep_sea", "deep_sea_stochastic"]}
 MEMORY = ("memory_len", "memory_size")
+
+
+def copy_finished(sweep: Path, to: Path) -> int:
+    """Copy each finished id of ``sweep`` that ``to`` lacks, as bsuite's report reads it (its
+    config, summary and bsuite CSV), and the sweep's settings where ``to`` has none; returns how
+    many ids went. Ids already in ``to``, finished or not, are left as they are."""
+    runs = [csv.parent.parent for csv in sweeps.finished_csvs(sweep)]
+    runs = [run for run in runs if not (to / run.name).exists()]
+    for run in runs:
+        (to / run.name / RESULTS).mkdir(parents=True)
+        for name in ("config.json", "summary.json"):
+            shutil.copy2(run / name, to / run.name / name)
+        for csv in (run / RESULTS).glob("*.csv"):
+            shutil.copy2(csv, to / run.name / RESULTS / csv.name)
+    if (sweep / sweeps.SWEEP_FILE).exists() and not (to / sweeps.SWEEP_FILE).exists():
+        to.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sweep / sweeps.SWEEP_FILE, to / sweeps.SWEEP_FILE)
+    return len(runs)
 
 
 def claims(figure: str, table) -> list[dict]:
@@ -80,6 +106,8 @@ def main() -> None:
     parser.add_argument("--agents", nargs="+", help="default: the figure's")
     parser.add_argument("--jobs", type=int, help="runs at once (default: as the cores hold)")
     parser.add_argument("--out", default="runs/bsuite")
+    parser.add_argument("--kept", type=Path, metavar="DIR",
+                        help="keep finished ids here, and start from those kept")
     parser.add_argument("--skip", nargs="+", default=[], metavar="EXPERIMENT")
     parser.add_argument("--total-episodes", type=int, help="per id: a smoke test, not a figure")
     parser.add_argument("--until-solved", action="store_true",
@@ -91,8 +119,15 @@ def main() -> None:
     extra = {} if args.total_episodes is None else {"total_episodes": args.total_episodes}
     for agent in args.agents or AGENTS[args.figure]:
         start = time.perf_counter()
-        result, kept = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False,
-                                    until_solved=args.until_solved, **extra)  # fmt: skip
+        kept_dir = None if args.kept is None else args.kept / f"figure{args.figure}" / agent
+        if kept_dir is not None and kept_dir.is_dir():
+            copy_finished(kept_dir, out / agent)
+        try:
+            result, kept = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False,
+                                        until_solved=args.until_solved, **extra)  # fmt: skip
+        finally:  # a stopped sweep's finished ids are kept too
+            if kept_dir is not None:
+                copy_finished(out / agent, kept_dir)
         print(json.dumps(dict(bench="bsuite", figure=args.figure, agent=agent, ids=len(ids),
                               finished_before=len(kept), finished_now=len(result.runs),
                               failed=result.failed, wall_time_s=round(time.perf_counter() - start),

@@ -126,3 +126,29 @@ def test_bsuite_figures_judges_claims_only_on_scores_bsuite_gave():
                           index=["deep_sea", "deep_sea_stochastic"])  # fmt: skip
     assert [(c["claim"], c["holds"]) for c in figures.claims("11", eleven)] == [
         ("dqfd solves deep_sea_stochastic ids dqn and r2d2 do not", True)]
+
+
+def test_bsuite_figures_keeps_finished_ids_and_a_fresh_sweep_starts_from_them(tmp_path):
+    """``--kept``: what the report reads of each finished id (config, summary, bsuite CSV; no
+    checkpoints) is copied out, an unfinished id is not, and a sweep in a fresh folder started
+    from what was kept redoes none of it and scores it with bsuite's loader."""
+    from bsuite.logging import csv_load
+
+    from rlherd.commands import bsuite as sweeps
+
+    figures = load("bsuite_figures")
+    first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"
+    sweeps.sweep("dqn", ["bsuite/catch/0"], first, progress=False, total_episodes=3)
+    (first / "catch-1").mkdir()  # an id begun and not finished: its summary is not at budget
+    (first / "catch-1" / "summary.json").write_text('{"episodes": 1, "total_episodes": 3}')
+    assert figures.copy_finished(first, kept) == 1
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
+        "catch-0/bsuite/bsuite_id_-_catch-0.csv", "catch-0/config.json", "catch-0/summary.json",
+        sweeps.SWEEP_FILE]  # fmt: skip
+    assert figures.copy_finished(first, kept) == 0  # kept ids are left as they are
+    assert figures.copy_finished(kept, fresh) == 1
+    result, done = sweeps.sweep("dqn", ["bsuite/catch/0"], fresh, progress=False,
+                                total_episodes=3)  # fmt: skip
+    assert done == ["bsuite/catch/0"] and not result.runs
+    data, _ = csv_load.load_bsuite({"dqn": str(fresh / sweeps.CSV_DIR)})
+    assert data["bsuite_id"].unique().tolist() == ["catch/0"]
