@@ -54,18 +54,28 @@ MEMORY = ("memory_len", "memory_size")
 def copy_finished(sweep: Path, to: Path) -> int:
     """Copy each finished id of ``sweep`` that ``to`` lacks, as bsuite's report reads it (its
     config, summary and bsuite CSV), and the sweep's settings where ``to`` has none; returns how
-    many ids went. Ids already in ``to``, finished or not, are left as they are."""
+    many ids went. Ids already in ``to``, finished or not, are left as they are; each id is
+    copied whole or not at all (under a temporary name, then renamed), and two folders swept
+    with different settings are refused, as ``rlherd bsuite`` refuses to mix them."""
+    ours, theirs = sweep / sweeps.SWEEP_FILE, to / sweeps.SWEEP_FILE
+    if ours.exists() and theirs.exists() and json.loads(ours.read_text()) != json.loads(
+            theirs.read_text()):  # fmt: skip
+        raise SystemExit(f"{sweep} and {to} were swept with different settings "
+                         f"({sweeps.SWEEP_FILE}); keep them apart")  # fmt: skip
     runs = [csv.parent.parent for csv in sweeps.finished_csvs(sweep)]
     runs = [run for run in runs if not (to / run.name).exists()]
     for run in runs:
-        (to / run.name / RESULTS).mkdir(parents=True)
+        part = to / f".{run.name}.part"
+        shutil.rmtree(part, ignore_errors=True)  # a copy cut short before
+        (part / RESULTS).mkdir(parents=True)
         for name in ("config.json", "summary.json"):
-            shutil.copy2(run / name, to / run.name / name)
+            shutil.copy2(run / name, part / name)
         for csv in (run / RESULTS).glob("*.csv"):
-            shutil.copy2(csv, to / run.name / RESULTS / csv.name)
-    if (sweep / sweeps.SWEEP_FILE).exists() and not (to / sweeps.SWEEP_FILE).exists():
+            shutil.copy2(csv, part / RESULTS / csv.name)
+        part.rename(to / run.name)
+    if ours.exists() and not theirs.exists():
         to.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(sweep / sweeps.SWEEP_FILE, to / sweeps.SWEEP_FILE)
+        shutil.copy2(ours, theirs)
     return len(runs)
 
 
@@ -122,14 +132,12 @@ def main() -> None:
         kept_dir = None if args.kept is None else args.kept / f"figure{args.figure}" / agent
         if kept_dir is not None and kept_dir.is_dir():
             copy_finished(kept_dir, out / agent)
-        try:
-            result, kept = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False,
-                                        until_solved=args.until_solved, **extra)  # fmt: skip
-        finally:  # a stopped sweep's finished ids are kept too
-            if kept_dir is not None:
-                copy_finished(out / agent, kept_dir)
+        result, done = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False,
+                                    until_solved=args.until_solved, **extra)  # fmt: skip
+        if kept_dir is not None:  # a stopped sweep's finished ids too
+            copy_finished(out / agent, kept_dir)
         print(json.dumps(dict(bench="bsuite", figure=args.figure, agent=agent, ids=len(ids),
-                              finished_before=len(kept), finished_now=len(result.runs),
+                              finished_before=len(done), finished_now=len(result.runs),
                               failed=result.failed, wall_time_s=round(time.perf_counter() - start),
                               machine=machine())), flush=True)  # fmt: skip
         if result.stopped:

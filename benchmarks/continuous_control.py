@@ -17,7 +17,8 @@ at 20k steps: TD3 -152, SAC -157. Acme publishes no Gymnasium MuJoCo numbers for
 ``--alternative`` also trains Stable-Baselines3's TD3 (the strongest single-purpose peer; the
 ``bench`` extra installs it) with RL Zoo's hyperparameters for the task, on the same machine in
 the same invocation, with one intra-op thread as rlherd's runs use, and prints its final
-training return (last 20 episodes), mean-action return and steps/s the same way.
+training return (last 20 episodes), mean-action return and steps/s the same way. It is trained
+again on every invocation (its episodes go to ``--out/sb3-td3-ENV-seedN/monitor.csv``).
 
 ``--quick`` is a CI-sized budget (5,000 steps on each task): it checks that every pair runs and
 prints its figures, not that it learns.
@@ -82,7 +83,8 @@ def sb3_td3(env_id: str, steps: int, seed: int, out: Path, eval_episodes: int) -
     """Stable-Baselines3's TD3 with RL Zoo's settings: the row ``score`` prints for rlherd.
 
     Its training episodes go to ``out/sb3-td3-ENV-seedN/monitor.csv`` as they end, so a run of
-    hours shows its progress and keeps its curve beside rlherd's ``episodes.csv``.
+    hours shows its progress. Unlike rlherd's runs it cannot be continued or reused: each
+    invocation trains it again, over the last one's file.
     """
     from stable_baselines3 import TD3
     from stable_baselines3.common.evaluation import evaluate_policy

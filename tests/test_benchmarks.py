@@ -1,9 +1,11 @@
 """The benchmarks' own stand-ins for old code paths still run against today's classes."""
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rlherd.replay import Prioritized
 
@@ -139,8 +141,9 @@ def test_bsuite_figures_keeps_finished_ids_and_a_fresh_sweep_starts_from_them(tm
     figures = load("bsuite_figures")
     first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"
     sweeps.sweep("dqn", ["bsuite/catch/0"], first, progress=False, total_episodes=3)
-    (first / "catch-1").mkdir()  # an id begun and not finished: its summary is not at budget
-    (first / "catch-1" / "summary.json").write_text('{"episodes": 1, "total_episodes": 3}')
+    begun = first / "catch-1"  # an id begun and not finished: its summary is not at budget
+    shutil.copytree(first / "catch-0", begun)
+    (begun / "summary.json").write_text('{"episodes": 1, "total_episodes": 3}')
     assert figures.copy_finished(first, kept) == 1
     assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
         "catch-0/bsuite/bsuite_id_-_catch-0.csv", "catch-0/config.json", "catch-0/summary.json",
@@ -152,3 +155,8 @@ def test_bsuite_figures_keeps_finished_ids_and_a_fresh_sweep_starts_from_them(tm
     assert done == ["bsuite/catch/0"] and not result.runs
     data, _ = csv_load.load_bsuite({"dqn": str(fresh / sweeps.CSV_DIR)})
     assert data["bsuite_id"].unique().tolist() == ["catch/0"]
+    other = tmp_path / "other"  # swept with another budget: its ids are not this sweep's
+    sweeps.sweep("dqn", ["bsuite/catch/2"], other, progress=False, total_episodes=4)
+    with pytest.raises(SystemExit, match="different settings"):
+        figures.copy_finished(other, kept)
+    assert not (kept / "catch-2").exists()

@@ -156,6 +156,19 @@ def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
     assert sweeps.select(None, ["deep_sea/0", "bsuite/deep_sea/0"]) == ["bsuite/deep_sea/0"]
 
 
+def test_a_sweep_folder_of_finished_ids_without_checkpoints_keeps_its_settings(tmp_path):
+    """Finished runs whose checkpoints were deleted (to free the disk) or never copied (kept
+    results) still hold the folder to its settings: another budget is refused, not written
+    over the folder's sweep.json with the old ids counted as done."""
+    out = tmp_path / "sweep"
+    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    shutil.rmtree(out / "catch-0" / "checkpoints")
+    with pytest.raises(ConfigError, match="another settings"):
+        sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
+                     total_episodes=7)  # fmt: skip
+    assert '"total_episodes": 3' in (out / sweeps.SWEEP_FILE).read_text()
+
+
 def test_replicates_differ_by_their_seed_and_each_seed_reaches_every_layer(tmp_path):
     def returns(env_id: str, seed: int, logged: bool) -> list[float]:
         kwargs = {"results_dir": str(tmp_path / f"logged-{len(made)}")} if logged else {}

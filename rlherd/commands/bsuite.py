@@ -166,10 +166,12 @@ def _claim(out: Path, request: dict[str, Any]) -> None:
     """Record the sweep ``request`` (agent, seed, resolved config and settings) in
     ``OUT/sweep.json``, or refuse one that differs from what the folder's runs were swept with:
     its finished ids would be kept, and its stopped ones continued, with the old ones. A folder
-    none of whose runs got as far as a checkpoint (a sweep whose every id failed) is free."""
+    none of whose runs finished or got as far as a checkpoint (a sweep whose every id failed) is
+    free. Finished runs count without their checkpoints, which a user may delete to free the
+    disk (R2D2's are gigabytes) or a copy of the results leave out."""
     path = out / SWEEP_FILE
     started = [c.parent for c in out.glob("*/config.json")
-               if RunDir(c.parent).latest_checkpoint() is not None]  # fmt: skip
+               if _finished(c.parent) or RunDir(c.parent).latest_checkpoint() is not None]
     if started and not path.exists():
         raise ConfigError(f"{out} holds runs (e.g. {started[0].name}) without the {SWEEP_FILE} "
                           "that says how they were swept; sweep into another --out")  # fmt: skip

@@ -176,12 +176,12 @@ def expand(tree: Tree, paths: Paths, model: Model, evaluate: Evaluate) -> np.nda
     trees = np.flatnonzero(paths.new_edge)
     if len(trees) == 0:
         return values
-    parents, actions = leaf[trees], paths.action[trees]
-    step = model.step([tree.states[p] for p in parents], actions)
     new = tree.next_node[trees]
     if (new - tree.roots[trees] >= tree.nodes_per_tree).any():
         raise RuntimeError(f"a tree of {tree.nodes_per_tree} nodes is full: one more would "
                            "overwrite the next tree's root")  # fmt: skip
+    parents, actions = leaf[trees], paths.action[trees]
+    step = model.step([tree.states[p] for p in parents], actions)
     tree.next_node[trees] += 1
     tree.children[parents, actions] = new
     tree.reward[new] = step.reward
