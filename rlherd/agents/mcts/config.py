@@ -12,6 +12,7 @@ from rlherd.agents.mcts.search import SearchSettings
 from rlherd.networks import ObservationConfig
 
 MODELS = ("simulator", "learned")
+UNTRIED_VALUES = ("zero", "parent")
 
 
 @dataclass
@@ -24,6 +25,7 @@ class MCTSConfig(ObservationConfig):
     puct_c: float = 1.0  # PUCT's exploration weight, in units of return (Acme's ucb_scaling)
     dirichlet_alpha: float = 1.0  # root noise's concentration (AlphaZero: 0.3 chess, 0.03 go)
     dirichlet_fraction: float = 0.0  # root noise's share of the prior (Acme: 0, AlphaZero 0.25)
+    untried_value: str = "zero"  # an untried action's Q: zero (Acme's) | parent (the node's value)
     temperature: float = 1.0  # acting samples visits ** (1 / temperature); evaluation: greedy
     two_player: bool = False  # alternating zero-sum games: values negate between players
 
@@ -62,6 +64,9 @@ class MCTSConfig(ObservationConfig):
                 f"temperature must be >= 0 and dirichlet_fraction in [0, 1], got "
                 f"{self.temperature} and {self.dirichlet_fraction}"
             )
+        if self.untried_value not in UNTRIED_VALUES:
+            raise ValueError(f"untried_value must be one of {', '.join(UNTRIED_VALUES)}, got "
+                             f"{self.untried_value!r}")  # fmt: skip
         if self.puct_c < 0 or self.dirichlet_alpha <= 0 or self.learning_rate <= 0:
             raise ValueError("puct_c must be >= 0, dirichlet_alpha and learning_rate > 0")
 
@@ -78,6 +83,7 @@ class MCTSConfig(ObservationConfig):
             puct_c=self.puct_c,
             dirichlet_alpha=self.dirichlet_alpha,
             dirichlet_fraction=self.dirichlet_fraction,
+            untried_value=self.untried_value,
         )
 
 

@@ -62,6 +62,7 @@ class SearchSettings:
     puct_c: float = 1.0  # the exploration weight (Acme's ``ucb_scaling``)
     dirichlet_alpha: float = 1.0  # root noise's concentration
     dirichlet_fraction: float = 0.0  # how much noise mixes into the root prior (Acme: none)
+    untried_value: str = "zero"  # an untried action's Q: "zero" (Acme's) or "parent"
 
 
 class Tree:
@@ -106,6 +107,12 @@ def puct_scores(tree: Tree, nodes: np.ndarray, s: SearchSettings) -> np.ndarray:
     ``puct``): ``Q(s, a) + puct_c * P(s, a) * sqrt(N(s)) / (N(s, a) + 1)``, where ``Q(s, a)`` is
     ``reward + discount * V(child)``, 0 for an action never tried. Illegal actions score -inf.
 
+    With ``untried_value="parent"`` an action never tried is worth what its node is worth so
+    far (its mean backed-up return), as Gumbel MuZero completes the Q-values of unvisited
+    actions (mctx's ``qtransform_completed_by_mix_value``). At 0, once one action has paid
+    anything, an untried one is tried only when its prior term alone outscores it: on bsuite's
+    deterministic bandits the search kept to the first good arm it found.
+
     ``Q`` is in the units of the returns, so ``puct_c`` must be too: where returns reach 100
     (CartPole's), a weight of 1 is swamped and the search follows whichever action it tried
     first. (Scaling ``Q`` to [0, 1] per node as ``mctx`` does, with ``puct_c`` 1.25, reached
@@ -113,6 +120,8 @@ def puct_scores(tree: Tree, nodes: np.ndarray, s: SearchSettings) -> np.ndarray:
     magnifies differences of a fraction of a step between nearly equal values.)"""
     children = tree.children[nodes]
     q = tree.reward[children] + s.discount * tree.value(children)
+    if s.untried_value == "parent":
+        q = np.where(children == tree.untaken, tree.value(nodes)[:, None], q)
     n_parent = tree.visits[nodes].astype(np.float64)
     u = s.puct_c * np.sqrt(n_parent)[:, None] * tree.prior[nodes] / (tree.visits[children] + 1.0)
     return np.where(tree.legal[nodes], q + u, -np.inf)
