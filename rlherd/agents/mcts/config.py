@@ -8,11 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd.agents.base import check_at_least_one, check_replay
-from rlherd.agents.mcts.search import SearchSettings
+from rlherd.agents.mcts.search import UNTRIED_VALUES, SearchSettings
 from rlherd.networks import ObservationConfig
 
 MODELS = ("simulator", "learned")
-UNTRIED_VALUES = ("zero", "parent")
 
 
 @dataclass

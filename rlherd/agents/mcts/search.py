@@ -53,6 +53,9 @@ class Model(Protocol):
 Evaluate = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
+UNTRIED_VALUES = ("zero", "parent")  # an untried action's Q: 0 (Acme's), or its node's value
+
+
 @dataclass
 class SearchSettings:
     """How to search; the agent's config holds the same fields (see ``MCTSConfig``)."""
@@ -62,7 +65,7 @@ class SearchSettings:
     puct_c: float = 1.0  # the exploration weight (Acme's ``ucb_scaling``)
     dirichlet_alpha: float = 1.0  # root noise's concentration
     dirichlet_fraction: float = 0.0  # how much noise mixes into the root prior (Acme: none)
-    untried_value: str = "zero"  # an untried action's Q: "zero" (Acme's) or "parent"
+    untried_value: str = "zero"  # one of UNTRIED_VALUES (see puct_scores)
 
 
 class Tree:
