@@ -135,6 +135,76 @@ def test_fixed_start_restarts_every_game_from_the_same_state():
     torch.testing.assert_close(env.state["pos"][restarted], start[restarted])
 
 
+def test_reset_and_load_write_into_the_tensors_a_cuda_graph_reads():
+    """A recorded step reads and writes the games' own tensors, so starting the games again or
+    loading a checkpoint must write into those tensors, not replace them (a replaced tensor
+    would leave the graph stepping games nobody reads)."""
+    env = TagGridWorld(4, seed=0, fixed_start=True, num_taggers=2)
+    env.reset()
+    tensors = [*env.state.values(), *env._first_start.values()]
+    saved = env.state_dict()
+    env.step(torch.zeros(4, 3, dtype=torch.int64))
+    env.reset(seed=3)
+    assert not torch.equal(env.state["pos"], saved["state"]["pos"])  # a new fixed start
+    env.load_state_dict(saved)
+    torch.testing.assert_close(env.state["pos"], saved["state"]["pos"])
+    torch.testing.assert_close(env._first_start["pos"], saved["first_start"]["pos"])
+    now = [*env.state.values(), *env._first_start.values()]
+    assert all(a is b for a, b in zip(now, tensors, strict=True))
+
+
+def _graphed_and_eager(env_id: str, games: int, **options):
+    return [make_device(env_id, games, "cuda", seed=3, cuda_graph=graph, **options)
+            for graph in (True, False)]  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("env_id, options", [
+    ("tag-gridworld", dict(num_taggers=2, grid_length=3, episode_length=8)),
+    ("tag-continuous", dict(num_taggers=2, num_runners=3, episode_length=12,
+                            use_full_observation=False)),
+    ("tag-gridworld", dict(fixed_start=True, episode_length=5)),
+    ("CartPole-v1", {}),
+])  # fmt: skip
+def test_a_cuda_graph_replays_the_eager_step_exactly(env_id, options):
+    """Through autoresets, a reset with a new seed and a checkpoint loaded back: the replayed
+    step gives the eager step's games bit for bit, and leaves the generator where it does."""
+    graphed, eager = _graphed_and_eager(env_id, 64, **options)
+    g = torch.Generator("cuda").manual_seed(0)
+    high = torch.as_tensor(eager.action_nvec, device="cuda")
+
+    def steps(n: int) -> None:
+        for _ in range(n):
+            actions = (torch.rand(eager.action_shape, generator=g, device="cuda") * high).long()
+            for env in (graphed, eager):
+                env.step(actions)
+            for name in ("obs", "reward", "terminated", "truncated", "tags"):
+                assert torch.equal(getattr(graphed, name), getattr(eager, name)), name
+            for k, v in eager.state.items():
+                assert torch.equal(graphed.state[k], v), k
+            assert torch.equal(graphed.generator.get_state(), eager.generator.get_state())
+
+    for env in (graphed, eager):
+        env.reset()
+    steps(40)
+    saved = [env.state_dict() for env in (graphed, eager)]
+    steps(10)
+    for env in (graphed, eager):
+        env.reset(seed=5)
+    steps(20)
+    for env, state in zip((graphed, eager), saved, strict=True):
+        env.load_state_dict(state)
+    steps(20)
+
+
+def test_cuda_graph_needs_a_cuda_device(tmp_path):
+    with pytest.raises(ValueError, match="cuda_graph needs a CUDA device"):
+        make_device("tag-gridworld", 2, "cpu", cuda_graph=True)
+    with pytest.raises(ConfigError, match="add --device cuda"):
+        rlherd.train("ppo", "tag-gridworld", runtime="device", cuda_graph=True,
+                     total_steps=100, run_dir=tmp_path, progress=False)  # fmt: skip
+
+
 def test_bad_device_env_input_is_a_clear_error():
     with pytest.raises(ValueError, match="no device version.*Did you mean tag-gridworld"):
         make_device("tag-gridwrld", 2)
@@ -259,11 +329,15 @@ def test_device_environments_on_cuda_match_their_references():
 
 @pytest.mark.gpu
 def test_device_runtime_on_cuda(tmp_path):
-    run = rlherd.train(
-        "ppo", "tag-gridworld", runtime="device", total_steps=400_000, seed=0, run_dir=tmp_path,
-        progress=False, device="cuda", num_envs=1000, unroll_length=20,
-    )  # fmt: skip
-    assert run.summary["actor_steps"] >= 400_000
+    """Training on CUDA, and with the games' step replayed as a CUDA graph the same run."""
+    runs = [rlherd.train(
+        "ppo", "tag-gridworld", runtime="device", total_steps=400_000, seed=0,
+        run_dir=tmp_path / str(graph), progress=False, device="cuda", num_envs=1000,
+        unroll_length=20, cuda_graph=graph,
+    ) for graph in (False, True)]  # fmt: skip
+    assert runs[0].summary["actor_steps"] >= 400_000
+    for key in ("actor_steps", "episodes", "final_return_mean_tagger", "final_return_mean_runner"):
+        assert runs[1].summary[key] == runs[0].summary[key], key
 
 
 def test_the_policies_setting_regroups_a_device_games_agents():

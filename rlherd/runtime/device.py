@@ -224,7 +224,8 @@ class Learners:
 def run(ctx: RunContext) -> None:
     settings, recorder = ctx.settings, ctx.recorder
     num_envs = settings.num_envs or ctx.builder.batch_size
-    env = make_device(ctx.env_id, num_envs, settings.device, ctx.seed, **ctx.env_kwargs)
+    env = make_device(ctx.env_id, num_envs, settings.device, ctx.seed,
+                      cuda_graph=settings.cuda_graph, **ctx.env_kwargs)  # fmt: skip
     groups = make_groups(ctx.builder, ctx.env_id, settings, env)
     for g in groups:  # the agent steps this policy learns on
         share = recorder.total_steps * len(g.ids) // env.num_agents
@@ -274,7 +275,8 @@ def evaluate(
     from rlherd.runtime.settings import resolve
 
     env = make_device(record.env, episodes, "cpu", seed, **record.env_kwargs)
-    settings = resolve(record.runtime, {}, dict(record.settings, device="cpu", compile=False))
+    settings = resolve(record.runtime, {}, dict(record.settings, device="cpu", compile=False,
+                                                         cuda_graph=False))  # fmt: skip
     groups = make_groups(builder, record.env, settings, env, evaluation=greedy)
     for g in groups:
         g.networks.load_state_dict(policy_state(checkpoint["learner"][g.name]))

@@ -22,7 +22,7 @@ from rlherd.errors import ConfigError
 
 # Where a run runs, not what it is: a run's record is portable without them, and a resumed run
 # may be given its own (another GPU, the cluster's new address and its machines' resources).
-MACHINE_SETTINGS = ("device", "env_servers", "ray_address", "actor_resources",
+MACHINE_SETTINGS = ("device", "cuda_graph", "env_servers", "ray_address", "actor_resources",
                     "learner_resources")  # fmt: skip
 
 
@@ -135,10 +135,14 @@ class Poly(Demonstrations):
 class Device(Common):
     num_envs: int | None = None  # games stepped together on the device (default: batch_size)
     compile: bool = False  # torch.compile the policies' forward passes
+    cuda_graph: bool = False  # replay the games' step as one CUDA graph (needs --device cuda)
 
     def check(self) -> None:
         super().check()
         at_least_one(self, "num_envs")
+        if self.cuda_graph and not self.device.startswith("cuda"):
+            raise ConfigError("cuda_graph records the games' step on a CUDA device; add "
+                              "--device cuda, or drop --cuda-graph")  # fmt: skip
 
 
 @dataclass

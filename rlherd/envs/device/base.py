@@ -12,6 +12,12 @@ instead: its action is ignored, it gets a new start state, reward 0 and both fla
 states are drawn on the device from the environment's seeded generator (fresh per game and per
 episode), or, with ``fixed_start``, every game restarts from the first state drawn (WarpDrive's
 behaviour).
+
+With ``cuda_graph``, the first ``step`` on a CUDA device records one step as a CUDA graph and
+every later step replays it. A game step is a few dozen small kernels, and launching them one by
+one bounds small games by launch time (WarpDrive writes a step as one CUDA kernel; a graph gets
+torch's ops close to that without writing CUDA). The replay draws the same random numbers as
+the eager step, so both give the same games.
 """
 
 from __future__ import annotations
@@ -38,10 +44,16 @@ class DeviceEnv(ABC):
         device: str | torch.device = "cpu",
         seed: int = 0,
         fixed_start: bool = False,
+        cuda_graph: bool = False,
     ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.num_envs, self.device, self.fixed_start = num_envs, torch.device(device), fixed_start
+        if cuda_graph and self.device.type != "cuda":
+            raise ValueError(f"cuda_graph needs a CUDA device, got {self.device}")
+        self.cuda_graph = cuda_graph
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph_actions: torch.Tensor | None = None  # the actions the graph reads
         self.generator = torch.Generator(self.device).manual_seed(seed)
         E, N = num_envs, self.num_agents
         self.obs = torch.zeros(E, N, self.obs_dim, device=self.device)
@@ -90,20 +102,30 @@ class DeviceEnv(ABC):
         return (self.num_envs, self.num_agents, *heads)
 
     # ---------------------------------------------------------------- the data store
-    def _draw_start(self) -> dict[str, torch.Tensor]:
+    def _draw_start(self, renew: bool = False) -> dict[str, torch.Tensor]:
         start = self._start_state()
         if self.fixed_start:
-            if self._first_start is None:
-                self._first_start = {k: v.clone() for k, v in start.items()}
+            if renew or self._first_start is None:
+                self._first_start = self._written_into(self._first_start, start)
             start = self._first_start
         return start
+
+    def _written_into(
+        self, target: dict[str, torch.Tensor] | None, source: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        """``source``'s values written into ``target``'s tensors where it has them all (a
+        recorded CUDA graph reads those very tensors), else copied onto the device."""
+        if target and target.keys() == source.keys():
+            for k, v in source.items():
+                target[k].copy_(v)
+            return target
+        return {k: v.to(self.device, copy=True) for k, v in source.items()}
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Start every game; returns the observation buffer."""
         if seed is not None:
             self.generator.manual_seed(seed)
-            self._first_start = None
-        self.state = {k: v.clone() for k, v in self._draw_start().items()}
+        self.state = self._written_into(self.state, self._draw_start(renew=seed is not None))
         self.reward.zero_()
         self.tags.zero_()
         self.terminated.zero_()
@@ -119,8 +141,19 @@ class DeviceEnv(ABC):
             raise ValueError(
                 f"actions must have shape {self.action_shape}, got {tuple(actions.shape)}"
             )
+        if not self.cuda_graph:
+            self._step(actions.to(self.device))
+        else:
+            if self._graph is None:
+                self._capture(actions)
+            self._graph_actions.copy_(actions, non_blocking=True)
+            self._graph.replay()
+        return self.obs, self.reward, self.terminated, self.truncated
+
+    def _step(self, actions: torch.Tensor) -> None:
+        """The step itself, written into the buffers (the part a CUDA graph records)."""
         resetting = self.terminated | self.truncated
-        reward, terminated, truncated = self._transition(actions.to(self.device))
+        reward, terminated, truncated = self._transition(actions)
         start = self._draw_start()
         for k, v in self.state.items():  # branch-free: no host sync to ask whether any reset
             mask = resetting.view(-1, *([1] * (v.dim() - 1)))
@@ -130,7 +163,33 @@ class DeviceEnv(ABC):
         self.terminated.copy_(terminated & ~resetting)
         self.truncated.copy_(truncated & ~resetting)
         self.obs.copy_(self._observe())
-        return self.obs, self.reward, self.terminated, self.truncated
+
+    def _capture(self, actions: torch.Tensor) -> None:
+        """Record ``_step`` as a CUDA graph. Warm-up steps on a side stream come first (lazy
+        initialisations must not happen inside a capture), then the games are put back as they
+        were, in place: the graph reads and writes these very tensors. The generator is
+        registered with the graph, so each replay advances it as the eager step would."""
+        self._graph_actions = actions.to(self.device).clone()
+        before = self.state_dict()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self._step(self._graph_actions)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self.load_state_dict(before)
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(self.generator)
+        try:
+            with torch.cuda.graph(graph):
+                self._step(self._graph_actions)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"{type(self).__name__}'s step cannot be recorded as a CUDA graph (it must not "
+                f"read tensors back to the host nor allocate outside torch); use "
+                f"cuda_graph=False: {e}"
+            ) from e
+        self._graph = graph
 
     def game_state(self, i: int) -> dict[str, np.ndarray]:
         """Game ``i``'s state on the host, as its reference holds it (for the consistency
@@ -145,15 +204,18 @@ class DeviceEnv(ABC):
             state={k: v.clone() for k, v in self.state.items()},
             buffers={k: getattr(self, k).clone() for k in self._BUFFERS},
             generator=self.generator.get_state(),
-            first_start=self._first_start,
+            first_start=None if self._first_start is None else {
+                k: v.clone() for k, v in self._first_start.items()
+            },
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state = {k: v.to(self.device).clone() for k, v in state["state"].items()}
+        self.state = self._written_into(self.state, state["state"])
         for k, v in state["buffers"].items():
             getattr(self, k).copy_(v)
         self.generator.set_state(state["generator"])
-        self._first_start = state["first_start"]
+        if state["first_start"] is not None:
+            self._first_start = self._written_into(self._first_start, state["first_start"])
 
     def sample_actions(self, rng: np.random.Generator) -> np.ndarray:
         """Uniform random actions for every agent of every game (host side, for checks)."""

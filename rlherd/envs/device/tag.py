@@ -34,11 +34,12 @@ class TagGridWorld(DeviceEnv):
         device: str | torch.device = "cpu",
         seed: int = 0,
         fixed_start: bool = False,
+        cuda_graph: bool = False,
         **config: Any,
     ):
         self.config = c = TagGridWorldConfig(**config)
         self.num_agents, self.obs_dim, self.action_nvec = c.num_agents, c.obs_dim, (5,)
-        super().__init__(num_envs, device, seed, fixed_start)
+        super().__init__(num_envs, device, seed, fixed_start, cuda_graph)
         self.moves = torch.as_tensor(GRID_MOVES, device=self.device)
         self.is_tagger = torch.arange(c.num_agents, device=self.device) < c.num_taggers
         self.types = (~self.is_tagger).float()  # 0 tagger, 1 runner
@@ -105,12 +106,13 @@ class TagContinuous(DeviceEnv):
         device: str | torch.device = "cpu",
         seed: int = 0,
         fixed_start: bool = False,
+        cuda_graph: bool = False,
         **config: Any,
     ):
         self.config = c = TagContinuousConfig(**config)
         self.num_agents, self.obs_dim = c.num_agents, c.obs_dim
         self.action_nvec = (c.num_acceleration_levels + 1, c.num_turn_levels + 1)
-        super().__init__(num_envs, device, seed, fixed_start)
+        super().__init__(num_envs, device, seed, fixed_start, cuda_graph)
         d = self.device
         self.types = torch.as_tensor(c.agent_types(), device=d)  # 1 tagger, 0 runner
         self.is_tagger = self.types.bool()
