@@ -132,10 +132,22 @@ def check(builder, settings: Any) -> None:
 class DeviceLoop:
     """Steps every game once per :meth:`step`: each group acts for its agents and writes its
     row, the games step, each group records the outcome, and every group whose rollout is
-    complete learns. ``first`` marks the games whose next observation begins an episode."""
+    complete learns. ``first`` marks the games whose next observation begins an episode.
 
-    def __init__(self, env: DeviceEnv, groups: list[Group], seed: int):
-        self.env, self.groups = env, groups
+    With ``cuda_graph``, a training step is recorded as a CUDA graph, one for each rollout row
+    it writes, and replayed: the policies, the rollouts and the games are a few hundred small
+    kernels a step, and launching them one by one from Python costs more than running them.
+    Recording starts once a rollout is complete (every kernel has run once), and the step that
+    completes a rollout stays eager, since it hands the rollout to the learner. Everything a
+    replay reads or writes is updated in place (the recurrent states, ``first``, the rollouts,
+    the games), and the learners change the networks' parameters in place, so the replay acts
+    with the newest ones. Both generators are registered with each graph, so a replayed step
+    draws what the eager step draws: a run is the same with or without it."""
+
+    MAX_GRAPHS = 64  # rows of groups with different unroll lengths beyond this stay eager
+
+    def __init__(self, env: DeviceEnv, groups: list[Group], seed: int, cuda_graph: bool = False):
+        self.env, self.groups, self.cuda_graph = env, groups, cuda_graph
         self.generator = torch.Generator(env.device).manual_seed(seed + 1)
         E, N = env.num_envs, env.num_agents
         env.reset(seed=seed)
@@ -144,20 +156,39 @@ class DeviceLoop:
         # Returns per agent, and (a last column) the Tag games' tags.
         self.episodes = EpisodeTracker(torch.zeros(E, N + 1, device=env.device),
                                        torch.zeros(E, device=env.device))  # fmt: skip
+        self.graphs: dict[tuple[int, ...], torch.cuda.CUDAGraph] = {}  # by the rows written
+        self.warm = False  # every kernel of a step has run (a rollout was completed)
 
     @torch.no_grad()
     def step(self, record: bool = True) -> torch.Tensor:
         """One step of every game; returns the mask of games whose episode it ended. With
         ``record`` off (evaluation) nothing is written to the rollouts."""
+        rows = tuple(g.rollouts.t for g in self.groups)
+        if record and self._graphable(rows):
+            graph = self.graphs.get(rows) or self._capture(rows)
+            graph.replay()
+            for g in self.groups:  # what add_outcome does on the host
+                g.rollouts.t += 1
+        else:
+            self.warm |= self._act_and_step(record)
         env = self.env
+        tagged = torch.cat([env.reward, env.tags[:, None]], 1)
+        return self.episodes.step(tagged, env.terminated, env.truncated, self.first)
+
+    def _act_and_step(self, record: bool) -> bool:
+        """The policies act, the games step, and (``record``) the rollouts get the row and its
+        outcome; whether a rollout was completed."""
+        env, completed = self.env, False
         for g in self.groups:
             first = g.per_agent(self.first)
             keep = (~first).float()[None, :, None]  # the stored state of a first row is zero
             state = tuple(s * keep for s in g.state)
             obs = g.observe(env.obs)
-            outputs, g.state = g.policy(obs, first, state, self.generator)
+            outputs, new_state = g.policy(obs, first, state, self.generator)
+            for s, new in zip(g.state, new_state, strict=True):
+                s.copy_(new)
             if record:
-                g.rollouts.add_row(core_state=state, obs=obs, **outputs)
+                completed |= g.rollouts.add_row(core_state=state, obs=obs, **outputs)
             action = outputs[F.ACTION]
             self.actions.index_copy_(1, g.ids, action.view(-1, len(g.ids), *action.shape[1:]))
         resetting = env.terminated | env.truncated
@@ -166,9 +197,34 @@ class DeviceLoop:
             for g in self.groups:
                 g.rollouts.add_outcome(g.observe(reward), g.per_agent(terminated),
                                        g.per_agent(truncated))  # fmt: skip
-        self.first = resetting
-        tagged = torch.cat([reward, env.tags[:, None]], 1)
-        return self.episodes.step(tagged, terminated, truncated, resetting)
+        self.first.copy_(resetting)
+        return completed
+
+    def _graphable(self, rows: tuple[int, ...]) -> bool:
+        """Whether this training step replays a graph: recording is on and warm, the step does
+        not complete a rollout, and its rows have a graph or room for one."""
+        completes = any(t == g.rollouts.T for t, g in zip(rows, self.groups, strict=True))
+        room = rows in self.graphs or len(self.graphs) < self.MAX_GRAPHS
+        return self.cuda_graph and self.warm and not completes and room
+
+    def _capture(self, rows: tuple[int, ...]) -> torch.cuda.CUDAGraph:
+        """Record the step that writes ``rows`` (recording runs the Python once but no kernel:
+        the host's row counters are put back, and the replay that follows does the step)."""
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(self.generator)
+        graph.register_generator_state(self.env.generator)
+        try:
+            with torch.cuda.graph(graph):
+                self._act_and_step(record=True)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"a device step could not be recorded as a CUDA graph (nothing in it may read "
+                f"a tensor back to the host); train without --cuda-graph: {e}"
+            ) from e
+        for g, t in zip(self.groups, rows, strict=True):
+            g.rollouts.t = t
+        self.graphs[rows] = graph
+        return graph
 
     def learn(self) -> dict[str, float]:
         """A learner step for every group whose rollout is complete; their metrics."""
@@ -194,7 +250,8 @@ class DeviceLoop:
     def state_dict(self) -> dict[str, Any]:
         return dict(env=self.env.state_dict(), generator=self.generator.get_state(),
                     first=self.first.clone(), episodes=self.episodes.state_dict(),
-                    groups={g.name: dict(state=g.state, rollouts=g.rollouts.state_dict())
+                    groups={g.name: dict(state=tuple(s.clone() for s in g.state),
+                                         rollouts=g.rollouts.state_dict())
                             for g in self.groups})  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -202,8 +259,9 @@ class DeviceLoop:
         self.generator.set_state(state["generator"])
         self.first.copy_(state["first"])
         self.episodes.load_state_dict(state["episodes"])
-        for g in self.groups:
-            g.state = tuple(s.to(self.env.device) for s in state["groups"][g.name]["state"])
+        for g in self.groups:  # in place: a recorded step reads these very tensors
+            for s, saved in zip(g.state, state["groups"][g.name]["state"], strict=True):
+                s.copy_(saved)
             g.rollouts.load_state_dict(state["groups"][g.name]["rollouts"])
 
 
@@ -224,13 +282,12 @@ class Learners:
 def run(ctx: RunContext) -> None:
     settings, recorder = ctx.settings, ctx.recorder
     num_envs = settings.num_envs or ctx.builder.batch_size
-    env = make_device(ctx.env_id, num_envs, settings.device, ctx.seed,
-                      cuda_graph=settings.cuda_graph, **ctx.env_kwargs)  # fmt: skip
+    env = make_device(ctx.env_id, num_envs, settings.device, ctx.seed, **ctx.env_kwargs)
     groups = make_groups(ctx.builder, ctx.env_id, settings, env)
     for g in groups:  # the agent steps this policy learns on
         share = recorder.total_steps * len(g.ids) // env.num_agents
         g.learner = g.builder.make_learner(g.networks, g.rollouts, max(share, 1))
-    loop, learners = DeviceLoop(env, groups, ctx.seed), Learners(groups)
+    loop, learners = DeviceLoop(env, groups, ctx.seed, settings.cuda_graph), Learners(groups)
     if ctx.checkpoint is not None:
         learners.load_state_dict(ctx.checkpoint["learner"])
         loop.load_state_dict(ctx.checkpoint["loop"])

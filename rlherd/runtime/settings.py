@@ -135,13 +135,13 @@ class Poly(Demonstrations):
 class Device(Common):
     num_envs: int | None = None  # games stepped together on the device (default: batch_size)
     compile: bool = False  # torch.compile the policies' forward passes
-    cuda_graph: bool = False  # replay the games' step as one CUDA graph (needs --device cuda)
+    cuda_graph: bool = False  # record each step (acting, rollouts, games) as a CUDA graph
 
     def check(self) -> None:
         super().check()
         at_least_one(self, "num_envs")
         if self.cuda_graph and not self.device.startswith("cuda"):
-            raise ConfigError("cuda_graph records the games' step on a CUDA device; add "
+            raise ConfigError("cuda_graph records the steps on a CUDA device; add "
                               "--device cuda, or drop --cuda-graph")  # fmt: skip
 
 
