@@ -135,8 +135,8 @@ class DeviceLoop:
     complete learns. ``first`` marks the games whose next observation begins an episode.
 
     With ``cuda_graph``, a training step is recorded as a CUDA graph, one for each rollout row
-    it writes, and replayed: the policies, the rollouts and the games are a few hundred small
-    kernels a step, and launching them one by one from Python costs more than running them.
+    it writes, and replayed: the policies, the rollouts and the games are many small kernels a
+    step, and launching them one by one from Python costs more than running them.
     Recording starts once a rollout is complete (every kernel has run once), and the step that
     completes a rollout stays eager, since it hands the rollout to the learner. Everything a
     replay reads or writes is updated in place (the recurrent states, ``first``, the rollouts,
