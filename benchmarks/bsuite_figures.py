@@ -56,12 +56,18 @@ def copy_finished(sweep: Path, to: Path) -> int:
     config, summary and bsuite CSV), and the sweep's settings where ``to`` has none; returns how
     many ids went. Ids already in ``to``, finished or not, are left as they are; each id is
     copied whole or not at all (under a temporary name, then renamed), and two folders swept
-    with different settings are refused, as ``rlherd bsuite`` refuses to mix them."""
+    with different settings are refused, as ``rlherd bsuite`` refuses to mix them (records
+    written before an upgrade count with the fields they lack at their defaults)."""
     ours, theirs = sweep / sweeps.SWEEP_FILE, to / sweeps.SWEEP_FILE
-    if ours.exists() and theirs.exists() and json.loads(ours.read_text()) != json.loads(
-            theirs.read_text()):  # fmt: skip
-        raise SystemExit(f"{sweep} and {to} were swept with different settings "
-                         f"({sweeps.SWEEP_FILE}); keep them apart")  # fmt: skip
+    if ours.exists() and theirs.exists():
+        records = [json.loads(p.read_text()) for p in (ours, theirs)]
+        configs = [*sweep.glob("*/config.json"), *to.glob("*/config.json")]
+        if configs:  # the preset's defaults are those of a bsuite id
+            env_id = json.loads(configs[0].read_text())["env"]
+            records = [sweeps.upgraded(record, env_id) for record in records]
+        if records[0] != records[1]:
+            raise SystemExit(f"{sweep} and {to} were swept with different settings "
+                             f"({sweeps.SWEEP_FILE}); keep them apart")  # fmt: skip
     runs = [csv.parent.parent for csv in sweeps.finished_csvs(sweep)]
     runs = [run for run in runs if not (to / run.name).exists()]
     for run in runs:

@@ -1,6 +1,7 @@
 """The benchmarks' own stand-ins for old code paths still run against today's classes."""
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -160,3 +161,12 @@ def test_bsuite_figures_keeps_finished_ids_and_a_fresh_sweep_starts_from_them(tm
     with pytest.raises(SystemExit, match="different settings"):
         figures.copy_finished(other, kept)
     assert not (kept / "catch-2").exists()
+    # Kept before an upgrade added a field: the same sweep, continued from and added to.
+    record = json.loads((kept / sweeps.SWEEP_FILE).read_text())
+    del record["config"]["double_q"]
+    (kept / sweeps.SWEEP_FILE).write_text(json.dumps(record))
+    upgraded = tmp_path / "upgraded"
+    assert figures.copy_finished(kept, upgraded) == 1
+    sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/3"], upgraded, progress=False,
+                 total_episodes=3)  # fmt: skip
+    assert figures.copy_finished(upgraded, kept) == 1 and (kept / "catch-3").exists()

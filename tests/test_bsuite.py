@@ -1,6 +1,7 @@
 """The Behaviour Suite: bsuite ids made through the bsuite package, runs logged in bsuite's CSV
 format, resumable sweeps and bsuite's own scoring."""
 
+import json
 import shutil
 import signal
 import warnings
@@ -167,6 +168,23 @@ def test_a_sweep_folder_of_finished_ids_without_checkpoints_keeps_its_settings(t
         sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
                      total_episodes=7)  # fmt: skip
     assert '"total_episodes": 3' in (out / sweeps.SWEEP_FILE).read_text()
+
+
+def test_a_sweep_recorded_before_a_field_existed_continues_at_its_default(tmp_path):
+    """A sweep of days goes on after an upgrade that added a config field or a setting: the
+    folder's record, which lacks it, was swept with what its default does. Setting the new
+    field to something else is still another sweep."""
+    out = tmp_path / "sweep"
+    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    record = json.loads((out / sweeps.SWEEP_FILE).read_text())
+    del record["config"]["double_q"], record["settings"]["torch_threads"]  # "not yet" fields
+    (out / sweeps.SWEEP_FILE).write_text(json.dumps(record))
+    _, kept = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
+                           total_episodes=3)  # fmt: skip
+    assert kept == ["bsuite/catch/0"] and (out / "catch-1" / "summary.json").exists()
+    with pytest.raises(ConfigError, match="another config"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3,
+                     double_q=False)  # fmt: skip
 
 
 def test_replicates_differ_by_their_seed_and_each_seed_reaches_every_layer(tmp_path):

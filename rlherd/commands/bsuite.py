@@ -162,20 +162,21 @@ def _finished(path: Path) -> bool:
         stopped_solved(summary))
 
 
-def _claim(out: Path, request: dict[str, Any]) -> None:
+def _claim(out: Path, request: dict[str, Any], env_id: str) -> None:
     """Record the sweep ``request`` (agent, seed, resolved config and settings) in
     ``OUT/sweep.json``, or refuse one that differs from what the folder's runs were swept with:
     its finished ids would be kept, and its stopped ones continued, with the old ones. A folder
     none of whose runs finished or got as far as a checkpoint (a sweep whose every id failed) is
     free. Finished runs count without their checkpoints, which a user may delete to free the
-    disk (R2D2's are gigabytes) or a copy of the results leave out."""
+    disk (R2D2's are gigabytes) or a copy of the results leave out. A record written before an
+    upgrade counts with the fields it lacks at their defaults (:func:`upgraded`)."""
     path = out / SWEEP_FILE
     started = [c.parent for c in out.glob("*/config.json")
                if _finished(c.parent) or RunDir(c.parent).latest_checkpoint() is not None]
     if started and not path.exists():
         raise ConfigError(f"{out} holds runs (e.g. {started[0].name}) without the {SWEEP_FILE} "
                           "that says how they were swept; sweep into another --out")  # fmt: skip
-    before = read_json(path) if started else request
+    before = upgraded(read_json(path), env_id) if started else request
     if before != request:
         changed = sorted(k for k in {**before, **request} if before.get(k) != request.get(k))
         raise ConfigError(
@@ -184,6 +185,15 @@ def _claim(out: Path, request: dict[str, Any]) -> None:
         )
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(request, indent=1, sort_keys=True))
+
+
+def upgraded(record: dict[str, Any], env_id: str) -> dict[str, Any]:
+    """A folder's sweep record with the config fields and runtime settings that rlherd gained
+    since it was written, at their defaults (for its preset and ``env_id``, nothing set). A new
+    field's default keeps the behaviour from before it, so the folder was swept with those: a
+    sweep of days goes on after an upgrade, and setting a new field otherwise is another sweep."""
+    defaults = _request(record["agent"], env_id, record["seed"], {"preset": record["preset"]})
+    return {**record, **{k: {**defaults[k], **record[k]} for k in ("config", "settings")}}
 
 
 def _request(agent: str, env_id: str, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
@@ -227,7 +237,7 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
-    _claim(out, _request(agent, env_ids[0], seed, settings))
+    _claim(out, _request(agent, env_ids[0], seed, settings), env_ids[0])
     paths = {i: run_path(out, i) for i in env_ids}
     done = [i for i in env_ids if _finished(paths[i])]
     group = [SeedProcess(k, paths[i], _argv(agent, i, paths[i], id_seed(seed, i), settings,
