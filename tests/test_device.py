@@ -197,12 +197,20 @@ def test_a_cuda_graph_replays_the_eager_step_exactly(env_id, options):
     steps(20)
 
 
-def test_cuda_graph_needs_a_cuda_device(tmp_path):
+def test_cuda_graph_needs_a_cuda_device_and_no_compile(tmp_path, monkeypatch):
+    from rlherd.runtime.device import DeviceLoop
+    from rlherd.runtime.settings import Device
+
     with pytest.raises(ValueError, match="cuda_graph needs a CUDA device"):
         make_device("tag-gridworld", 2, "cpu", cuda_graph=True)
     with pytest.raises(ConfigError, match="add --device cuda"):
         rlherd.train("ppo", "tag-gridworld", runtime="device", cuda_graph=True,
                      total_steps=100, run_dir=tmp_path, progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="needs games on a CUDA device"):
+        DeviceLoop(make_device("tag-gridworld", 2, "cpu"), [], 0, cuda_graph=True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ConfigError, match="choose one"):
+        Device(device="cuda", cuda_graph=True, compile=True).check()
 
 
 def test_bad_device_env_input_is_a_clear_error():
@@ -360,6 +368,27 @@ def test_a_cuda_graph_run_is_the_eager_run_and_resumes_exactly(
                 "final_return_mean_runner"):  # fmt: skip
         assert graph.summary[key] == eager.summary[key], key
     assert eager.summary["episodes"] > 0
+    a, b = (RunDir(tmp_path / d).load_checkpoint() for d in ("eager", "graph"))
+    for name in ("tagger", "runner"):
+        for k, v in a["learner"][name]["net"].items():
+            assert torch.equal(b["learner"][name]["net"][k], v), (name, k)
+
+
+@pytest.mark.gpu
+def test_a_step_that_replaces_its_state_is_refused_a_cuda_graph():
+    """A recorded step reads the tensors it saw; one that replaces ``self.state[k]`` instead
+    of writing into it would leave every replay on the old tensor, so recording it fails."""
+
+    class Replacing(TagGridWorld):
+        def _transition(self, actions):
+            out = super()._transition(actions)
+            self.state["timestep"] = self.state["timestep"].clone()
+            return out
+
+    env = Replacing(8, "cuda", cuda_graph=True, num_taggers=2)
+    env.reset()
+    with pytest.raises(RuntimeError, match="replaced a tensor it should write into"):
+        env.step(torch.zeros(8, 3, dtype=torch.int64, device="cuda"))
 
 
 def test_the_policies_setting_regroups_a_device_games_agents():

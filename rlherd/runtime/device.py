@@ -34,6 +34,7 @@ from rlherd import types as F
 from rlherd.config import apply_overrides
 from rlherd.core import EnvSpec, Leaf, policy_state
 from rlherd.envs.device import DeviceEnv, make_device
+from rlherd.envs.device.base import record_graph
 from rlherd.envs.pettingzoo import assign_policies
 from rlherd.errors import ConfigError
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
@@ -144,9 +145,12 @@ class DeviceLoop:
     with the newest ones. Both generators are registered with each graph, so a replayed step
     draws what the eager step draws: a run is the same with or without it."""
 
-    MAX_GRAPHS = 64  # rows of groups with different unroll lengths beyond this stay eager
+    MAX_GRAPHS = 512  # steps beyond this many rows (or tuples of groups' rows) stay eager
 
     def __init__(self, env: DeviceEnv, groups: list[Group], seed: int, cuda_graph: bool = False):
+        if cuda_graph and (env.device.type != "cuda" or env.cuda_graph):
+            raise ValueError("recording the steps needs games on a CUDA device that do not "
+                             "record their own step")  # fmt: skip
         self.env, self.groups, self.cuda_graph = env, groups, cuda_graph
         self.generator = torch.Generator(env.device).manual_seed(seed + 1)
         E, N = env.num_envs, env.num_agents
@@ -158,6 +162,8 @@ class DeviceLoop:
                                        torch.zeros(E, device=env.device))  # fmt: skip
         self.graphs: dict[tuple[int, ...], torch.cuda.CUDAGraph] = {}  # by the rows written
         self.warm = False  # every kernel of a step has run (a rollout was completed)
+        if cuda_graph:  # the graphs' stream, and the scratch memory they share (replayed in turn)
+            self.stream, self.pool = torch.cuda.Stream(env.device), torch.cuda.graph_pool_handle()
 
     @torch.no_grad()
     def step(self, record: bool = True) -> torch.Tensor:
@@ -210,17 +216,14 @@ class DeviceLoop:
     def _capture(self, rows: tuple[int, ...]) -> torch.cuda.CUDAGraph:
         """Record the step that writes ``rows`` (recording runs the Python once but no kernel:
         the host's row counters are put back, and the replay that follows does the step)."""
-        graph = torch.cuda.CUDAGraph()
-        graph.register_generator_state(self.generator)
-        graph.register_generator_state(self.env.generator)
-        try:
-            with torch.cuda.graph(graph):
-                self._act_and_step(record=True)
-        except RuntimeError as e:
-            raise RuntimeError(
-                f"a device step could not be recorded as a CUDA graph (nothing in it may read "
-                f"a tensor back to the host); train without --cuda-graph: {e}"
-            ) from e
+
+        def kept() -> list[torch.Tensor]:
+            states = [s for g in self.groups for s in g.state]
+            return [*self.env.kept_tensors(), *states, self.first, self.actions]
+
+        graph = record_graph(lambda: self._act_and_step(record=True), self.env.device,
+                             [self.generator, self.env.generator], self.stream, self.pool,
+                             kept)  # fmt: skip
         for g, t in zip(self.groups, rows, strict=True):
             g.rollouts.t = t
         self.graphs[rows] = graph

@@ -142,7 +142,10 @@ class Device(Common):
         at_least_one(self, "num_envs")
         if self.cuda_graph and not self.device.startswith("cuda"):
             raise ConfigError("cuda_graph records the steps on a CUDA device; add "
-                              "--device cuda, or drop --cuda-graph")  # fmt: skip
+                              "--device cuda, or pass --cuda-graph false")  # fmt: skip
+        if self.cuda_graph and self.compile:
+            raise ConfigError("--cuda-graph records the policies as they are, and torch.compile "
+                              "makes graphs of its own; choose one")  # fmt: skip
 
 
 @dataclass

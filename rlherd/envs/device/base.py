@@ -23,6 +23,7 @@ the eager step, so both give the same games.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -167,8 +168,7 @@ class DeviceEnv(ABC):
     def _capture(self, actions: torch.Tensor) -> None:
         """Record ``_step`` as a CUDA graph. Warm-up steps on a side stream come first (lazy
         initialisations must not happen inside a capture), then the games are put back as they
-        were, in place: the graph reads and writes these very tensors. The generator is
-        registered with the graph, so each replay advances it as the eager step would."""
+        were, in place: the graph reads and writes these very tensors."""
         self._graph_actions = actions.to(self.device).clone()
         before = self.state_dict()
         side = torch.cuda.Stream(self.device)
@@ -178,18 +178,14 @@ class DeviceEnv(ABC):
                 self._step(self._graph_actions)
         torch.cuda.current_stream(self.device).wait_stream(side)
         self.load_state_dict(before)
-        graph = torch.cuda.CUDAGraph()
-        graph.register_generator_state(self.generator)
-        try:
-            with torch.cuda.graph(graph):
-                self._step(self._graph_actions)
-        except RuntimeError as e:
-            raise RuntimeError(
-                f"{type(self).__name__}'s step cannot be recorded as a CUDA graph (it must not "
-                f"read tensors back to the host nor allocate outside torch); use "
-                f"cuda_graph=False: {e}"
-            ) from e
-        self._graph = graph
+        self._graph = record_graph(lambda: self._step(self._graph_actions), self.device,
+                                   [self.generator], torch.cuda.Stream(self.device), None,
+                                   self.kept_tensors)  # fmt: skip
+
+    def kept_tensors(self) -> list[torch.Tensor]:
+        """The tensors that outlive a step (the games' state and the data store), which a
+        recorded step reads and writes."""
+        return [*self.state.values(), *(getattr(self, k) for k in self._BUFFERS)]
 
     def game_state(self, i: int) -> dict[str, np.ndarray]:
         """Game ``i``'s state on the host, as its reference holds it (for the consistency
@@ -223,3 +219,38 @@ class DeviceEnv(ABC):
         if len(self.action_nvec) == 1:
             return rng.integers(self.action_nvec[0], size=shape)
         return np.stack([rng.integers(n, size=shape) for n in self.action_nvec], -1)
+
+
+def record_graph(
+    step: Callable[[], object],
+    device: torch.device,
+    generators: Sequence[torch.Generator],
+    stream: torch.cuda.Stream,
+    pool: Any,
+    kept: Callable[[], list[torch.Tensor]],
+) -> torch.cuda.CUDAGraph:
+    """``step`` recorded as a CUDA graph on ``device`` (on ``stream``, its scratch memory from
+    ``pool`` if given): its Python runs once, its kernels are recorded, not run. A replay reads
+    and writes the very tensors the recording saw, so ``step`` must write into the tensors that
+    outlive it (``kept()``), never replace them: a replaced one is refused here, since a replay
+    would go on reading the old one. The ``generators`` are registered with the graph, so each
+    replay draws what the eager step would and advances them as it would."""
+    before = [t.data_ptr() for t in kept()]
+    graph = torch.cuda.CUDAGraph()
+    for generator in generators:
+        graph.register_generator_state(generator)
+    try:
+        with torch.cuda.device(device), torch.cuda.graph(graph, pool=pool, stream=stream):
+            step()
+    except RuntimeError as e:
+        raise RuntimeError(
+            "this step cannot be recorded as a CUDA graph (nothing in it may read a tensor back "
+            f"to the host: no .item(), no branch on a tensor's value); turn cuda_graph off: {e}"
+        ) from e
+    if [t.data_ptr() for t in kept()] != before:
+        raise RuntimeError(
+            "the recorded step replaced a tensor it should write into (self.state[k] = ... in "
+            "place of self.state[k].copy_(...)), which a replay would not see; write in place, "
+            "or turn cuda_graph off"
+        )
+    return graph
