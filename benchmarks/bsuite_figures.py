@@ -51,6 +51,12 @@ EXPERIMENTS = {"10": None, "11": ["deep_sea", "deep_sea_stochastic"]}
 MEMORY = ("memory_len", "memory_size")
 
 
+def finished_ids(folder: Path, ids: list[str]) -> list[str]:
+    """The ``ids`` whose runs in ``folder`` finished (played their budget, or stopped solved)."""
+    names = {csv.parent.parent.name for csv in sweeps.finished_csvs(folder)}
+    return [i for i in ids if sweeps.run_path(folder, i).name in names]
+
+
 def copy_finished(sweep: Path, to: Path) -> int:
     """Copy each finished id of ``sweep`` that ``to`` lacks, as bsuite's report reads it (its
     config, summary and bsuite CSV), and the sweep's settings where ``to`` has none; returns how
@@ -143,7 +149,8 @@ def main() -> None:
         if kept_dir is not None:  # a stopped sweep's finished ids too
             copy_finished(out / agent, kept_dir)
         print(json.dumps(dict(bench="bsuite", figure=args.figure, agent=agent, ids=len(ids),
-                              finished_before=len(done), finished_now=len(result.runs),
+                              finished_before=len(done),
+                              finished_now=len(finished_ids(out / agent, ids)) - len(done),
                               failed=result.failed, wall_time_s=round(time.perf_counter() - start),
                               machine=machine())), flush=True)  # fmt: skip
         if result.stopped:

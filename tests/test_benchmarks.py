@@ -145,6 +145,8 @@ def test_bsuite_figures_keeps_finished_ids_and_a_fresh_sweep_starts_from_them(tm
     begun = first / "catch-1"  # an id begun and not finished: its summary is not at budget
     shutil.copytree(first / "catch-0", begun)
     (begun / "summary.json").write_text('{"episodes": 1, "total_episodes": 3}')
+    ids = ["bsuite/catch/0", "bsuite/catch/1"]
+    assert figures.finished_ids(first, ids) == ["bsuite/catch/0"]  # what a sweep reports
     assert figures.copy_finished(first, kept) == 1
     assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
         "catch-0/bsuite/bsuite_id_-_catch-0.csv", "catch-0/config.json", "catch-0/summary.json",
