@@ -209,9 +209,10 @@ class DeviceLoop:
     def _graphable(self, rows: tuple[int, ...]) -> bool:
         """Whether this training step replays a graph: recording is on and warm, the step does
         not complete a rollout, and its rows have a graph or room for one."""
+        if not (self.cuda_graph and self.warm):
+            return False
         completes = any(t == g.rollouts.T for t, g in zip(rows, self.groups, strict=True))
-        room = rows in self.graphs or len(self.graphs) < self.MAX_GRAPHS
-        return self.cuda_graph and self.warm and not completes and room
+        return not completes and (rows in self.graphs or len(self.graphs) < self.MAX_GRAPHS)
 
     def _capture(self, rows: tuple[int, ...]) -> torch.cuda.CUDAGraph:
         """Record the step that writes ``rows`` (recording runs the Python once but no kernel:
