@@ -20,7 +20,8 @@ MNIST in /tmp/mnist (bsuite downloads it on first use); ``--skip mnist mnist_noi
 leaves them out where it cannot.
 
 ``--kept DIR`` keeps what the report reads of each finished id (its config, summary and bsuite
-CSV: a few kilobytes, no checkpoints) in ``DIR/<figure>/<agent>``, and starts each sweep from
+CSV: a few kilobytes, no checkpoints) in ``DIR/<figure>/<agent>`` (``rlherd bsuite --kept``),
+and starts each sweep from
 what is kept there, so the pieces can run on different machines and fresh clones;
 benchmarks/results/bsuite holds the figures' finished ids so far, and ``rlherd bsuite-report
 benchmarks/results/bsuite/figure10/*`` scores them.
@@ -38,12 +39,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import time
 from pathlib import Path
 
 from rlherd.commands import bsuite as sweeps
-from rlherd.envs.bsuite import RESULTS
 from rlherd.run.provenance import machine
 
 AGENTS = {"10": ["dqn", "r2d2", "impala", "mcts", "ppo"], "11": ["dqn", "dqfd", "r2d2", "r2d3"]}
@@ -55,40 +54,6 @@ def finished_ids(folder: Path, ids: list[str]) -> list[str]:
     """The ``ids`` whose runs in ``folder`` finished (played their budget, or stopped solved)."""
     names = {csv.parent.parent.name for csv in sweeps.finished_csvs(folder)}
     return [i for i in ids if sweeps.run_path(folder, i).name in names]
-
-
-def copy_finished(sweep: Path, to: Path) -> int:
-    """Copy each finished id of ``sweep`` that ``to`` lacks, as bsuite's report reads it (its
-    config, summary and bsuite CSV), and the sweep's settings where ``to`` has none; returns how
-    many ids went. Ids already in ``to``, finished or not, are left as they are; each id is
-    copied whole or not at all (under a temporary name, then renamed), and two folders swept
-    with different settings are refused, as ``rlherd bsuite`` refuses to mix them (records
-    written before an upgrade count with the fields they lack at their defaults)."""
-    ours, theirs = sweep / sweeps.SWEEP_FILE, to / sweeps.SWEEP_FILE
-    if ours.exists() and theirs.exists():
-        records = [json.loads(p.read_text()) for p in (ours, theirs)]
-        configs = [*sweep.glob("*/config.json"), *to.glob("*/config.json")]
-        if configs:  # the preset's defaults are those of a bsuite id
-            env_id = json.loads(configs[0].read_text())["env"]
-            records = [sweeps.upgraded(record, env_id) for record in records]
-        if records[0] != records[1]:
-            raise SystemExit(f"{sweep} and {to} were swept with different settings "
-                             f"({sweeps.SWEEP_FILE}); keep them apart")  # fmt: skip
-    runs = [csv.parent.parent for csv in sweeps.finished_csvs(sweep)]
-    runs = [run for run in runs if not (to / run.name).exists()]
-    for run in runs:
-        part = to / f".{run.name}.part"
-        shutil.rmtree(part, ignore_errors=True)  # a copy cut short before
-        (part / RESULTS).mkdir(parents=True)
-        for name in ("config.json", "summary.json"):
-            shutil.copy2(run / name, part / name)
-        for csv in (run / RESULTS).glob("*.csv"):
-            shutil.copy2(csv, part / RESULTS / csv.name)
-        part.rename(to / run.name)
-    if ours.exists() and not theirs.exists():
-        to.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ours, theirs)
-    return len(runs)
 
 
 def claims(figure: str, table) -> list[dict]:
@@ -141,13 +106,9 @@ def main() -> None:
     extra = {} if args.total_episodes is None else {"total_episodes": args.total_episodes}
     for agent in args.agents or AGENTS[args.figure]:
         start = time.perf_counter()
-        kept_dir = None if args.kept is None else args.kept / f"figure{args.figure}" / agent
-        if kept_dir is not None and kept_dir.is_dir():
-            copy_finished(kept_dir, out / agent)
+        kept = None if args.kept is None else args.kept / f"figure{args.figure}" / agent
         result, done = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False,
-                                    until_solved=args.until_solved, **extra)  # fmt: skip
-        if kept_dir is not None:  # a stopped sweep's finished ids too
-            copy_finished(out / agent, kept_dir)
+                                    until_solved=args.until_solved, kept=kept, **extra)  # fmt: skip
         print(json.dumps(dict(bench="bsuite", figure=args.figure, agent=agent, ids=len(ids),
                               finished_before=len(done),
                               finished_now=len(finished_ids(out / agent, ids)) - len(done),

@@ -227,6 +227,10 @@ def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--out", required=True, metavar="DIR",
                        help="the sweep's folder: one run per id, csv/ for bsuite's loader; "
                        "sweeping into it again keeps finished ids and continues the rest")
+    sweep.add_argument("--kept", metavar="DIR",
+                       help="a folder of finished ids (each one's bsuite CSV, config and "
+                       "summary; no checkpoints) to start from, and to add this sweep's "
+                       "finished ids to: sweeps on other machines or fresh clones add up there")
     sweep.add_argument("--total-episodes", type=int, metavar="N",
                        help="episodes per id instead of bsuite's budget (a smoke test: bsuite's "
                        "scores need its budget)")

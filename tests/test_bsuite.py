@@ -187,6 +187,49 @@ def test_a_sweep_recorded_before_a_field_existed_continues_at_its_default(tmp_pa
                      double_q=False)  # fmt: skip
 
 
+def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(tmp_path):
+    """``--kept``: what the report reads of each finished id (config, summary, bsuite CSV; no
+    checkpoints) is kept, an unfinished id is not, and a sweep in a fresh folder (another
+    machine, a fresh clone) redoes none of what is kept and adds what it finishes. A kept folder
+    of another sweep is refused before anything is copied; one kept before an upgrade added a
+    field is the same sweep."""
+    from rlherd.cli import main
+
+    first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"
+    sweep = ["--total-episodes", "3", "--no-progress", "--kept", str(kept)]
+    assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(first), *sweep]) == 0
+    begun = first / "catch-1"  # an id begun and not finished: its summary is not at budget
+    shutil.copytree(first / "catch-0", begun)
+    (begun / "summary.json").write_text('{"episodes": 1, "total_episodes": 3}')
+    assert sweeps.copy_finished(first, kept) == 0  # catch-0 is kept already, catch-1 unfinished
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
+        "catch-0/bsuite/bsuite_id_-_catch-0.csv", "catch-0/config.json", "catch-0/summary.json",
+        sweeps.SWEEP_FILE]  # fmt: skip
+    result, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/2"], fresh,
+                                progress=False, total_episodes=3, kept=kept)  # fmt: skip
+    assert done == ["bsuite/catch/0"] and [r.config.env for r in result.runs] == ["bsuite/catch/2"]
+    assert (kept / "catch-2" / "summary.json").exists()
+    assert not (kept / "catch-2" / "checkpoints").exists()
+    data, _ = csv_load.load_bsuite({"dqn": str(fresh / sweeps.CSV_DIR)})
+    assert sorted(data["bsuite_id"].unique()) == ["catch/0", "catch/2"]
+    # Another budget: its ids are not this sweep's, refused before anything is copied or run.
+    with pytest.raises(ConfigError, match=f"{kept} holds a sweep of dqn with another settings"):
+        sweeps.sweep("dqn", ["bsuite/catch/3"], tmp_path / "other", progress=False,
+                     total_episodes=4, kept=kept)  # fmt: skip
+    assert not (tmp_path / "other").exists()
+    sweeps.sweep("dqn", ["bsuite/catch/3"], tmp_path / "other", progress=False, total_episodes=4)
+    with pytest.raises(ConfigError, match="different settings"):
+        sweeps.copy_finished(tmp_path / "other", kept)
+    assert not (kept / "catch-3").exists()
+    # Kept before an upgrade added a field: the same sweep, continued from and added to.
+    record = json.loads((kept / sweeps.SWEEP_FILE).read_text())
+    del record["config"]["double_q"]
+    (kept / sweeps.SWEEP_FILE).write_text(json.dumps(record))
+    _, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/3"], tmp_path / "upgraded",
+                           progress=False, total_episodes=3, kept=kept)  # fmt: skip
+    assert done == ["bsuite/catch/0"] and (kept / "catch-3" / "summary.json").exists()
+
+
 def test_replicates_differ_by_their_seed_and_each_seed_reaches_every_layer(tmp_path):
     def returns(env_id: str, seed: int, logged: bool) -> list[float]:
         kwargs = {"results_dir": str(tmp_path / f"logged-{len(made)}")} if logged else {}

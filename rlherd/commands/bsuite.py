@@ -27,6 +27,7 @@ import contextlib
 import importlib
 import json
 import logging
+import shutil
 import sys
 import tempfile
 import warnings
@@ -176,15 +177,19 @@ def _claim(out: Path, request: dict[str, Any], env_id: str) -> None:
     if started and not path.exists():
         raise ConfigError(f"{out} holds runs (e.g. {started[0].name}) without the {SWEEP_FILE} "
                           "that says how they were swept; sweep into another --out")  # fmt: skip
-    before = upgraded(read_json(path), env_id) if started else request
+    _refuse_another(out, upgraded(read_json(path), env_id) if started else request, request)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(request, indent=1, sort_keys=True))
+
+
+def _refuse_another(folder: Path, before: dict[str, Any], request: dict[str, Any]) -> None:
+    """Refuse to sweep ``request`` where ``folder``'s ids were swept with ``before``."""
     if before != request:
         changed = sorted(k for k in {**before, **request} if before.get(k) != request.get(k))
         raise ConfigError(
-            f"{out} holds a sweep of {before.get('agent')} with another {', '.join(changed)}; "
-            "sweep into another --out, or give the same agent, seed and settings to continue it"
+            f"{folder} holds a sweep of {before.get('agent')} with another {', '.join(changed)}; "
+            "sweep into another folder, or give the same agent, seed and settings to continue it"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(request, indent=1, sort_keys=True))
 
 
 def upgraded(record: dict[str, Any], env_id: str) -> dict[str, Any]:
@@ -226,18 +231,26 @@ def _argv(agent: str, env_id: str, path: Path, seed: int, settings: dict[str, An
 
 def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = None,
           progress: bool = True, seed: int = 0, until_solved: bool = False,
-          **settings: Any) -> tuple[SeedRuns, list[str]]:  # fmt: skip
+          kept: str | Path | None = None, **settings: Any) -> tuple[SeedRuns, list[str]]:
     """Train ``agent`` on each of ``env_ids`` not yet finished in ``out``, in parallel processes
     (at most ``jobs`` at once), each id with its own seed (:func:`id_seed`). ``settings`` are
     :func:`rlherd.train`'s (``preset``, ``total_episodes``, agent fields, runtime settings),
     the same for every id and every sweep into ``out``. ``until_solved``: the :data:`SOLVABLE`
     ids stop once solved (:class:`UntilSolved`); it is not part of what a folder is swept with,
-    as it changes no score. Returns the group's outcome and the ids it found finished (and left
-    as they were)."""
+    as it changes no score. ``kept``: a folder of finished ids (:func:`copy_finished`) that the
+    sweep starts from, and to which it adds those it finishes, stopped or not, so that sweeps on
+    several machines, or fresh clones, add up there. Returns the group's outcome and the ids it
+    found finished (and left as they were)."""
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
-    _claim(out, _request(agent, env_ids[0], seed, settings), env_ids[0])
+    request = _request(agent, env_ids[0], seed, settings)
+    if kept is not None and (Path(kept) / SWEEP_FILE).exists():  # before anything is copied
+        _refuse_another(Path(kept), upgraded(read_json(Path(kept) / SWEEP_FILE), env_ids[0]),
+                        request)  # fmt: skip
+    _claim(out, request, env_ids[0])
+    if kept is not None and Path(kept).is_dir():
+        copy_finished(Path(kept), out)
     paths = {i: run_path(out, i) for i in env_ids}
     done = [i for i in env_ids if _finished(paths[i])]
     group = [SeedProcess(k, paths[i], _argv(agent, i, paths[i], id_seed(seed, i), settings,
@@ -248,12 +261,48 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     if group:
         result = run_group(out, group, threads, jobs, progress, f"{agent} bsuite", unit="ids")
     link_csvs(out)
+    if kept is not None:
+        copy_finished(out, Path(kept))
     return result, done
 
 
 def finished_csvs(out: Path) -> list[Path]:
     """The bsuite CSV of each finished run in the sweep folder ``out``."""
     return [c for c in sorted(out.glob(f"*/{bs.RESULTS}/*.csv")) if _finished(c.parent.parent)]
+
+
+def copy_finished(sweep: Path, to: Path) -> int:
+    """Copy each finished id of the sweep folder ``sweep`` that ``to`` lacks, as bsuite's report
+    reads it (its config, summary and bsuite CSV: a few kilobytes, no checkpoints), and the
+    sweep's settings where ``to`` has none; returns how many ids went. Ids already in ``to``,
+    finished or not, are left as they are; each id is copied whole or not at all (under a
+    temporary name, then renamed), and two folders swept with different settings are refused
+    (records written before an upgrade count with the fields they lack at their defaults)."""
+    ours, theirs = sweep / SWEEP_FILE, to / SWEEP_FILE
+    if ours.exists() and theirs.exists():
+        records = [read_json(p) for p in (ours, theirs)]
+        configs = [*sweep.glob("*/config.json"), *to.glob("*/config.json")]
+        if configs:  # the preset's defaults are those of a bsuite id
+            env_id = read_json(configs[0])["env"]
+            records = [upgraded(record, env_id) for record in records]
+        if records[0] != records[1]:
+            raise ConfigError(f"{sweep} and {to} were swept with different settings "
+                              f"({SWEEP_FILE}); keep them apart")  # fmt: skip
+    runs = [csv.parent.parent for csv in finished_csvs(sweep)]
+    runs = [run for run in runs if not (to / run.name).exists()]
+    for run in runs:
+        part = to / f".{run.name}.part"
+        shutil.rmtree(part, ignore_errors=True)  # a copy cut short before
+        (part / bs.RESULTS).mkdir(parents=True)
+        for name in ("config.json", "summary.json"):
+            shutil.copy2(run / name, part / name)
+        for csv in (run / bs.RESULTS).glob("*.csv"):
+            shutil.copy2(csv, part / bs.RESULTS / csv.name)
+        part.rename(to / run.name)
+    if ours.exists() and not theirs.exists():
+        to.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ours, theirs)
+    return len(runs)
 
 
 def link_csvs(out: Path) -> None:
@@ -490,7 +539,7 @@ def command(args: Any, overrides: dict[str, Any]) -> int:
     if args.preset is not None:
         kwargs["preset"] = args.preset
     result, done = sweep(args.agent, env_ids, args.out, args.jobs, not args.no_progress,
-                         args.seed, args.until_solved, **kwargs)  # fmt: skip
+                         args.seed, args.until_solved, args.kept, **kwargs)  # fmt: skip
     names = dict(enumerate(env_ids))  # the group's runs are numbered by their place here
     for run in result.runs:
         print(json.dumps({"env": run.config.env, "run_dir": str(run.path), **run.summary}))
