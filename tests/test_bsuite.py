@@ -218,6 +218,11 @@ def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(t
                      total_episodes=4, kept=kept)  # fmt: skip
     assert not (tmp_path / "other").exists()
     sweeps.sweep("dqn", ["bsuite/catch/3"], tmp_path / "other", progress=False, total_episodes=4)
+    unknown = tmp_path / "unknown"  # runs kept without the record of how they were swept
+    shutil.copytree(kept / "catch-0", unknown / "catch-0")
+    with pytest.raises(ConfigError, match="without the sweep.json"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], fresh, progress=False, total_episodes=3,
+                     kept=unknown)  # fmt: skip
     with pytest.raises(ConfigError, match="different settings"):
         sweeps.copy_finished(tmp_path / "other", kept)
     assert not (kept / "catch-3").exists()

@@ -192,6 +192,16 @@ def _refuse_another(folder: Path, before: dict[str, Any], request: dict[str, Any
         )
 
 
+def _check_kept(kept: Path, request: dict[str, Any], env_id: str) -> None:
+    """Refuse, before anything is copied, a kept folder swept with other settings than
+    ``request``, or holding runs without the record of how they were swept."""
+    if (kept / SWEEP_FILE).exists():
+        _refuse_another(kept, upgraded(read_json(kept / SWEEP_FILE), env_id), request)
+    elif any(kept.glob("*/config.json")):
+        raise ConfigError(f"{kept} holds runs without the {SWEEP_FILE} that says how they were "
+                          "swept; keep this sweep's ids in another --kept folder")  # fmt: skip
+
+
 def upgraded(record: dict[str, Any], env_id: str) -> dict[str, Any]:
     """A folder's sweep record with the config fields and runtime settings that rlherd gained
     since it was written, at their defaults (for its preset and ``env_id``, nothing set). A new
@@ -245,9 +255,8 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
     request = _request(agent, env_ids[0], seed, settings)
-    if kept is not None and (Path(kept) / SWEEP_FILE).exists():  # before anything is copied
-        _refuse_another(Path(kept), upgraded(read_json(Path(kept) / SWEEP_FILE), env_ids[0]),
-                        request)  # fmt: skip
+    if kept is not None:
+        _check_kept(Path(kept), request, env_ids[0])
     _claim(out, request, env_ids[0])
     if kept is not None and Path(kept).is_dir():
         copy_finished(Path(kept), out)
