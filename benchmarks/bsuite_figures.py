@@ -21,10 +21,9 @@ leaves them out where it cannot.
 
 ``--kept DIR`` keeps what the report reads of each finished id (its config, summary and bsuite
 CSV: a few kilobytes, no checkpoints) in ``DIR/<figure>/<agent>`` (``rlherd bsuite --kept``),
-and starts each sweep from
-what is kept there, so the pieces can run on different machines and fresh clones;
-benchmarks/results/bsuite holds the figures' finished ids so far, and ``rlherd bsuite-report
-benchmarks/results/bsuite/figure10/*`` scores them.
+and starts each sweep from what is kept there, so the pieces can run on different machines and
+fresh clones; benchmarks/results/bsuite holds the figures' finished ids so far, and ``rlherd
+bsuite-report benchmarks/results/bsuite/figure10/*`` scores them.
 
 Prints one JSON line per agent (ids finished, wall time of this invocation's sweep, machine),
 one per experiment and agent (bsuite's score), one per claim (whether it holds), and writes the
@@ -43,6 +42,7 @@ import time
 from pathlib import Path
 
 from rlherd.commands import bsuite as sweeps
+from rlherd.errors import ConfigError
 from rlherd.run.provenance import machine
 
 AGENTS = {"10": ["dqn", "r2d2", "impala", "mcts", "ppo"], "11": ["dqn", "dqfd", "r2d2", "r2d3"]}
@@ -107,8 +107,11 @@ def main() -> None:
     for agent in args.agents or AGENTS[args.figure]:
         start = time.perf_counter()
         kept = None if args.kept is None else args.kept / f"figure{args.figure}" / agent
-        result, done = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False,
-                                    until_solved=args.until_solved, kept=kept, **extra)  # fmt: skip
+        try:
+            result, done = sweeps.sweep(agent, ids, out / agent, args.jobs, progress=False,
+                                        until_solved=args.until_solved, kept=kept, **extra)
+        except ConfigError as e:  # e.g. a kept folder of other settings: one line, as rlherd's
+            raise SystemExit(f"bsuite_figures: {e}") from None
         print(json.dumps(dict(bench="bsuite", figure=args.figure, agent=agent, ids=len(ids),
                               finished_before=len(done),
                               finished_now=len(finished_ids(out / agent, ids)) - len(done),

@@ -129,9 +129,9 @@ def test_bsuite_figures_judges_claims_only_on_scores_bsuite_gave():
         ("dqfd solves deep_sea_stochastic ids dqn and r2d2 do not", True)]
 
 
-def test_bsuite_figures_counts_the_ids_finished(tmp_path):
-    """A sweep's JSON line counts the ids finished, not the runs started: an id begun and not
-    finished (its summary short of its budget) is not one."""
+def test_bsuite_figures_finished_ids_are_those_that_played_their_budget(tmp_path):
+    """What a sweep's JSON line counts as finished (``finished_now``): an id begun and not
+    finished (its summary short of its budget) is not."""
     from rlherd.commands import bsuite as sweeps
 
     figures = load("bsuite_figures")

@@ -2,6 +2,7 @@
 format, resumable sweeps and bsuite's own scoring."""
 
 import json
+import re
 import shutil
 import signal
 import warnings
@@ -102,18 +103,18 @@ def test_the_subset_spreads_across_each_experiment():
 
 def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrupt_at):
     out = tmp_path / "sweep"
-    result, kept = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False,
+    result, done = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False,
                                 total_episodes=12)  # fmt: skip
-    assert not result.failed and kept == []
+    assert not result.failed and done == []
     finished = (out / "catch-0" / "summary.json").stat().st_mtime_ns
     interrupt_at(60, signal.SIGTERM)  # catch/1 stopped on its way, as a killed sweep leaves it
     stopped = rlherd.train("dqn", "bsuite/catch/1", run_dir=sweeps.run_path(out, "bsuite/catch/1"),
                            total_episodes=12, seed=1, progress=False)  # fmt: skip
     assert stopped.stopped
     (out / "catch-1" / "kept").touch()  # a new run (--overwrite) would start in an empty folder
-    result, kept = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out,
+    result, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out,
                                 progress=False, total_episodes=12)  # fmt: skip
-    assert kept == ["bsuite/catch/0"] and not result.failed
+    assert done == ["bsuite/catch/0"] and not result.failed
     assert (out / "catch-0" / "summary.json").stat().st_mtime_ns == finished  # not redone
     assert (out / "catch-1" / "kept").exists()  # continued, not started again
     data = csv_of(out / "catch-1")
@@ -135,9 +136,9 @@ def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
         sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3,
                      learning_rate=0.5)  # fmt: skip
     # ... but the same sweep written another way is the same sweep (the command line's text).
-    _, kept = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes="3",
+    _, done = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes="3",
                            learning_rate="0.001", preset="bsuite")  # fmt: skip
-    assert kept == ["bsuite/catch/0"]
+    assert done == ["bsuite/catch/0"]
     rlherd.train("ppo", "bsuite/catch/3", run_dir=tmp_path / "older" / "catch-3",
                  total_episodes=2, progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="without the sweep.json"):
@@ -179,9 +180,9 @@ def test_a_sweep_recorded_before_a_field_existed_continues_at_its_default(tmp_pa
     record = json.loads((out / sweeps.SWEEP_FILE).read_text())
     del record["config"]["double_q"], record["settings"]["torch_threads"]  # "not yet" fields
     (out / sweeps.SWEEP_FILE).write_text(json.dumps(record))
-    _, kept = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
+    _, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
                            total_episodes=3)  # fmt: skip
-    assert kept == ["bsuite/catch/0"] and (out / "catch-1" / "summary.json").exists()
+    assert done == ["bsuite/catch/0"] and (out / "catch-1" / "summary.json").exists()
     with pytest.raises(ConfigError, match="another config"):
         sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3,
                      double_q=False)  # fmt: skip
@@ -190,9 +191,8 @@ def test_a_sweep_recorded_before_a_field_existed_continues_at_its_default(tmp_pa
 def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(tmp_path):
     """``--kept``: what the report reads of each finished id (config, summary, bsuite CSV; no
     checkpoints) is kept, an unfinished id is not, and a sweep in a fresh folder (another
-    machine, a fresh clone) redoes none of what is kept and adds what it finishes. A kept folder
-    of another sweep is refused before anything is copied; one kept before an upgrade added a
-    field is the same sweep."""
+    machine, a fresh clone) redoes none of what is kept, replaces an unfinished run of a kept
+    id, and adds what it finishes."""
     from rlherd.cli import main
 
     first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"
@@ -201,38 +201,72 @@ def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(t
     begun = first / "catch-1"  # an id begun and not finished: its summary is not at budget
     shutil.copytree(first / "catch-0", begun)
     (begun / "summary.json").write_text('{"episodes": 1, "total_episodes": 3}')
-    assert sweeps.copy_finished(first, kept) == 0  # catch-0 is kept already, catch-1 unfinished
+    assert sweeps.copy_finished(first, kept, "bsuite/catch/0") == 0  # catch-1 is unfinished
     assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == [
         "catch-0/bsuite/bsuite_id_-_catch-0.csv", "catch-0/config.json", "catch-0/summary.json",
         sweeps.SWEEP_FILE]  # fmt: skip
+    shutil.copytree(begun, fresh / "catch-0")  # stopped here, finished elsewhere
+    shutil.copy2(first / sweeps.SWEEP_FILE, fresh / sweeps.SWEEP_FILE)
     result, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/2"], fresh,
                                 progress=False, total_episodes=3, kept=kept)  # fmt: skip
     assert done == ["bsuite/catch/0"] and [r.config.env for r in result.runs] == ["bsuite/catch/2"]
     assert (kept / "catch-2" / "summary.json").exists()
-    assert not (kept / "catch-2" / "checkpoints").exists()
+    assert not (kept / "catch-2" / "checkpoints").exists() and not (kept / sweeps.PARTS).exists()
     data, _ = csv_load.load_bsuite({"dqn": str(fresh / sweeps.CSV_DIR)})
     assert sorted(data["bsuite_id"].unique()) == ["catch/0", "catch/2"]
-    # Another budget: its ids are not this sweep's, refused before anything is copied or run.
-    with pytest.raises(ConfigError, match=f"{kept} holds a sweep of dqn with another settings"):
-        sweeps.sweep("dqn", ["bsuite/catch/3"], tmp_path / "other", progress=False,
-                     total_episodes=4, kept=kept)  # fmt: skip
-    assert not (tmp_path / "other").exists()
-    sweeps.sweep("dqn", ["bsuite/catch/3"], tmp_path / "other", progress=False, total_episodes=4)
+    assert data[data["bsuite_id"] == "catch/0"]["episode"].max() == 3  # the finished one
+
+
+def test_a_kept_folder_holds_one_sweeps_settings(tmp_path, monkeypatch):
+    """A kept folder of another sweep, or of runs without a record, is refused before anything
+    is copied or run; one kept before an upgrade added a field is the same sweep; a copy cut
+    short leaves the folder usable; a stopped sweep keeps the ids it finished."""
+    kept = tmp_path / "kept"
+    sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "first", progress=False, total_episodes=3,
+                 kept=kept)  # fmt: skip
+    other = tmp_path / "other"
+    with pytest.raises(ConfigError, match=re.escape(f"{kept} holds a sweep of dqn with another "
+                                                    "settings; give another --kept")):
+        sweeps.sweep("dqn", ["bsuite/catch/3"], other, progress=False, total_episodes=4,
+                     kept=kept)  # fmt: skip
+    assert not other.exists()
+    sweeps.sweep("dqn", ["bsuite/catch/3"], other, progress=False, total_episodes=4)
+    with pytest.raises(ConfigError, match="another settings"):
+        sweeps.copy_finished(other, kept, "bsuite/catch/3")
+    assert not (kept / "catch-3").exists()
     unknown = tmp_path / "unknown"  # runs kept without the record of how they were swept
     shutil.copytree(kept / "catch-0", unknown / "catch-0")
     with pytest.raises(ConfigError, match="without the sweep.json"):
-        sweeps.sweep("dqn", ["bsuite/catch/0"], fresh, progress=False, total_episodes=3,
-                     kept=unknown)  # fmt: skip
-    with pytest.raises(ConfigError, match="different settings"):
-        sweeps.copy_finished(tmp_path / "other", kept)
-    assert not (kept / "catch-3").exists()
-    # Kept before an upgrade added a field: the same sweep, continued from and added to.
+        sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "fresh", progress=False,
+                     total_episodes=3, kept=unknown)  # fmt: skip
+    assert not (tmp_path / "fresh").exists()
+    with pytest.raises(ConfigError, match="is a file"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "fresh", progress=False,
+                     total_episodes=3, kept=kept / sweeps.SWEEP_FILE)  # fmt: skip
+    # A copy cut short: a part left behind is no run, and is copied again.
+    shutil.copytree(kept / "catch-0", kept / sweeps.PARTS / "catch-4")
+    # Kept before an upgrade added a field, and holding no finished id of the new one's: the
+    # same sweep, continued from and added to.
     record = json.loads((kept / sweeps.SWEEP_FILE).read_text())
     del record["config"]["double_q"]
     (kept / sweeps.SWEEP_FILE).write_text(json.dumps(record))
-    _, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/3"], tmp_path / "upgraded",
+    upgraded = tmp_path / "upgraded"
+    _, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/4"], upgraded,
                            progress=False, total_episodes=3, kept=kept)  # fmt: skip
-    assert done == ["bsuite/catch/0"] and (kept / "catch-3" / "summary.json").exists()
+    assert done == ["bsuite/catch/0"] and (kept / "catch-4" / "summary.json").exists()
+    assert not (kept / sweeps.PARTS).exists()
+    # A sweep stopped by an error after its runs: the ids it finished are kept all the same.
+    real = sweeps.run_group
+
+    def run_then_fail(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweeps, "run_group", run_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        sweeps.sweep("dqn", ["bsuite/catch/5"], upgraded, progress=False, total_episodes=3,
+                     kept=kept)  # fmt: skip
+    assert (kept / "catch-5" / "summary.json").exists()
 
 
 def test_replicates_differ_by_their_seed_and_each_seed_reaches_every_layer(tmp_path):
@@ -515,9 +549,9 @@ def test_until_solved_stops_a_solved_deep_sea_which_bsuite_scores_as_its_whole_b
     from bsuite.experiments.deep_sea import analysis
 
     out = tmp_path / "dqfd"
-    result, kept = sweeps.sweep("dqfd", ["bsuite/deep_sea/0"], out, progress=False,
+    result, done = sweeps.sweep("dqfd", ["bsuite/deep_sea/0"], out, progress=False,
                                 until_solved=True, log_interval_s=0.5)  # fmt: skip
-    assert not result.failed and kept == []
+    assert not result.failed and done == []
     summary = result.runs[0].summary
     assert summary["total_episodes"] == 10_000 and summary["episodes"] < 2_000
     assert summary["stopped_by"].startswith("UntilSolved: bsuite counts it solved at episode")

@@ -44,12 +44,13 @@ from rlherd.config import to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.callbacks import STOP, Answer, Callback, RunInfo
-from rlherd.run.rundir import RunDir, read_json
+from rlherd.run.rundir import RunDir, atomic_write_bytes, read_json
 from rlherd.runtime import settings as settings_mod
 
 SUBSET_SIZE = 5  # ids per experiment in the documented subset
 CSV_DIR = "csv"  # a sweep's folder of links to its runs' CSVs
 SWEEP_FILE = "sweep.json"  # what a sweep's folder was swept with: agent, seed, settings
+PARTS = ".parts"  # ids being copied into a folder (copy_finished), out of the runs' globs
 EXPERIMENTS = "bsuite's experiments"  # a category table's count column (no agent's name)
 # rlherd.train's own arguments that a sweep passes on to every id, beside fields and settings.
 TRAIN_ARGUMENTS = ("runtime", "total_steps", "eval_every", "eval_episodes", "env_kwargs")
@@ -177,29 +178,35 @@ def _claim(out: Path, request: dict[str, Any], env_id: str) -> None:
     if started and not path.exists():
         raise ConfigError(f"{out} holds runs (e.g. {started[0].name}) without the {SWEEP_FILE} "
                           "that says how they were swept; sweep into another --out")  # fmt: skip
-    _refuse_another(out, upgraded(read_json(path), env_id) if started else request, request)
+    before = upgraded(read_json(path), env_id) if started else request
+    _refuse_another(out, before, request, "--out")
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(request, indent=1, sort_keys=True))
 
 
-def _refuse_another(folder: Path, before: dict[str, Any], request: dict[str, Any]) -> None:
-    """Refuse to sweep ``request`` where ``folder``'s ids were swept with ``before``."""
+def _refuse_another(folder: Path, before: dict[str, Any], request: dict[str, Any],
+                    flag: str) -> None:  # fmt: skip
+    """Refuse to put ids swept with ``request`` in ``folder`` (given by ``flag``), whose ids were
+    swept with ``before``: scores of two settings would pass for one sweep's."""
     if before != request:
         changed = sorted(k for k in {**before, **request} if before.get(k) != request.get(k))
         raise ConfigError(
             f"{folder} holds a sweep of {before.get('agent')} with another {', '.join(changed)}; "
-            "sweep into another folder, or give the same agent, seed and settings to continue it"
+            f"give another {flag}, or the same agent, seed and settings to continue it"
         )
 
 
 def _check_kept(kept: Path, request: dict[str, Any], env_id: str) -> None:
-    """Refuse, before anything is copied, a kept folder swept with other settings than
-    ``request``, or holding runs without the record of how they were swept."""
+    """Refuse, before anything is copied or run, a ``--kept`` folder that is not one, that was
+    swept with other settings than ``request``, or whose runs have no record of how they were
+    swept (they could be any sweep's)."""
+    if kept.exists() and not kept.is_dir():
+        raise ConfigError(f"--kept {kept} is a file; give a folder (made if missing)")
     if (kept / SWEEP_FILE).exists():
-        _refuse_another(kept, upgraded(read_json(kept / SWEEP_FILE), env_id), request)
+        _refuse_another(kept, upgraded(read_json(kept / SWEEP_FILE), env_id), request, "--kept")
     elif any(kept.glob("*/config.json")):
         raise ConfigError(f"{kept} holds runs without the {SWEEP_FILE} that says how they were "
-                          "swept; keep this sweep's ids in another --kept folder")  # fmt: skip
+                          "swept; give another --kept folder")  # fmt: skip
 
 
 def upgraded(record: dict[str, Any], env_id: str) -> dict[str, Any]:
@@ -248,18 +255,19 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     the same for every id and every sweep into ``out``. ``until_solved``: the :data:`SOLVABLE`
     ids stop once solved (:class:`UntilSolved`); it is not part of what a folder is swept with,
     as it changes no score. ``kept``: a folder of finished ids (:func:`copy_finished`) that the
-    sweep starts from, and to which it adds those it finishes, stopped or not, so that sweeps on
-    several machines, or fresh clones, add up there. Returns the group's outcome and the ids it
-    found finished (and left as they were)."""
+    sweep starts from, and to which it adds the ids it finishes, whether or not the sweep is
+    stopped, so that sweeps on several machines, or fresh clones, add up there. Returns the
+    group's outcome and the ids it found finished (and left as they were)."""
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
     request = _request(agent, env_ids[0], seed, settings)
+    kept = None if kept is None else Path(kept)
     if kept is not None:
-        _check_kept(Path(kept), request, env_ids[0])
+        _check_kept(kept, request, env_ids[0])
     _claim(out, request, env_ids[0])
-    if kept is not None and Path(kept).is_dir():
-        copy_finished(Path(kept), out)
+    if kept is not None and (kept / SWEEP_FILE).exists():
+        copy_finished(kept, out, env_ids[0])
     paths = {i: run_path(out, i) for i in env_ids}
     done = [i for i in env_ids if _finished(paths[i])]
     group = [SeedProcess(k, paths[i], _argv(agent, i, paths[i], id_seed(seed, i), settings,
@@ -267,11 +275,14 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
              for k, i in enumerate(env_ids) if i not in done]  # fmt: skip
     threads = int(settings.get("torch_threads", 1))
     result = SeedRuns(out)
-    if group:
-        result = run_group(out, group, threads, jobs, progress, f"{agent} bsuite", unit="ids")
-    link_csvs(out)
-    if kept is not None:
-        copy_finished(out, Path(kept))
+    try:
+        if group:
+            result = run_group(out, group, threads, jobs, progress, f"{agent} bsuite",
+                               unit="ids")  # fmt: skip
+        link_csvs(out)
+    finally:  # whatever stopped the sweep, its finished ids are kept
+        if kept is not None:
+            copy_finished(out, kept, env_ids[0])
     return result, done
 
 
@@ -280,37 +291,37 @@ def finished_csvs(out: Path) -> list[Path]:
     return [c for c in sorted(out.glob(f"*/{bs.RESULTS}/*.csv")) if _finished(c.parent.parent)]
 
 
-def copy_finished(sweep: Path, to: Path) -> int:
-    """Copy each finished id of the sweep folder ``sweep`` that ``to`` lacks, as bsuite's report
-    reads it (its config, summary and bsuite CSV: a few kilobytes, no checkpoints), and the
-    sweep's settings where ``to`` has none; returns how many ids went. Ids already in ``to``,
-    finished or not, are left as they are; each id is copied whole or not at all (under a
-    temporary name, then renamed), and two folders swept with different settings are refused
-    (records written before an upgrade count with the fields they lack at their defaults)."""
-    ours, theirs = sweep / SWEEP_FILE, to / SWEEP_FILE
-    if ours.exists() and theirs.exists():
-        records = [read_json(p) for p in (ours, theirs)]
-        configs = [*sweep.glob("*/config.json"), *to.glob("*/config.json")]
-        if configs:  # the preset's defaults are those of a bsuite id
-            env_id = read_json(configs[0])["env"]
-            records = [upgraded(record, env_id) for record in records]
-        if records[0] != records[1]:
-            raise ConfigError(f"{sweep} and {to} were swept with different settings "
-                              f"({SWEEP_FILE}); keep them apart")  # fmt: skip
-    runs = [csv.parent.parent for csv in finished_csvs(sweep)]
-    runs = [run for run in runs if not (to / run.name).exists()]
+def copy_finished(sweep: Path, to: Path, env_id: str) -> int:
+    """Copy each finished id of the sweep folder ``sweep`` into ``to``, as bsuite's report reads
+    it (its config, summary and bsuite CSV: a few kilobytes, no checkpoints), unless ``to`` has
+    finished it too (an unfinished run of the id there is replaced); returns how many ids went.
+    Why: a folder of these adds up a sweep of days across machines and fresh clones.
+
+    The two folders' records must say the same settings (``env_id``, one of the sweep's ids,
+    gives the defaults of fields added since a record was written: :func:`upgraded`). ``to``'s
+    record is written first, so a copy cut short leaves a folder that says how its ids were
+    swept; each id is copied under ``to/.parts`` (which no glob of runs reaches), then renamed
+    whole into place."""
+    ours, theirs = read_json(sweep / SWEEP_FILE), to / SWEEP_FILE
+    if theirs.exists():
+        _refuse_another(to, upgraded(read_json(theirs), env_id), upgraded(ours, env_id), "--kept")
+    else:
+        to.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(theirs, (sweep / SWEEP_FILE).read_bytes())
+    runs = sorted({csv.parent.parent for csv in finished_csvs(sweep)})
+    runs = [run for run in runs if not _finished(to / run.name)]
     for run in runs:
-        part = to / f".{run.name}.part"
+        part = to / PARTS / run.name
         shutil.rmtree(part, ignore_errors=True)  # a copy cut short before
         (part / bs.RESULTS).mkdir(parents=True)
         for name in ("config.json", "summary.json"):
             shutil.copy2(run / name, part / name)
         for csv in (run / bs.RESULTS).glob("*.csv"):
             shutil.copy2(csv, part / bs.RESULTS / csv.name)
+        shutil.rmtree(to / run.name, ignore_errors=True)
         part.rename(to / run.name)
-    if ours.exists() and not theirs.exists():
-        to.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ours, theirs)
+    with contextlib.suppress(OSError):
+        (to / PARTS).rmdir()
     return len(runs)
 
 
