@@ -302,12 +302,13 @@ def copy_finished(sweep: Path, to: Path, env_id: str) -> int:
     record is written first, so a copy cut short leaves a folder that says how its ids were
     swept; each id is copied under ``to/.parts`` (which no glob of runs reaches), then renamed
     whole into place."""
-    ours, theirs = read_json(sweep / SWEEP_FILE), to / SWEEP_FILE
+    record, theirs = (sweep / SWEEP_FILE).read_bytes(), to / SWEEP_FILE
     if theirs.exists():
-        _refuse_another(to, upgraded(read_json(theirs), env_id), upgraded(ours, env_id), "--kept")
+        ours = upgraded(json.loads(record), env_id)
+        _refuse_another(to, upgraded(read_json(theirs), env_id), ours, "--kept")
     else:
         to.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(theirs, (sweep / SWEEP_FILE).read_bytes())
+        atomic_write_bytes(theirs, record)
     runs = sorted({csv.parent.parent for csv in finished_csvs(sweep)})
     runs = [run for run in runs if not _finished(to / run.name)]
     for run in runs:
