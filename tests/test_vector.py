@@ -102,9 +102,20 @@ def test_a_worker_killed_by_a_signal_is_named_by_it():
     with BatchEnv(fns("CartPole-v1", 4), num_workers=2, timeout=30) as batch:
         batch.reset(seed=0)
         os.kill(batch._procs[1].pid, signal.SIGKILL)
+        batch._procs[1].join()  # dead before the step is sent: the pipe breaks on send
         died = r"worker 1 \(envs 2..3\) died, killed by SIGKILL \(out of memory\? the kernel's"
         with pytest.raises(WorkerError, match=died):
             batch.step(np.zeros(4, dtype=np.int64))
+
+
+def test_a_worker_that_dies_during_a_step_is_named_by_its_exit_code():
+    """How it ended is reported when the worker dies while its step is in flight too (the
+    answer never comes, rather than the command never going)."""
+    env_fns = fns("rlherd/Faulty-v0", 2, at=1, mode="exit")
+    with BatchEnv(env_fns, num_workers=1, timeout=30) as batch:
+        batch.reset(seed=0)
+        with pytest.raises(WorkerError, match=r"worker 0 \(envs 0..1\) died, exit code 3;"):
+            batch.step(np.zeros(2, dtype=np.int64))
 
 
 def test_a_hanging_step_times_out():

@@ -273,17 +273,23 @@ class BatchEnv(gym.vector.VectorEnv):
                 f"restart_worker({w}) to replace it"
             )
 
+    def _died(self, w: int) -> WorkerError:
+        """The error for worker ``w``, found dead on its pipe, named by how it ended (a signal
+        such as the out-of-memory killer's SIGKILL says more than a broken pipe)."""
+        self._procs[w].join(timeout=1)
+        a, b = self._ranges[w]
+        return WorkerError(
+            f"environment worker {w} (envs {a}..{b - 1}) died, "
+            f"{exit_status(self._procs[w].exitcode)}; call restart_worker({w}) to replace it"
+        )
+
     def _send(self, w: int, message: tuple) -> None:
         self._refuse_broken([w])
-        a, b = self._ranges[w]
         try:
             self._conns[w].send(message)
         except OSError:  # BrokenPipeError: it died since it last answered
             self._broken.add(w)
-            raise WorkerError(
-                f"environment worker {w} (envs {a}..{b - 1}) died; call restart_worker({w}) "
-                "to replace it"
-            ) from None
+            raise self._died(w) from None
 
     def _command(self, message: Callable[[int], tuple]) -> None:
         """Send every worker its ``message(w)`` and read every answer, even after one of them
@@ -336,11 +342,7 @@ class BatchEnv(gym.vector.VectorEnv):
         try:
             kind, payload = conn.recv()
         except (EOFError, OSError):
-            self._procs[w].join(timeout=1)
-            raise WorkerError(
-                f"environment worker {w} (envs {a}..{b - 1}) died, "
-                f"{exit_status(self._procs[w].exitcode)}; call restart_worker({w}) to replace it"
-            ) from None
+            raise self._died(w) from None
         if kind == "error":
             index, tb = payload
             raise EnvError(f"environment {index} raised in its worker:\n{tb}")
