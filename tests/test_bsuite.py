@@ -486,6 +486,39 @@ def test_a_copy_of_a_bsuite_environment_steps_as_it_and_never_moves_it(env_id, t
         assert first._env._action_mapping is env._env._env._action_mapping  # shared
 
 
+def test_copies_share_a_generator_until_one_of_them_draws(monkeypatch, tmp_path):
+    """A search copies the environment at every node, and catch draws only when an episode
+    starts (the ball's column), which a search's copies never reach: they share its generator
+    and copy none. One that does start an episode takes a generator of its own first, so the
+    environment, its copies and their copies each draw as one never copied would."""
+    import copy
+
+    from rlherd.envs import bsuite_env
+
+    taken, copied = [], bsuite_env._copied
+    monkeypatch.setattr(bsuite_env, "_copied", lambda rng: taken.append(rng) or copied(rng))
+
+    def next_ball(env) -> list:  # play the episode out; the next one's first observation
+        while not env.step(1)[2]:
+            pass
+        return np.asarray(env.reset()[0]).tolist()
+
+    def made(name: str):  # logged, as a sweep's are
+        env = rl_envs.make("bsuite/catch/0", results_dir=str(tmp_path / name))
+        env.reset(seed=3)
+        return env
+
+    alone = next_ball(made("alone"))
+    env = made("searched")
+    searched = [copy.deepcopy(env) for _ in range(5)]
+    for imagined in searched:
+        imagined.step(0)  # a step of catch draws nothing
+    deeper = copy.deepcopy(searched[0])
+    assert not taken
+    assert next_ball(deeper) == next_ball(searched[1]) == next_ball(env) == alone
+    assert len(taken) == 3
+
+
 @pytest.mark.slow
 def test_demonstrations_solve_deep_sea_where_dqn_does_not(tmp_path):
     """Figure 11's claim on bsuite's smallest deep sea (size 10), at 500 of its 10,000 episodes,
