@@ -519,6 +519,34 @@ def test_copies_share_a_generator_until_one_of_them_draws(monkeypatch, tmp_path)
     assert len(taken) == 3
 
 
+def test_a_copied_environments_np_random_and_pickles_draw_as_if_never_copied(tmp_path):
+    """Sharing stays out of sight: ``np_random`` (Shimmy's, which bsuite's logger holds too) is
+    still the generator the environment draws from, and an environment pickled beside its copy
+    (a checkpoint, or snapshots sent elsewhere) unpickles with generators of their own."""
+    import copy
+    import pickle
+
+    def next_ball(env) -> list:
+        while not env.step(1)[2]:
+            pass
+        return np.asarray(env.reset()[0]).tolist()
+
+    def played(env) -> list:  # two episodes, a draw through np_random between them
+        first = next_ball(env)
+        env.np_random.randint(5)
+        return [first, next_ball(env)]
+
+    envs = []
+    for name in ("alone", "copied"):
+        envs.append(rl_envs.make("bsuite/catch/0", results_dir=str(tmp_path / name)))
+        envs[-1].reset(seed=3)
+    alone, env = envs
+    imagined = copy.deepcopy(env)
+    env_again, imagined_again = pickle.loads(pickle.dumps([env, imagined]))
+    assert played(env) == played(alone)
+    assert next_ball(imagined_again) == next_ball(env_again) == next_ball(imagined)
+
+
 @pytest.mark.slow
 def test_demonstrations_solve_deep_sea_where_dqn_does_not(tmp_path):
     """Figure 11's claim on bsuite's smallest deep sea (size 10), at 500 of its 10,000 episodes,

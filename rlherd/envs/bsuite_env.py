@@ -109,7 +109,7 @@ class BSuite(BSuiteCompatibilityV0):
         layers = _layers(inner)
         memo.update({id(value): value for value in self._unchanging(layers[-1])})
         held: dict[int, _SharedUntilDrawn] = {}  # layers may hold one generator between them
-        for layer in layers:
+        for layer in _layers(self._env):  # the logger's too: it holds Shimmy's ``np_random``
             for key, value in vars(layer).items():
                 if isinstance(value, np.random.RandomState) and id(value) not in memo:
                     setattr(layer, key, held.setdefault(id(value), _SharedUntilDrawn(value)))
@@ -154,10 +154,11 @@ def _copied(rng: np.random.RandomState) -> np.random.RandomState:
 
 
 class _SharedUntilDrawn:
-    """A random generator that an environment and its copies share until one of them draws:
-    the one that draws first takes a copy of its own (:func:`_copied`), so the shared one never
-    moves and each draws what it would have drawn alone. An environment is wrapped in it when
-    first copied; it pickles as the plain generator it stands for."""
+    """A random generator that an environment and its copies share until they draw: each takes
+    a copy of its own (:func:`_copied`) before its first draw, so the shared one never moves and
+    each draws what it would have drawn alone. An environment's generators are wrapped in it
+    when the environment is first copied. It pickles as a plain generator of its own, even
+    beside another holder of the same one."""
 
     __slots__ = ("_rng", "_shared")
 
@@ -174,7 +175,7 @@ class _SharedUntilDrawn:
         return _SharedUntilDrawn(self._rng, shared=True)
 
     def __reduce__(self) -> Any:
-        return self._rng.__reduce__()
+        return _copied, (self._rng,)
 
 
 class MNIST(BSuite):
