@@ -545,6 +545,7 @@ def test_a_copied_environments_np_random_and_pickles_draw_as_if_never_copied(tmp
     env_again, imagined_again = pickle.loads(pickle.dumps([env, imagined]))
     assert played(env) == played(alone)
     assert next_ball(imagined_again) == next_ball(env_again) == next_ball(imagined)
+    assert type(env_again._env._env._rng) is np.random.RandomState  # a checkpoint holds no holder
 
 
 @pytest.mark.slow

@@ -104,7 +104,8 @@ class BSuite(BSuiteCompatibilityV0):
         again was a third of a copy), and so is what :meth:`_unchanging` names. Random
         generators are shared until drawn from (:class:`_SharedUntilDrawn`): most of bsuite's
         environments draw only when an episode starts, which a search's copies never reach, and
-        copying a generator's state was three quarters of a copy of catch."""
+        copying a generator's state was three quarters of a copy of catch. So the first copy
+        also puts the environment's own generators in holders, which it draws through after."""
         inner = self._env._env if isinstance(self._env, Logging) else self._env
         layers = _layers(inner)
         memo.update({id(value): value for value in self._unchanging(layers[-1])})
@@ -174,7 +175,7 @@ class _SharedUntilDrawn:
         self._shared = True
         return _SharedUntilDrawn(self._rng, shared=True)
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Any:  # a checkpoint keeps plain generators, whatever holds them
         return _copied, (self._rng,)
 
 
