@@ -486,6 +486,20 @@ def test_a_copy_of_a_bsuite_environment_steps_as_it_and_never_moves_it(env_id, t
         assert first._env._action_mapping is env._env._env._action_mapping  # shared
 
 
+def _catch(tmp_path, name: str):
+    """bsuite's catch, seeded and logged into its own folder, as a sweep's are."""
+    env = rl_envs.make("bsuite/catch/0", results_dir=str(tmp_path / name))
+    env.reset(seed=3)
+    return env
+
+
+def _next_ball(env) -> list:
+    """Play catch's episode out; the next episode's first observation (its ball's column)."""
+    while not env.step(1)[2]:
+        pass
+    return np.asarray(env.reset()[0]).tolist()
+
+
 def test_copies_share_a_generator_until_one_of_them_draws(monkeypatch, tmp_path):
     """A search copies the environment at every node, and catch draws only when an episode
     starts (the ball's column), which a search's copies never reach: they share its generator
@@ -498,24 +512,14 @@ def test_copies_share_a_generator_until_one_of_them_draws(monkeypatch, tmp_path)
     taken, copied = [], bsuite_env._copied
     monkeypatch.setattr(bsuite_env, "_copied", lambda rng: taken.append(rng) or copied(rng))
 
-    def next_ball(env) -> list:  # play the episode out; the next one's first observation
-        while not env.step(1)[2]:
-            pass
-        return np.asarray(env.reset()[0]).tolist()
-
-    def made(name: str):  # logged, as a sweep's are
-        env = rl_envs.make("bsuite/catch/0", results_dir=str(tmp_path / name))
-        env.reset(seed=3)
-        return env
-
-    alone = next_ball(made("alone"))
-    env = made("searched")
+    alone = _next_ball(_catch(tmp_path, "alone"))
+    env = _catch(tmp_path, "searched")
     searched = [copy.deepcopy(env) for _ in range(5)]
     for imagined in searched:
         imagined.step(0)  # a step of catch draws nothing
     deeper = copy.deepcopy(searched[0])
     assert not taken
-    assert next_ball(deeper) == next_ball(searched[1]) == next_ball(env) == alone
+    assert _next_ball(deeper) == _next_ball(searched[1]) == _next_ball(env) == alone
     assert len(taken) == 3
 
 
@@ -526,25 +530,16 @@ def test_a_copied_environments_np_random_and_pickles_draw_as_if_never_copied(tmp
     import copy
     import pickle
 
-    def next_ball(env) -> list:
-        while not env.step(1)[2]:
-            pass
-        return np.asarray(env.reset()[0]).tolist()
-
     def played(env) -> list:  # two episodes, a draw through np_random between them
-        first = next_ball(env)
+        first = _next_ball(env)
         env.np_random.randint(5)
-        return [first, next_ball(env)]
+        return [first, _next_ball(env)]
 
-    envs = []
-    for name in ("alone", "copied"):
-        envs.append(rl_envs.make("bsuite/catch/0", results_dir=str(tmp_path / name)))
-        envs[-1].reset(seed=3)
-    alone, env = envs
+    alone, env = _catch(tmp_path, "alone"), _catch(tmp_path, "copied")
     imagined = copy.deepcopy(env)
     env_again, imagined_again = pickle.loads(pickle.dumps([env, imagined]))
     assert played(env) == played(alone)
-    assert next_ball(imagined_again) == next_ball(env_again) == next_ball(imagined)
+    assert _next_ball(imagined_again) == _next_ball(env_again) == _next_ball(imagined)
     assert type(env_again._env._env._rng) is np.random.RandomState  # a checkpoint holds no holder
 
 

@@ -107,10 +107,10 @@ class BSuite(BSuiteCompatibilityV0):
         copying a generator's state was three quarters of a copy of catch. So the first copy
         also puts the environment's own generators in holders, which it draws through after."""
         inner = self._env._env if isinstance(self._env, Logging) else self._env
-        layers = _layers(inner)
+        layers = _layers(self._env)  # the logger's too: it holds Shimmy's ``np_random``
         memo.update({id(value): value for value in self._unchanging(layers[-1])})
         held: dict[int, _SharedUntilDrawn] = {}  # layers may hold one generator between them
-        for layer in _layers(self._env):  # the logger's too: it holds Shimmy's ``np_random``
+        for layer in layers:
             for key, value in vars(layer).items():
                 if isinstance(value, np.random.RandomState) and id(value) not in memo:
                     setattr(layer, key, held.setdefault(id(value), _SharedUntilDrawn(value)))
