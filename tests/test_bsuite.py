@@ -543,6 +543,44 @@ def test_a_copied_environments_np_random_and_pickles_draw_as_if_never_copied(tmp
     assert type(env_again._env._env._rng) is np.random.RandomState  # a checkpoint holds no holder
 
 
+@pytest.mark.parametrize("env_id", ["bsuite/cartpole/0", "bsuite/cartpole_swingup/0"])
+def test_a_bsuite_cartpole_pickles_and_its_copies_start_episodes_on_their_own(env_id, tmp_path):
+    """bsuite's cartpoles draw each episode's start through a function bound to the environment
+    they were made as: pickle refused it (a checkpoint held no snapshot of the environment),
+    and a copy that started an episode drew from its source's generator. Now a copy and an
+    unpickled environment each start their episodes as one never copied would."""
+    import copy
+    import pickle
+
+    def starts(env, n: int = 2) -> list:
+        return [np.asarray(env.reset()[0]).tolist() for _ in range(n)]
+
+    def make(name: str):
+        env = rl_envs.make(env_id, results_dir=str(tmp_path / name))
+        env.reset(seed=3)
+        return env
+
+    alone = starts(make("alone"))
+    env = make("copied")
+    assert starts(copy.deepcopy(env)) == alone
+    assert starts(env) == alone  # the copy's episodes left its generator where it was
+    assert starts(pickle.loads(pickle.dumps(make("pickled")))) == alone
+
+
+def test_a_stopped_bsuite_cartpole_run_resumes_as_if_never_stopped(tmp_path, interrupt_at):
+    """The resumed run's environment is its checkpoint's (bsuite's CSV, and the episode and
+    generator it was at), so its episodes are those of a run never stopped."""
+    rlherd.train("dqn", "bsuite/cartpole/0", run_dir=tmp_path / "whole", total_episodes=12,
+                 progress=False)  # fmt: skip
+    interrupt_at(150)
+    run = rlherd.train("dqn", "bsuite/cartpole/0", run_dir=tmp_path / "run", total_episodes=12,
+                       progress=False)  # fmt: skip
+    assert run.stopped and run.summary["episodes"] < 12
+    rlherd.train(resume=tmp_path / "run", progress=False)
+    resumed, whole = (csv_of(tmp_path / d).drop(columns="results_dir") for d in ("run", "whole"))
+    pd.testing.assert_frame_equal(resumed, whole)
+
+
 @pytest.mark.slow
 def test_demonstrations_solve_deep_sea_where_dqn_does_not(tmp_path):
     """Figure 11's claim on bsuite's smallest deep sea (size 10), at 500 of its 10,000 episodes,

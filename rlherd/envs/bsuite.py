@@ -106,10 +106,13 @@ def make_bsuite(env_id: str, results_dir: str | None = None, overwrite: bool = F
     from rlherd.envs.ids import no_display_warning
 
     with no_display_warning():  # importing shimmy imports dm_control, which imports glfw
-        from rlherd.envs.bsuite_env import MNIST, BSuite, DeepSea, Logging
+        from rlherd.envs.bsuite_env import MNIST, BSuite, DeepSea, Logging, bind_start
 
     name = bsuite_id(env_id)
+    experiment = name.split("/")[0]
     env = _load(name)
+    if experiment.startswith("cartpole"):
+        bind_start(env)
     if results_dir is not None:
         from bsuite.logging import csv_logging
 
@@ -118,6 +121,5 @@ def make_bsuite(env_id: str, results_dir: str | None = None, overwrite: bool = F
         except ValueError as e:  # the CSV exists
             raise ConfigError(f"{e}: each bsuite id's CSV is written by one run") from e
         env = Logging(env, logger)
-    experiment = name.split("/")[0]
     return (DeepSea if experiment.startswith("deep_sea")
             else MNIST if experiment.startswith("mnist") else BSuite)(env)  # fmt: skip

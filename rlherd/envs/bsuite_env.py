@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import copyreg
+import functools
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -177,6 +179,23 @@ class _SharedUntilDrawn:
 
     def __reduce__(self) -> Any:  # a checkpoint keeps plain generators, whatever holds them
         return _copied, (self._rng,)
+
+
+def bind_start(env: Any) -> None:
+    """Bind a bsuite cartpole's start to the environment as data (cartpole, cartpole swingup,
+    and their noise and scale experiments). Their episodes start where a lambda bound to the
+    environment draws (``_init_fn``): pickle refuses a lambda, so a checkpoint held no snapshot
+    of the environment and a resumed run started its episodes from a fresh generator; and a copy
+    kept its source's lambda, so a copy that started an episode drew from its source's
+    generator. The same draw as a partial of the environment pickles, and copies with it."""
+    cartpole = _layers(env)[-1]
+    init_range = inspect.getclosurevars(cartpole._init_fn).nonlocals["init_range"]
+    cartpole._init_fn = functools.partial(_start, cartpole, init_range)
+
+
+def _start(cartpole: Any, init_range: float) -> float:
+    """One of a cartpole's starting coordinates, as bsuite's ``_init_fn`` draws it."""
+    return cartpole._rng.uniform(low=-init_range, high=init_range)
 
 
 class MNIST(BSuite):
