@@ -182,6 +182,57 @@ def test_a_batch_of_trees_searches_each_tree_as_alone():
     assert len({tuple(v) for v in together}) > 1  # the roots did differ
 
 
+def _made_up_network(num_actions: int):
+    """Priors and values that differ from state to state and are not round numbers, so the
+    search's arithmetic shows in every bit of its values."""
+    weights = np.random.default_rng(0).normal(size=(128, num_actions + 1))  # obs of up to 128
+
+    def evaluate(obs):
+        flat = np.asarray(obs["observation"] if isinstance(obs, dict) else obs, np.float64)
+        out = np.sin(flat.reshape(len(flat), -1) @ weights[: flat[0].size])
+        return out[:, :-1], out[:, -1]
+
+    return evaluate
+
+
+@pytest.mark.parametrize("case", ["catch", "windy deep sea, untried actions at their node's value",
+                                  "tic-tac-toe, negamax with illegal moves"])  # fmt: skip
+def test_one_tree_in_plain_python_is_the_batched_search_to_the_last_bit(case, monkeypatch):
+    """A batch of one tree selects and backs up in plain Python (numpy's calls cost more than
+    its arithmetic there), and must grow the tree the batched code grows, from the same draws."""
+    from rlherd.agents.mcts import search as search_mod
+
+    settings = SearchSettings(num_simulations=120)
+    if case == "catch":
+        env = rl_envs.make("bsuite/catch/0")
+        obs = env.reset(seed=0)[0]
+    elif case.startswith("windy"):
+        env = rl_envs.make("bsuite/deep_sea_stochastic/0")
+        obs = env.reset(seed=0)[0]
+        settings.untried_value = "parent"
+    else:
+        pytest.importorskip("pyspiel")
+        env, obs = _tic_tac_toe([4])
+        settings.discount = -1.0
+
+    def grown() -> Tree:
+        model = Simulator()
+        model.bind([env])
+        roots, legal = model.roots(np.array([0]), batch_of_one(obs))
+        evaluate = _made_up_network(env.action_space.n)
+        return search(roots, batch_of_one(obs), legal, model, evaluate, settings,
+                      np.random.default_rng(0))  # fmt: skip
+
+    in_python = grown()
+    monkeypatch.setattr(search_mod, "select_one", select)
+    monkeypatch.setattr(search_mod, "backup_one", backup)
+    batched = grown()
+    for field in ("visits", "value_sum", "children", "reward", "final", "prior", "next_node"):
+        np.testing.assert_array_equal(getattr(in_python, field), getattr(batched, field), field)
+    assert in_python.next_node[0] > 60, in_python.next_node  # a tree of many nodes and levels
+    assert len(np.unique(in_python.value_sum)) > 20  # values of many bits, not a few round ones
+
+
 def test_a_full_tree_refuses_another_node():
     """Trees share flat arrays, so a node past a tree's ``N`` would be the next tree's root. A
     tree of two nodes takes one expansion; the second must raise, whichever edge it takes."""

@@ -15,13 +15,17 @@ backed up through the child. One simulation, in every tree at once:
 4. **back up**: the bootstrapped, discounted return goes up each path, one visit per node.
 
 Batching pays where the calls are: the model and the network see every tree's new state in one
-call instead of one call per tree (``benchmarks/mcts_throughput.py`` measures it). Two-player
+call instead of one call per tree (``benchmarks/mcts_throughput.py`` measures it). A batch of
+one tree (a bsuite run, which plays one environment) selects and backs up in plain Python
+instead (:func:`select_one`, :func:`backup_one`), with the same arithmetic in the same order, so
+its tree is the same to the last bit. Two-player
 games use a negative ``discount``: each step's value is negated for the player who moved before
 it (negamax), with no other change.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -180,6 +184,46 @@ def select(tree: Tree, s: SearchSettings, rng: np.random.Generator) -> Paths:
     return Paths(nodes, depth, new_edge, action)
 
 
+def select_one(tree: Tree, s: SearchSettings, rng: np.random.Generator) -> Paths:
+    """:func:`select` for a batch of one tree, in plain Python. There each level of a descent
+    is some forty numpy calls on arrays of a few numbers, whose cost is the calls', not the
+    arithmetic's: on bsuite (one tree) selecting and backing up were over half of an agent
+    step. The scores are :func:`puct_scores`' and the ties :func:`random_argmax`'s, computed in
+    the same order on the same draws, so the path is the same to the last bit."""
+    node, path = int(tree.roots[0]), []
+    action, new_edge = 0, False
+    while not tree.final[node]:
+        scores = _puct_scores_one(tree, node, s)
+        best, draws = max(scores), rng.random(len(scores)).tolist()
+        action = max(range(len(scores)), key=lambda a: (scores[a] == best) * (draws[a] + 1e-12))
+        child = int(tree.children[node, action])
+        if child == tree.untaken:
+            new_edge = True
+            break
+        path.append(child)
+        node = child
+    nodes = np.zeros((1, tree.nodes_per_tree + 1), np.int64)
+    nodes[0, : len(path) + 1] = [int(tree.roots[0]), *path]
+    return Paths(nodes, np.array([len(path)]), np.array([new_edge]), np.array([action]))
+
+
+def _puct_scores_one(tree: Tree, node: int, s: SearchSettings) -> list[float]:
+    """:func:`puct_scores` of one node, on Python floats (the same IEEE arithmetic)."""
+    visits, value_sum = tree.visits, tree.value_sum
+    n = int(visits[node])
+    weight = s.puct_c * math.sqrt(n)
+    untried = float(value_sum[node]) / max(n, 1) if s.untried_value == "parent" else None
+    scores = []
+    for child, prior, legal in zip(tree.children[node].tolist(), tree.prior[node].tolist(),
+                                   tree.legal[node].tolist(), strict=True):  # fmt: skip
+        n_child = int(visits[child])
+        q = float(tree.reward[child]) + s.discount * (float(value_sum[child]) / max(n_child, 1))
+        if untried is not None and child == tree.untaken:
+            q = untried
+        scores.append(q + weight * prior / (n_child + 1.0) if legal else -math.inf)
+    return scores
+
+
 def expand(tree: Tree, paths: Paths, model: Model, evaluate: Evaluate) -> np.ndarray:
     """Step the new edges with the model, add their nodes, evaluate them; the value each path
     backs up (a new state's, or the final value of the node it stopped at)."""
@@ -224,6 +268,15 @@ def backup(tree: Tree, paths: Paths, values: np.ndarray, discount: float) -> Non
         ret[trees] = tree.reward[nodes] + discount * ret[trees]
 
 
+def backup_one(tree: Tree, paths: Paths, values: np.ndarray, discount: float) -> None:
+    """:func:`backup` for a batch of one tree, in plain Python (see :func:`select_one`)."""
+    ret = float(values[0])
+    for node in reversed(paths.nodes[0, : int(paths.depth[0]) + 1].tolist()):
+        tree.value_sum[node] += ret
+        tree.visits[node] += 1
+        ret = float(tree.reward[node]) + discount * ret
+
+
 def search(
     roots: list[Any],
     obs: np.ndarray,
@@ -247,9 +300,10 @@ def search(
         tree.legal[tree.roots] = legal
     for root, state in zip(tree.roots, roots, strict=True):
         tree.states[root] = state
+    descend, back_up = (select_one, backup_one) if tree.batch == 1 else (select, backup)
     for _ in range(s.num_simulations):
-        paths = select(tree, s, rng)
-        backup(tree, paths, expand(tree, paths, model, evaluate), s.discount)
+        paths = descend(tree, s, rng)
+        back_up(tree, paths, expand(tree, paths, model, evaluate), s.discount)
     return tree
 
 
