@@ -199,7 +199,9 @@ def _made_up_network(num_actions: int):
                                   "tic-tac-toe, negamax with illegal moves"])  # fmt: skip
 def test_one_tree_in_plain_python_is_the_batched_search_to_the_last_bit(case, monkeypatch):
     """A batch of one tree selects and backs up in plain Python (numpy's calls cost more than
-    its arithmetic there), and must grow the tree the batched code grows, from the same draws."""
+    its arithmetic there), and must grow the tree the batched code grows, from the same draws,
+    leaving the generator where the batched code leaves it (acting draws from it next), with
+    every node's scores the same to the bit (illegal moves included: tic-tac-toe's)."""
     from rlherd.agents.mcts import search as search_mod
 
     settings = SearchSettings(num_simulations=120)
@@ -215,22 +217,29 @@ def test_one_tree_in_plain_python_is_the_batched_search_to_the_last_bit(case, mo
         env, obs = _tic_tac_toe([4])
         settings.discount = -1.0
 
-    def grown() -> Tree:
+    def grown() -> tuple[Tree, dict]:
         model = Simulator()
         model.bind([env])
         roots, legal = model.roots(np.array([0]), batch_of_one(obs))
-        evaluate = _made_up_network(env.action_space.n)
-        return search(roots, batch_of_one(obs), legal, model, evaluate, settings,
-                      np.random.default_rng(0))  # fmt: skip
+        evaluate, rng = _made_up_network(env.action_space.n), np.random.default_rng(0)
+        tree = search(roots, batch_of_one(obs), legal, model, evaluate, settings, rng)
+        return tree, rng.bit_generator.state
 
-    in_python = grown()
+    in_python, rng_after = grown()
     monkeypatch.setattr(search_mod, "select_one", select)
     monkeypatch.setattr(search_mod, "backup_one", backup)
-    batched = grown()
+    batched, batched_rng_after = grown()
     for field in ("visits", "value_sum", "children", "reward", "final", "prior", "next_node"):
         np.testing.assert_array_equal(getattr(in_python, field), getattr(batched, field), field)
-    assert in_python.next_node[0] > 60, in_python.next_node  # a tree of many nodes and levels
+    assert rng_after == batched_rng_after
+    visited = np.flatnonzero(in_python.visits[: in_python.untaken] > 0)
+    for node in visited:
+        np.testing.assert_array_equal(search_mod._puct_scores_one(in_python, int(node), settings),
+                                      puct_scores(in_python, node[None], settings)[0])  # fmt: skip
+    assert len(visited) > 60, len(visited)  # a tree of many nodes and levels
     assert len(np.unique(in_python.value_sum)) > 20  # values of many bits, not a few round ones
+    if case.startswith("tic-tac-toe"):  # scored with illegal moves among their actions
+        assert not in_python.legal[visited].all()
 
 
 def test_a_full_tree_refuses_another_node():

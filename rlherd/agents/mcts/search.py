@@ -75,8 +75,9 @@ class SearchSettings:
 class Tree:
     """``B`` trees of up to ``N`` nodes over ``A`` actions, in flat arrays indexed by node id:
     node ``n`` of tree ``b`` is ``b * N + n``, so tree ``b``'s root is ``b * N``
-    (:attr:`roots`). One flat index per array is what keeps a batch of one cheap: each level of
-    a descent is a dozen numpy calls, and their cost, not their arithmetic, is the search's.
+    (:attr:`roots`). One flat index per array keeps each level of a batched descent to one
+    index per statistic, with no mask (a batch of one tree descends in plain Python:
+    :func:`select_one`).
 
     ``children[node, a]`` is the node reached by ``a``; an edge never taken leads to
     :attr:`untaken`, one more node that is never visited and has no value and no reward, so an
@@ -189,7 +190,8 @@ def select_one(tree: Tree, s: SearchSettings, rng: np.random.Generator) -> Paths
     is some forty numpy calls on arrays of a few numbers, whose cost is the calls', not the
     arithmetic's: on bsuite (one tree) selecting and backing up were over half of an agent
     step. The scores are :func:`puct_scores`' and the ties :func:`random_argmax`'s, computed in
-    the same order on the same draws, so the path is the same to the last bit."""
+    the same order on the same draws, so the path is the same to the last bit (where the
+    network's values are finite: a NaN, from a network that diverged, breaks ties differently)."""
     node, path = int(tree.roots[0]), []
     action, new_edge = 0, False
     while not tree.final[node]:
