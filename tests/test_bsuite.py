@@ -543,7 +543,8 @@ def test_a_copied_environments_np_random_and_pickles_draw_as_if_never_copied(tmp
     assert type(env_again._env._env._rng) is np.random.RandomState  # a checkpoint holds no holder
 
 
-@pytest.mark.parametrize("env_id", ["bsuite/cartpole/0", "bsuite/cartpole_swingup/0"])
+@pytest.mark.parametrize("env_id", ["bsuite/cartpole/0", "bsuite/cartpole_swingup/0",
+                                    "bsuite/cartpole_noise/3"])  # fmt: skip
 def test_a_bsuite_cartpole_pickles_and_its_copies_start_episodes_on_their_own(env_id, tmp_path):
     """bsuite's cartpoles draw each episode's start through a function bound to the environment
     they were made as: pickle refused it (a checkpoint held no snapshot of the environment),
