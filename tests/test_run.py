@@ -105,6 +105,28 @@ def test_cli_errors_are_clear(argv, message, capsys, tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "dqn", "--env", "CartPole-v1", "--run-dir", "FILE"],
+    ["train", "dqn", "--env", "CartPole-v1", "--run-dir", "FILE/run"],
+    ["train", "dqn", "--env", "CartPole-v1", "--seeds", "0-1", "--run-dir", "FILE/runs"],
+    ["tune", "dqn", "--env", "CartPole-v1", "--trials", "1", "--total-steps", "9", "--out", "FILE"],
+    ["bsuite", "dqn", "--ids", "catch/0", "--out", "FILE"],
+    ["bsuite", "dqn", "--ids", "catch/0", "--out", "DIR/sweep", "--kept", "FILE/kept"],
+    ["bsuite-report", "DIR", "-o", "FILE/report"],
+])  # fmt: skip
+def test_a_file_where_a_folder_goes_is_one_line_naming_it(argv, capsys, tmp_path):
+    """A folder argument where a file already stands (a typo, a reused name) was a traceback
+    from a ``mkdir`` deep inside the command."""
+    file = tmp_path / "notes.txt"
+    file.write_text("a file, not a folder")
+    (tmp_path / "dir").mkdir()
+    argv = [a.replace("FILE", str(file)).replace("DIR", str(tmp_path / "dir")) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlherd: error:") and f"{file} is a file; give a folder" in err, err
+    assert "Traceback" not in err and file.read_text() == "a file, not a folder"
+
+
 @pytest.mark.parametrize("command", ["train", "eval", "plot", "check-env", "serve-env"])
 def test_cli_help_renders(command, capsys):
     """``--help`` of every command prints its usage (a ``%`` in a help text once broke it)."""

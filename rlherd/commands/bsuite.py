@@ -44,7 +44,7 @@ from rlherd.config import to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.callbacks import STOP, Answer, Callback, RunInfo
-from rlherd.run.rundir import RunDir, atomic_write_bytes, read_json
+from rlherd.run.rundir import RunDir, atomic_write_bytes, make_folder, read_json
 from rlherd.runtime import settings as settings_mod
 
 SUBSET_SIZE = 5  # ids per experiment in the documented subset
@@ -180,7 +180,7 @@ def _claim(out: Path, request: dict[str, Any], env_id: str) -> None:
                           "that says how they were swept; sweep into another --out")  # fmt: skip
     before = upgraded(read_json(path), env_id) if started else request
     _refuse_another(out, before, request, "--out")
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "--out")
     path.write_text(json.dumps(request, indent=1, sort_keys=True))
 
 
@@ -197,11 +197,10 @@ def _refuse_another(folder: Path, before: dict[str, Any], request: dict[str, Any
 
 
 def _check_kept(kept: Path, request: dict[str, Any], env_id: str) -> None:
-    """Refuse, before anything is copied or run, a ``--kept`` folder that is not one, that was
-    swept with other settings than ``request``, or whose runs have no record of how they were
-    swept (they could be any sweep's)."""
-    if kept.exists() and not kept.is_dir():
-        raise ConfigError(f"--kept {kept} is a file; give a folder (made if missing)")
+    """Refuse, before anything is copied or run, a ``--kept`` folder that cannot be one (a file
+    in its way; it is made if missing), that was swept with other settings than ``request``, or
+    whose runs have no record of how they were swept (they could be any sweep's)."""
+    make_folder(kept, "--kept")
     if (kept / SWEEP_FILE).exists():
         _refuse_another(kept, upgraded(read_json(kept / SWEEP_FILE), env_id), request, "--kept")
     elif any(kept.glob("*/config.json")):
@@ -448,8 +447,7 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
     for d in dirs:
         if not d.is_dir():
             raise ConfigError(f"{d} is not a directory; give the --out of rlherd bsuite sweeps")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_folder(Path(out), "--output")
     # bsuite's plots ask for serif fonts a bare machine lacks: one warning per text, not news.
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp, pandas_1():

@@ -212,14 +212,14 @@ def _new_parent(run_dir: str | Path | None, agent: str, env: str) -> Path:
     """The folder of the seed runs: ``run_dir``, or a new ``runs/<agent>-<env>-<time>/`` that no
     other run has taken (``mkdir`` decides atomically, as for a single run)."""
     from rlherd.commands.train import fresh_run_dir
+    from rlherd.run.rundir import make_folder
 
     if run_dir is not None:
         path = Path(run_dir)
         if (path / "config.json").exists():
             raise ConfigError(f"{path} holds a single run; give --seeds a new --run-dir, which "
                               "will hold one run per seed")  # fmt: skip
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        return make_folder(path, "--run-dir")
     return fresh_run_dir(agent, env)
 
 

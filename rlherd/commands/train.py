@@ -27,7 +27,7 @@ from rlherd.run.evaluation import Evaluator, Snapshots
 from rlherd.run.package import is_package
 from rlherd.run.provenance import machine
 from rlherd.run.recorder import Recorder
-from rlherd.run.rundir import RunDir, RunRecord
+from rlherd.run.rundir import RunDir, RunRecord, make_folder
 from rlherd.run.tracking import trackers
 from rlherd.runtime import (
     RUNTIMES,
@@ -187,7 +187,7 @@ def _new_run_dir(run_dir: str | Path | None, agent: str, env: str, overwrite: bo
         shutil.rmtree(path)
     elif path.is_dir() and any(path.iterdir()):
         raise ConfigError(f"{path} is not empty and holds no run; choose a new or empty --run-dir")
-    return RunDir(path, create=True)
+    return RunDir(make_folder(path, "--run-dir"), create=True)
 
 
 def _counted(checkpoint: dict[str, Any], runtime: str) -> int:

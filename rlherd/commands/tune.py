@@ -53,6 +53,7 @@ from rlherd.commands.train import default_run_dir, default_runtime, resolve_conf
 from rlherd.config import to_json
 from rlherd.errors import ConfigError, TrainingDiverged, exit_status
 from rlherd.run.callbacks import STOP, Callback, RunInfo
+from rlherd.run.rundir import make_folder
 from rlherd.runtime import settings as settings_mod
 
 # A distribution: (kind, low, high) or ("categorical", [choices]). The two last kinds draw a
@@ -234,8 +235,7 @@ def _plan(agent, env, trials, jobs, storage, study_name, space, total_steps, eva
     if out is None:
         run_dir = default_run_dir(agent, env)  # runs/AGENT-ENV-TIME
         out = run_dir.with_name(f"tune-{run_dir.name}")
-    study_dir = Path(out)
-    study_dir.mkdir(parents=True, exist_ok=True)
+    study_dir = make_folder(Path(out), "--out")
     return Plan(agent=agent, env=env, space=searched, fixed=fixed, total_steps=total_steps,
                 eval_every=eval_every, eval_episodes=eval_episodes, objective=objective,
                 seed=seed, startup_trials=startup_trials,
