@@ -125,12 +125,14 @@ class CSVLogger:
 
 def make_folder(path: Path, flag: str) -> Path:
     """Make ``path`` a folder, with its parents, for a command's ``flag`` (``--run-dir``,
-    ``--out``): where a file stands in the way, one line that names it rather than the
-    traceback of a ``mkdir`` deep inside the command."""
+    ``--out``, ``--kept``, ``--output``): where a file stands in the way, one line that names it
+    rather than the traceback of a ``mkdir`` deep inside the command."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as e:
-        blocker = next(p for p in (path, *path.parents) if p.exists() and not p.is_dir())
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is None:  # not a file in the way (a dangling link): the error as it is
+            raise
         raise ConfigError(f"{flag} {path}: {blocker} is a file; give a folder (made if "
                           "missing)") from e  # fmt: skip
     return path

@@ -186,12 +186,13 @@ def select(tree: Tree, s: SearchSettings, rng: np.random.Generator) -> Paths:
 
 
 def select_one(tree: Tree, s: SearchSettings, rng: np.random.Generator) -> Paths:
-    """:func:`select` for a batch of one tree, in plain Python. There each level of a descent
-    is some forty numpy calls on arrays of a few numbers, whose cost is the calls', not the
-    arithmetic's: on bsuite (one tree) selecting and backing up were over half of an agent
-    step. The scores are :func:`puct_scores`' and the ties :func:`random_argmax`'s, computed in
-    the same order on the same draws, so the path is the same to the last bit (where the
-    network's values are finite: a NaN, from a network that diverged, breaks ties differently)."""
+    """:func:`select` for a batch of one tree, in plain Python. Each level of :func:`select`'s
+    descent is some forty numpy calls on arrays of a few numbers, whose cost is the calls', not
+    the arithmetic's: for one tree (a bsuite run's), :func:`select` and :func:`backup` take over
+    half of an agent step. The scores are :func:`puct_scores`' and the ties
+    :func:`random_argmax`'s, computed in the same order on the same draws, so the path is the
+    same to the last bit (where the network's values are finite: a NaN, from a network that
+    diverged, breaks ties differently)."""
     node, path = int(tree.roots[0]), []
     action, new_edge = 0, False
     while not tree.final[node]:
