@@ -486,9 +486,10 @@ def test_a_copy_of_a_bsuite_environment_steps_as_it_and_never_moves_it(env_id, t
         assert first._env._action_mapping is env._env._env._action_mapping  # shared
 
 
-def _catch(tmp_path, name: str):
-    """bsuite's catch, seeded and logged into its own folder, as a sweep's are."""
-    env = rl_envs.make("bsuite/catch/0", results_dir=str(tmp_path / name))
+def _seeded(tmp_path, name: str, env_id: str = "bsuite/catch/0"):
+    """A bsuite environment (catch by default), seeded and logged into its own folder, as a
+    sweep's are."""
+    env = rl_envs.make(env_id, results_dir=str(tmp_path / name))
     env.reset(seed=3)
     return env
 
@@ -512,8 +513,8 @@ def test_copies_share_a_generator_until_one_of_them_draws(monkeypatch, tmp_path)
     taken, copied = [], bsuite_env._copied
     monkeypatch.setattr(bsuite_env, "_copied", lambda rng: taken.append(rng) or copied(rng))
 
-    alone = _next_ball(_catch(tmp_path, "alone"))
-    env = _catch(tmp_path, "searched")
+    alone = _next_ball(_seeded(tmp_path, "alone"))
+    env = _seeded(tmp_path, "searched")
     searched = [copy.deepcopy(env) for _ in range(5)]
     for imagined in searched:
         imagined.step(0)  # a step of catch draws nothing
@@ -535,7 +536,7 @@ def test_a_copied_environments_np_random_and_pickles_draw_as_if_never_copied(tmp
         env.np_random.randint(5)
         return [first, _next_ball(env)]
 
-    alone, env = _catch(tmp_path, "alone"), _catch(tmp_path, "copied")
+    alone, env = _seeded(tmp_path, "alone"), _seeded(tmp_path, "copied")
     imagined = copy.deepcopy(env)
     env_again, imagined_again = pickle.loads(pickle.dumps([env, imagined]))
     assert played(env) == played(alone)
@@ -556,16 +557,12 @@ def test_a_bsuite_cartpole_pickles_and_its_copies_start_episodes_on_their_own(en
     def starts(env, n: int = 2) -> list:
         return [np.asarray(env.reset()[0]).tolist() for _ in range(n)]
 
-    def make(name: str):
-        env = rl_envs.make(env_id, results_dir=str(tmp_path / name))
-        env.reset(seed=3)
-        return env
-
-    alone = starts(make("alone"))
-    env = make("copied")
+    alone = starts(_seeded(tmp_path, "alone", env_id))
+    env = _seeded(tmp_path, "copied", env_id)
     assert starts(copy.deepcopy(env)) == alone
     assert starts(env) == alone  # the copy's episodes left its generator where it was
-    assert starts(pickle.loads(pickle.dumps(make("pickled")))) == alone
+    # The test's own bytes, pickled a line before: nothing from a file is loaded.
+    assert starts(pickle.loads(pickle.dumps(_seeded(tmp_path, "pickled", env_id)))) == alone
 
 
 def test_a_stopped_bsuite_cartpole_run_resumes_as_if_never_stopped(tmp_path, interrupt_at):

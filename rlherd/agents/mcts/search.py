@@ -193,8 +193,8 @@ def select_one(tree: Tree, s: SearchSettings, rng: np.random.Generator) -> Paths
     :func:`random_argmax`'s, computed in the same order on the same draws, so the path is the
     same to the last bit (where the network's values are finite: a NaN, from a network that
     diverged, breaks ties differently)."""
-    node, path = int(tree.roots[0]), []
-    action, new_edge = 0, False
+    node = int(tree.roots[0])
+    path, action, new_edge = [node], 0, False  # the nodes from the root
     while not tree.final[node]:
         scores = _puct_scores_one(tree, node, s)
         best, draws = max(scores), rng.random(len(scores)).tolist()
@@ -206,8 +206,8 @@ def select_one(tree: Tree, s: SearchSettings, rng: np.random.Generator) -> Paths
         path.append(child)
         node = child
     nodes = np.zeros((1, tree.nodes_per_tree + 1), np.int64)
-    nodes[0, : len(path) + 1] = [int(tree.roots[0]), *path]
-    return Paths(nodes, np.array([len(path)]), np.array([new_edge]), np.array([action]))
+    nodes[0, : len(path)] = path
+    return Paths(nodes, np.array([len(path) - 1]), np.array([new_edge]), np.array([action]))
 
 
 def _puct_scores_one(tree: Tree, node: int, s: SearchSettings) -> list[float]:
