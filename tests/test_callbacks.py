@@ -86,11 +86,22 @@ def test_callbacks_fire_in_order_and_stop_every_runtime_cleanly(tmp_path, runtim
 
 
 def test_a_callback_may_stop_from_its_log_hook(tmp_path):
-    stop = StopAtReturn(-1e9, metric="final_return_mean")  # any finished episode will do
+    stop = StopAtReturn(-1e9, metric="final_return_mean")  # any 20 finished episodes will do
     run = rlherd.train("ppo", CORRIDOR, total_steps=10**7, run_dir=tmp_path / "run",
                        progress=False, log_interval_s=0.1, callbacks=[stop])  # fmt: skip
     assert run.summary["stopped_by"].startswith("StopAtReturn: final_return_mean")
     assert run.summary["actor_steps"] < 10**6
+
+
+def test_a_training_return_stops_a_run_only_once_its_window_is_full():
+    """The mean of the first few episodes is no mean of 20: one lucky episode of a random
+    policy must not stop a run as if it had learned."""
+    stop = StopAtReturn(0.9, metric="final_return_mean")
+    lucky = [stop.on_log({"final_return_mean": 1.0, "episodes": n}) for n in (1, 5, 19)]
+    assert lucky == [None, None, None]
+    assert stop.on_log({"final_return_mean": 0.8, "episodes": 20}) is None
+    assert stop.on_log({"final_return_mean": 0.9, "episodes": 20}) == "stop"
+    assert stop.reason == "final_return_mean 0.9 >= 0.9"
 
 
 def test_stop_without_improvement_counts_evaluations_since_the_best():

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlherd.run.recorder import RETURN_WINDOW
+from rlherd.run.rundir import RETURN_WINDOW
 from rlherd.run.statistics import (
     BOOTSTRAP_SEED,
     REPS,

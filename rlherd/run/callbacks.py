@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlherd.errors import ConfigError
-from rlherd.run.rundir import RunDir, read_json
+from rlherd.run.rundir import RETURN_WINDOW, RunDir, read_json
 
 STOP = "stop"
 Answer = Literal["stop"] | None
@@ -189,7 +189,9 @@ def _metric(results: dict[str, Any], metric: str, who: str) -> float | None:
 class StopAtReturn(Callback):
     """Stop once ``metric`` reaches ``threshold``: by default the evaluation's mean return
     (so set ``eval_every``); ``metric="final_return_mean"`` watches the training episodes'
-    (the mean of the last 20), checked every log interval instead."""
+    (the mean of the last 20), checked every log interval instead, once 20 episodes have
+    ended: before that the "mean" is of the first few, and one lucky episode would stop a
+    run that has learned nothing."""
 
     def __init__(self, threshold: float, metric: str = "eval_return_mean"):
         self.threshold, self.metric = threshold, metric
@@ -206,7 +208,9 @@ class StopAtReturn(Callback):
         return self._check(results) if self.metric.startswith("eval_") else None
 
     def on_log(self, metrics: dict[str, Any]) -> Answer:
-        return None if self.metric.startswith("eval_") else self._check(metrics)
+        if self.metric.startswith("eval_") or metrics.get("episodes", 0) < RETURN_WINDOW:
+            return None
+        return self._check(metrics)
 
 
 class StopWithoutImprovement(Callback):

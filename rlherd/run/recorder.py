@@ -24,9 +24,8 @@ from rich.progress import (
 from rlherd.errors import TrainingDiverged
 from rlherd.run.callbacks import Callbacks
 from rlherd.run.counting import Counter
-from rlherd.run.rundir import RunDir
+from rlherd.run.rundir import RETURN_WINDOW, RunDir
 
-RETURN_WINDOW = 20  # final_return_mean: mean return over the last 20 training episodes
 CHECKPOINT_SHARE = 0.05  # checkpoints may take at most this share of a run's time
 MAX_UNREAD = 10_000  # learner steps' metrics kept unread; beyond, they are folded into one mean
 
