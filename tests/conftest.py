@@ -70,6 +70,23 @@ def interrupt_at(monkeypatch):
     return arm
 
 
+def learn_to(score: float, agent: str, env: str, metric: str = "final_return_mean", **kwargs):
+    """``rlherd.train(agent, env, **kwargs)`` that stops once ``metric`` reaches ``score``, and
+    whether it got there: by default the mean return of the last 20 training episodes, checked
+    each second; ``eval_return_mean`` at each evaluation (so pass ``eval_every``).
+
+    A learning test asks whether the agent gets to a score within a budget; a run that has got
+    there has answered it, and training out the rest of the budget only costs the suite time.
+    A run that never gets there trains the whole budget and fails as before."""
+    import rlherd
+    from rlherd.run.callbacks import StopAtReturn
+
+    stop = StopAtReturn(score, metric=metric)
+    run = rlherd.train(agent, env, callbacks=[stop], log_interval_s=1.0, **kwargs)
+    final = run.summary.get(metric)
+    return run, stop.reason != "" or (final is not None and final >= score)
+
+
 # ------------------------------------------------------------------------ offline datasets
 def corridor_expert(obs):
     return 1  # right, to the goal

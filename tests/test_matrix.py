@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import learn_to
 
 import rlherd
 from rlherd import core
 from rlherd.agents import BUILDERS
 from rlherd.errors import ConfigError
-from rlherd.run.callbacks import StopAtReturn
 from rlherd.runtime import RUNTIMES, settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,20 +129,18 @@ def test_variants_share_everything_a_runtime_calls(variant, base):
 )  # fmt: skip
 def test_agent_learns_on_runtime(agent, runtime, tmp_path, request):
     env, steps, score = LEARNS[agent, runtime]
-    offline = {}
-    if runtime == "offline":  # no training episodes: the greedy policy's evaluations say it
-        offline = dict(dataset=request.getfixturevalue("offline_datasets")[env])
-    key = "eval_return_mean" if offline else "final_return_mean"
-    # A run that reaches the score has shown it learns: it stops there (checked each second)
-    # rather than train out the budget, which only a run that has not learned yet needs.
-    stop = [] if offline else [StopAtReturn(score, metric=key)]
-    run = rlherd.train(agent, env, runtime=runtime, total_steps=steps, seed=0,
-                       run_dir=tmp_path / "run", progress=False, callbacks=stop,
-                       log_interval_s=1.0, **offline)  # fmt: skip
-    seen = ("learner_steps", "actor_steps", "episodes", "actor_restarts", "eval_return_mean",
-            "stopped_by")  # fmt: skip
-    reached = run.summary.get("stopped_by", "").startswith("StopAtReturn")
-    assert reached or run.summary[key] >= score, {k: run.summary.get(k) for k in (key, *seen)}
+    offline = runtime == "offline"
+    if offline:  # no training episodes: the greedy policy's evaluations say it
+        dataset = request.getfixturevalue("offline_datasets")[env]
+        run = rlherd.train(agent, env, runtime=runtime, total_steps=steps, seed=0,
+                           run_dir=tmp_path / "run", progress=False, dataset=dataset)  # fmt: skip
+        reached = run.summary["eval_return_mean"] >= score
+    else:
+        run, reached = learn_to(score, agent, env, runtime=runtime, total_steps=steps, seed=0,
+                                run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    seen = ("final_return_mean", "eval_return_mean", "learner_steps", "actor_steps", "episodes",
+            "actor_restarts", "stopped_by")  # fmt: skip
+    assert reached, {k: run.summary.get(k) for k in seen}
 
 
 @pytest.mark.parametrize("agent, runtime", sorted(REFUSED))
