@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from conftest import random_transitions
+from conftest import learn_to, random_transitions
 
 import rlherd
 from rlherd import envs as rl_envs
@@ -249,9 +249,11 @@ def test_control_suite_tasks_are_flat_float32_boxes_and_train_in_worker_processe
 # -147 / -148 / -148; at 30k (README) -143 to -146 over 10 episodes. On an Intel Xeon, over 100
 # episodes: D4PG -163.2, MPO -161.3 and DMPO -156.9 at 5k, DDPG -155.4 at 15k.
 # SAC and TD3 are held to their own bar, -200 at 20k steps (seed 1, 100 episodes: -149.8 and
-# -152.3).
+# -152.3), and judged at 10k on the way, where they are past it already (on an Intel Xeon:
+# -151.7 and -156.8 at 10k, -148.3 and -151.6 at 20k): a run that is there stops.
 PENDULUM_STEPS = {"d4pg": 5_000, "ddpg": 15_000, "mpo": 5_000, "dmpo": 5_000, "sac": 20_000,
                   "td3": 20_000}
+PENDULUM_EVAL_EVERY = {"sac": 10_000, "td3": 10_000}
 
 
 @pytest.mark.slow
@@ -268,6 +270,8 @@ def test_agent_swings_pendulum_up_within_30k_steps(agent, tmp_path):
     Pendulum episode's return depends on its random start (standard deviation ~85-100 for
     these policies), so ten of them put the mean within about +-40 of the policy's worth."""
     steps = PENDULUM_STEPS[agent]
-    run = rlherd.train(agent, "Pendulum-v1", total_steps=steps, seed=1, eval_every=steps,
-                       eval_episodes=100, run_dir=tmp_path / "run", progress=False)  # fmt: skip
-    assert run.summary["eval_return_mean"] >= -200, run.summary
+    run, reached = learn_to(-200, agent, "Pendulum-v1", metric="eval_return_mean",
+                            total_steps=steps, seed=1, eval_episodes=100,
+                            eval_every=PENDULUM_EVAL_EVERY.get(agent, steps),
+                            run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert reached, run.summary
