@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import learn_to
 
 import rlherd
 from rlherd import envs as rl_envs
@@ -129,12 +130,14 @@ def test_check_env_runs_pettingzoos_test_and_names_the_runtimes_that_step_games(
 def test_ppo_learns_simple_spread_with_one_shared_policy(tmp_path):
     """MPE's cooperative navigation (3 agents, 25 steps a game): a uniformly random policy gets
     -27.0 per agent (200 games, benchmarks/many_agents.py --random). Seed 0 on this machine:
-    -18.9 greedy over 30 games at 200k environment steps; the full figure (1M steps, -20 goal)
-    is the benchmark's."""
-    run = rlherd.train("ppo", "pettingzoo/mpe2.simple_spread_v3", total_steps=200_000, seed=0,
-                       eval_every=200_000, eval_episodes=30, run_dir=tmp_path / "run",
-                       progress=False)  # fmt: skip
-    assert run.summary["eval_return_mean"] >= -22.0, run.summary
+    -18.9 greedy over 30 games at 200k environment steps (on an Intel Xeon, every 50k: -22.9,
+    -21.2, -21.0, -19.6), judged every 50k and stopped once past -22; the full figure (1M steps,
+    -20 goal) is the benchmark's."""
+    run, reached = learn_to(-22.0, "ppo", "pettingzoo/mpe2.simple_spread_v3",
+                            metric="eval_return_mean", total_steps=200_000, seed=0,
+                            eval_every=50_000, eval_episodes=30, run_dir=tmp_path / "run",
+                            progress=False)  # fmt: skip
+    assert reached, run.summary
 
 
 def test_learners_schedules_span_the_whole_run_of_a_game(tmp_path):
