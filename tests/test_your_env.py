@@ -531,10 +531,12 @@ def test_dqn_learns_taxi_to_near_its_optimum(tmp_path):
 @pytest.mark.slow
 def test_ppo_learns_taxi(tmp_path):
     """Greedy over 100 episodes: seed 1 gets 7.6 at 200k steps with the toytext preset's
-    separate policy and value networks (-200 with one shared between them)."""
-    run = rlherd.train("ppo", "Taxi-v3", total_steps=200_000, seed=1, run_dir=tmp_path / "run",
-                       progress=False, eval_every=200_000, eval_episodes=100)  # fmt: skip
-    assert run.summary["eval_return_mean"] >= 7.0, run.summary
+    separate policy and value networks (-200 with one shared between them); judged at 100k on
+    the way (on an Intel Xeon: 8.0 there), and stopped once past 7."""
+    run, reached = learn_to(7.0, "ppo", "Taxi-v3", metric="eval_return_mean", total_steps=200_000,
+                            seed=1, run_dir=tmp_path / "run", progress=False,
+                            eval_every=100_000, eval_episodes=100)  # fmt: skip
+    assert reached, run.summary
 
 
 @pytest.mark.slow
