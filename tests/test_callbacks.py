@@ -91,17 +91,25 @@ def test_a_callback_may_stop_from_its_log_hook(tmp_path):
                        progress=False, log_interval_s=0.1, callbacks=[stop])  # fmt: skip
     assert run.summary["stopped_by"].startswith("StopAtReturn: final_return_mean")
     assert run.summary["actor_steps"] < 10**6
+    assert run.summary["final_return_window"] == 20  # not before its window was full
 
 
 def test_a_training_return_stops_a_run_only_once_its_window_is_full():
     """The mean of the first few episodes is no mean of 20: one lucky episode of a random
     policy must not stop a run as if it had learned."""
     stop = StopAtReturn(0.9, metric="final_return_mean")
-    lucky = [stop.on_log({"final_return_mean": 1.0, "episodes": n}) for n in (1, 5, 19)]
+    lucky = [stop.on_log({"final_return_mean": 1.0, "final_return_window": n, "episodes": 99})
+             for n in (1, 5, 19)]  # fmt: skip
     assert lucky == [None, None, None]
-    assert stop.on_log({"final_return_mean": 0.8, "episodes": 20}) is None
-    assert stop.on_log({"final_return_mean": 0.9, "episodes": 20}) == "stop"
+    assert stop.on_log({"final_return_mean": 0.8, "final_return_window": 20}) is None
+    assert stop.on_log({"final_return_mean": 0.9, "final_return_window": 20}) == "stop"
     assert stop.reason == "final_return_mean 0.9 >= 0.9"
+    # A game's policy has a window of its own: 20 episodes of taggers are 5 of the runner's.
+    runner = StopAtReturn(0.9, metric="final_return_mean_runner")
+    game = {"final_return_mean_runner": 1.0, "final_return_window_runner": 5,
+            "final_return_window_tagger": 15, "final_return_window": 0, "episodes": 20}
+    assert runner.on_log(game) is None
+    assert runner.on_log({**game, "final_return_window_runner": 20}) == "stop"
 
 
 def test_stop_without_improvement_counts_evaluations_since_the_best():

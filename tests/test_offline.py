@@ -477,8 +477,9 @@ def test_bc_clones_a_ppo_expert_on_cartpole(minari_root, tmp_path):
     """The issue's bar: 50 episodes of a trained PPO policy, cloned to a greedy return >= 475
     (seed 0: 481 at 5,000 learner steps, 500 from 6,000). The expert trains until its training
     episodes average 475 (about 30k steps; greedy, it then plays 500)."""
-    expert, _ = learn_to(475, "ppo", "CartPole-v1", total_steps=100_000, seed=0,
-                         run_dir=tmp_path / "ppo", progress=False)  # fmt: skip
+    expert, reached = learn_to(475, "ppo", "CartPole-v1", total_steps=100_000, seed=0,
+                               run_dir=tmp_path / "ppo", progress=False)  # fmt: skip
+    assert reached, expert.summary
     recorded = collect(expert.path, "cartpole/expert-v0", 50, progress=False)
     assert recorded["return_mean"] >= 475, recorded
     run = rlherd.train("bc", "CartPole-v1", dataset="cartpole/expert-v0", total_steps=6_000,

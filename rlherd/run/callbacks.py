@@ -188,10 +188,11 @@ def _metric(results: dict[str, Any], metric: str, who: str) -> float | None:
 
 class StopAtReturn(Callback):
     """Stop once ``metric`` reaches ``threshold``: by default the evaluation's mean return
-    (so set ``eval_every``); ``metric="final_return_mean"`` watches the training episodes'
-    (the mean of the last 20), checked every log interval instead, once 20 episodes have
-    ended: before that the "mean" is of the first few, and one lucky episode would stop a
-    run that has learned nothing."""
+    (so set ``eval_every``); ``metric="final_return_mean"`` (or a game's
+    ``final_return_mean_<policy>``) watches the training episodes' (the mean of the last 20),
+    checked every log interval instead, once its window is full (``final_return_window``):
+    before that the "mean" is of the first few, and one lucky episode would stop a run that
+    has learned nothing."""
 
     def __init__(self, threshold: float, metric: str = "eval_return_mean"):
         self.threshold, self.metric = threshold, metric
@@ -208,8 +209,12 @@ class StopAtReturn(Callback):
         return self._check(results) if self.metric.startswith("eval_") else None
 
     def on_log(self, metrics: dict[str, Any]) -> Answer:
-        if self.metric.startswith("eval_") or metrics.get("episodes", 0) < RETURN_WINDOW:
+        if self.metric.startswith("eval_"):
             return None
+        if self.metric.startswith("final_return_mean"):  # final_return_window(_<policy>)
+            window = "final_return_window" + self.metric.removeprefix("final_return_mean")
+            if metrics.get(window, 0) < RETURN_WINDOW:
+                return None
         return self._check(metrics)
 
 

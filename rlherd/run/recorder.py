@@ -282,8 +282,10 @@ class Recorder:
                    for k, v in self.counters.items()},
                 sps=round(self.sps(), 1),
                 final_return_mean=float(np.mean(self.returns)) if self.returns else None,
+                final_return_window=len(self.returns),
                 **{f"final_return_mean_{k}": float(np.mean(v))
                    for k, v in self.policy_returns.items()},
+                **{f"final_return_window_{k}": len(v) for k, v in self.policy_returns.items()},
                 total_steps=self.total_steps,
                 **({"total_episodes": self.total_episodes} if self.total_episodes else {}),
                 **self.extra,

@@ -30,7 +30,9 @@ from rlherd.errors import ConfigError
 from rlherd.run.plain import from_plain, to_plain
 
 KEEP_CHECKPOINTS = 2
-RETURN_WINDOW = 20  # final_return_mean: mean return over the last 20 training episodes
+# final_return_mean: the mean return of the last 20 training episodes (on the device runtime,
+# of the last 20 batches' means); final_return_window: how many it holds, fewer early on.
+RETURN_WINDOW = 20
 # Free bytes below which a failed write is the disk's doing (torch does not say so: _torch_save).
 FULL_DISK_BYTES = 64 * 2**20
 CHECKPOINT_NAME = re.compile(r"ckpt-\d{12}\.pt")
