@@ -110,6 +110,8 @@ def test_a_training_return_stops_a_run_only_once_its_window_is_full():
             "final_return_window_tagger": 15, "final_return_window": 0, "episodes": 20}
     assert runner.on_log(game) is None
     assert runner.on_log({**game, "final_return_window_runner": 20}) == "stop"
+    with pytest.raises(ConfigError, match="watches 'final_return_mean_runer'"):  # misspelt
+        StopAtReturn(0.9, metric="final_return_mean_runer").on_log(game)
 
 
 def test_stop_without_improvement_counts_evaluations_since_the_best():
