@@ -243,14 +243,14 @@ def test_control_suite_tasks_are_flat_float32_boxes_and_train_in_worker_processe
         rl_envs.make("dm_control/cartpole-swingupp-v0")
 
 
-# Steps each agent's test trains for: where seed 1 is past the bar with room to spare. Seed 1's
-# mean-action returns (50 episodes) at 5k / 10k / 15k / 20k steps on an AMD EPYC: D4PG -167 /
+# The most steps each agent's test trains for: where seed 1 is past the bar with room to spare. Seed
+# 1's mean-action returns (50 episodes) at 5k / 10k / 15k / 20k steps on an AMD EPYC: D4PG -167 /
 # -164 / -160 / -161, DDPG -825 / -827 / -157 / -165, MPO -162 / -163 / -150 / -150, DMPO -161 /
 # -147 / -148 / -148; at 30k (README) -143 to -146 over 10 episodes. On an Intel Xeon, over 100
-# episodes: D4PG -163.2, MPO -161.3 and DMPO -156.9 at 5k, DDPG -155.4 at 15k.
-# SAC and TD3 are held to their own bar, -200 at 20k steps (seed 1, 100 episodes: -149.8 and
-# -152.3), and judged at 10k on the way, where they are past it already (on an Intel Xeon:
-# -151.7 and -156.8 at 10k, -148.3 and -151.6 at 20k): a run that is there stops.
+# episodes: D4PG -163.2, MPO -161.3 and DMPO -156.9 at 5k, DDPG -155.4 at 15k. SAC and TD3 are held
+# to their own bar, -200 at 20k steps (seed 1, 100 episodes: -149.8 and -152.3), and judged at 10k
+# on the way, where they are past it already (on an Intel Xeon: -151.7 and -156.8 at 10k, -148.3 and
+# -151.6 at 20k): a run that is there stops.
 PENDULUM_STEPS = {"d4pg": 5_000, "ddpg": 15_000, "mpo": 5_000, "dmpo": 5_000, "sac": 20_000,
                   "td3": 20_000}
 PENDULUM_EVAL_EVERY = {"sac": 10_000, "td3": 10_000}
@@ -263,7 +263,7 @@ def test_agent_swings_pendulum_up_within_30k_steps(agent, tmp_path):
     reaches a mean-action return of -200 or better (RL Zoo's TD3 and SAC reach about -150 at
     20k steps; random actions score about -1,200).
 
-    The test trains the first ``PENDULUM_STEPS[agent]`` steps of that run: nothing in these
+    The test trains at most the first ``PENDULUM_STEPS[agent]`` steps of that run: nothing in these
     agents depends on the run's length, so with the same seed they are the same steps, and the
     whole 30k (the README's figures, from ``benchmarks/continuous_control.py``) would take the
     suite three times as long. Judged over 100 evaluation episodes, not the default 10: a
