@@ -127,6 +127,18 @@ def test_a_file_where_a_folder_goes_is_one_line_naming_it(argv, capsys, tmp_path
     assert "Traceback" not in err and file.read_text() == "a file, not a folder"
 
 
+def test_a_sweep_refused_for_one_folder_makes_none_of_the_others(capsys, tmp_path):
+    """A sweep checks --out and --kept before it makes either: refused for its --out, it leaves
+    no empty --kept folder behind (nor, refused for its --kept, an --out)."""
+    file = tmp_path / "notes.txt"
+    file.write_text("a file, not a folder")
+    kept, out = tmp_path / "kept", tmp_path / "sweep"
+    assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(file), "--kept", str(kept)]) == 2
+    assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(out), "--kept", str(file)]) == 2
+    assert capsys.readouterr().err.count(f"{file} is a file; give a folder") == 2
+    assert not kept.exists() and not out.exists()
+
+
 @pytest.mark.parametrize("command", ["train", "eval", "plot", "check-env", "serve-env"])
 def test_cli_help_renders(command, capsys):
     """``--help`` of every command prints its usage (a ``%`` in a help text once broke it)."""

@@ -44,7 +44,7 @@ from rlherd.config import to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.callbacks import STOP, Answer, Callback, RunInfo
-from rlherd.run.rundir import RunDir, atomic_write_bytes, make_folder, read_json
+from rlherd.run.rundir import RunDir, atomic_write_bytes, check_folder, make_folder, read_json
 from rlherd.runtime import settings as settings_mod
 
 SUBSET_SIZE = 5  # ids per experiment in the documented subset
@@ -197,10 +197,10 @@ def _refuse_another(folder: Path, before: dict[str, Any], request: dict[str, Any
 
 
 def _check_kept(kept: Path, request: dict[str, Any], env_id: str) -> None:
-    """Refuse, before anything is copied or run, a ``--kept`` folder that cannot be one (a file
-    in its way; it is made if missing), that was swept with other settings than ``request``, or
-    whose runs have no record of how they were swept (they could be any sweep's)."""
-    make_folder(kept, "--kept")
+    """Refuse, before anything is made, copied or run, a ``--kept`` folder that cannot be one (a
+    file in its way), that was swept with other settings than ``request``, or whose runs have no
+    record of how they were swept (they could be any sweep's)."""
+    check_folder(kept, "--kept")
     if (kept / SWEEP_FILE).exists():
         _refuse_another(kept, upgraded(read_json(kept / SWEEP_FILE), env_id), request, "--kept")
     elif any(kept.glob("*/config.json")):
@@ -265,7 +265,7 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     if kept is not None:
         _check_kept(kept, request, env_ids[0])
     _claim(out, request, env_ids[0])
-    if kept is not None and (kept / SWEEP_FILE).exists():
+    if kept is not None and (make_folder(kept, "--kept") / SWEEP_FILE).exists():
         copy_finished(kept, out, env_ids[0])
     paths = {i: run_path(out, i) for i in env_ids}
     done = [i for i in env_ids if _finished(paths[i])]
