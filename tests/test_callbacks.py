@@ -110,8 +110,10 @@ def test_a_training_return_stops_a_run_only_once_its_window_is_full():
             "final_return_window_tagger": 15, "final_return_window": 0, "episodes": 20}
     assert runner.on_log(game) is None
     assert runner.on_log({**game, "final_return_window_runner": 20}) == "stop"
-    with pytest.raises(ConfigError, match="watches 'final_return_mean_runer'"):  # misspelt
-        StopAtReturn(0.9, metric="final_return_mean_runer").on_log(game)
+    # A policy none of whose episodes has ended yet, while others' windows are full.
+    knight = StopAtReturn(0.9, metric="final_return_mean_knight")
+    assert knight.on_log({"final_return_mean_archer": 1.0, "final_return_window_archer": 20,
+                          "final_return_window": 0, "episodes": 40}) is None  # fmt: skip
 
 
 def test_stop_without_improvement_counts_evaluations_since_the_best():

@@ -26,7 +26,8 @@ DICT_CORRIDOR = "rlherd/DictCorridor-v0"
 REACH = "rlherd/Reach-v0"  # continuous actions: optimal return about 0.88; random about -10.9
 DEEP_SEA = "rlherd/DeepSea-v0"  # optimal return 0.99; random actions find it once in 1,024 tries
 
-# (env, most steps, score to reach) for every pair that must learn; a run stops on reaching it.
+# (env, most steps, score to reach) for every pair that must learn; an online run stops on
+# reaching it (an offline one is judged at its end).
 # The device runtime has no Corridor, so its pairs learn CartPole to 195 (CartPole-v0's "solved"
 # threshold; random: ~22).
 HOSTS = ("single", "mono", "poly", "distributed")

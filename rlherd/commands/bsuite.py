@@ -164,14 +164,16 @@ def _finished(path: Path) -> bool:
         stopped_solved(summary))
 
 
-def _claim(out: Path, request: dict[str, Any], env_id: str) -> None:
-    """Record the sweep ``request`` (agent, seed, resolved config and settings) in
-    ``OUT/sweep.json``, or refuse one that differs from what the folder's runs were swept with:
-    its finished ids would be kept, and its stopped ones continued, with the old ones. A folder
+def _check_out(out: Path, request: dict[str, Any], env_id: str) -> None:
+    """Refuse, before anything is made, an ``--out`` folder that cannot be one (a file in its
+    way), or a sweep ``request`` (agent, seed, resolved config and settings) that differs from
+    what the folder's runs were swept with (``OUT/sweep.json``): its finished ids would be
+    kept, and its stopped ones continued, with the old ones. A folder
     none of whose runs finished or got as far as a checkpoint (a sweep whose every id failed) is
     free. Finished runs count without their checkpoints, which a user may delete to free the
     disk (R2D2's are gigabytes) or a copy of the results leave out. A record written before an
     upgrade counts with the fields it lacks at their defaults (:func:`upgraded`)."""
+    check_folder(out, "--out")
     path = out / SWEEP_FILE
     started = [c.parent for c in out.glob("*/config.json")
                if _finished(c.parent) or RunDir(c.parent).latest_checkpoint() is not None]
@@ -180,8 +182,6 @@ def _claim(out: Path, request: dict[str, Any], env_id: str) -> None:
                           "that says how they were swept; sweep into another --out")  # fmt: skip
     before = upgraded(read_json(path), env_id) if started else request
     _refuse_another(out, before, request, "--out")
-    make_folder(out, "--out")
-    path.write_text(json.dumps(request, indent=1, sort_keys=True))
 
 
 def _refuse_another(folder: Path, before: dict[str, Any], request: dict[str, Any],
@@ -262,10 +262,14 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
         raise ConfigError("the sweep names no bsuite id")
     request = _request(agent, env_ids[0], seed, settings)
     kept = None if kept is None else Path(kept)
-    if kept is not None:
+    if kept is not None:  # both folders checked before either is made
         _check_kept(kept, request, env_ids[0])
-    _claim(out, request, env_ids[0])
-    if kept is not None and (make_folder(kept, "--kept") / SWEEP_FILE).exists():
+    _check_out(out, request, env_ids[0])
+    if kept is not None:
+        make_folder(kept, "--kept")
+    make_folder(out, "--out")
+    (out / SWEEP_FILE).write_text(json.dumps(request, indent=1, sort_keys=True))
+    if kept is not None and (kept / SWEEP_FILE).exists():
         copy_finished(kept, out, env_ids[0])
     paths = {i: run_path(out, i) for i in env_ids}
     done = [i for i in env_ids if _finished(paths[i])]

@@ -213,11 +213,10 @@ class StopAtReturn(Callback):
             return None
         if self.metric.startswith("final_return_mean"):  # final_return_window(_<policy>)
             window = "final_return_window" + self.metric.removeprefix("final_return_mean")
-            full = metrics.get(window, 0) >= RETURN_WINDOW
-            # A window still missing at the run's 20th episode is a policy the run does not
-            # have (a misspelt name): _check then says which returns it reports.
-            unknown = window not in metrics and metrics.get("episodes", 0) >= RETURN_WINDOW
-            if not (full or unknown):
+            # A game's policy has no window before its first episode ends, which may be long
+            # after other policies' (their agents may leave early): it is waited for, and so is
+            # a misspelt one.
+            if metrics.get(window, 0) < RETURN_WINDOW:
                 return None
         return self._check(metrics)
 

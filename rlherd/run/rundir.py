@@ -132,25 +132,28 @@ def make_folder(path: Path, flag: str) -> Path:
     rather than the traceback of a ``mkdir`` deep inside the command."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        if file_in_the_way(path) is None:  # not a file in the way (a dangling link): as it is
+    except (FileExistsError, NotADirectoryError) as e:
+        blocker = _file_in_the_way(path)
+        if blocker is None:  # not a file in the way (a dangling link): the error as it is
             raise
-        check_folder(path, flag)
+        raise _in_the_way(path, flag, blocker) from e
     return path
-
-
-def file_in_the_way(path: Path) -> Path | None:
-    """The file (not folder) at ``path`` or at one of its parents, if any."""
-    return next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
 
 
 def check_folder(path: Path, flag: str) -> None:
     """:func:`make_folder`'s refusal without making anything: for a command that checks all its
     folders before it makes any of them."""
-    blocker = file_in_the_way(path)
+    blocker = _file_in_the_way(path)
     if blocker is not None:
-        raise ConfigError(f"{flag} {path}: {blocker} is a file; give a folder (made if "
-                          "missing)")  # fmt: skip
+        raise _in_the_way(path, flag, blocker)
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    return next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+
+
+def _in_the_way(path: Path, flag: str, blocker: Path) -> ConfigError:
+    return ConfigError(f"{flag} {path}: {blocker} is a file; give a folder (made if missing)")
 
 
 class RunDir:
