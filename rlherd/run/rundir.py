@@ -130,30 +130,17 @@ def make_folder(path: Path, flag: str) -> Path:
     """Make ``path`` a folder, with its parents, for a command's ``flag`` (``--run-dir``,
     ``--out``, ``--kept``, ``--output``): where a file stands in the way, one line that names it
     rather than the traceback of a ``mkdir`` deep inside the command."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as e:
-        blocker = _file_in_the_way(path)
-        if blocker is None:  # not a file in the way (a dangling link): the error as it is
-            raise
-        raise _in_the_way(path, flag, blocker) from e
+    check_folder(path, flag)
+    path.mkdir(parents=True, exist_ok=True)  # anything else in the way (a dangling link): as is
     return path
 
 
 def check_folder(path: Path, flag: str) -> None:
     """:func:`make_folder`'s refusal without making anything: for a command that checks all its
     folders before it makes any of them."""
-    blocker = _file_in_the_way(path)
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
-        raise _in_the_way(path, flag, blocker)
-
-
-def _file_in_the_way(path: Path) -> Path | None:
-    return next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
-
-
-def _in_the_way(path: Path, flag: str, blocker: Path) -> ConfigError:
-    return ConfigError(f"{flag} {path}: {blocker} is a file; give a folder (made if missing)")
+        raise ConfigError(f"{flag} {path}: {blocker} is a file; give a folder (made if missing)")
 
 
 class RunDir:
