@@ -110,10 +110,15 @@ def test_a_training_return_stops_a_run_only_once_its_window_is_full():
             "final_return_window_tagger": 15, "final_return_window": 0, "episodes": 20}
     assert runner.on_log(game) is None
     assert runner.on_log({**game, "final_return_window_runner": 20}) == "stop"
-    # A policy none of whose episodes has ended yet, while others' windows are full.
+    # A policy none of whose episodes has ended yet, while others' windows are full, is waited
+    # for; a name with no window at all is none of the game's.
     knight = StopAtReturn(0.9, metric="final_return_mean_knight")
-    assert knight.on_log({"final_return_mean_archer": 1.0, "final_return_window_archer": 20,
-                          "final_return_window": 0, "episodes": 40}) is None  # fmt: skip
+    castle = {"final_return_mean_archer": 1.0, "final_return_window_archer": 20,
+              "final_return_mean_knight": None, "final_return_window_knight": 0,
+              "final_return_window": 0, "episodes": 40}
+    assert knight.on_log(castle) is None
+    with pytest.raises(ConfigError, match="watches 'final_return_mean_knigt'"):
+        StopAtReturn(0.9, metric="final_return_mean_knigt").on_log(castle)
 
 
 def test_stop_without_improvement_counts_evaluations_since_the_best():

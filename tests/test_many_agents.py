@@ -243,6 +243,18 @@ def test_each_policy_learns_from_its_own_agents_rows_only(agent, runtime, tmp_pa
     assert run.summary["final_return_mean"] is None  # two policies: never their average
 
 
+def test_a_misspelt_policy_to_stop_at_is_one_line_not_a_run_that_never_stops(tmp_path):
+    """Each policy's final-return window is there, empty, from the run's start, so a name the
+    game does not have is refused at the first log, not waited for to the end of the run."""
+    from rlherd.run.callbacks import StopAtReturn
+
+    with pytest.raises(ConfigError, match="'final_return_mean_hihg'.*final_return_mean_high"):
+        rlherd.train("ppo", GAME, total_steps=5_000, seed=0, env_kwargs=dict(agents=3, length=5),
+                     run_dir=tmp_path / "run", progress=False, log_interval_s=0.2,
+                     policies="low=agent_0,high=agent_[12]",
+                     callbacks=[StopAtReturn(1e9, metric="final_return_mean_hihg")])  # fmt: skip
+
+
 class FixedActor:
     """Acts ``action`` in every row it is given and remembers how many rows that was."""
 

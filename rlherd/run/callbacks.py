@@ -213,10 +213,9 @@ class StopAtReturn(Callback):
             return None
         if self.metric.startswith("final_return_mean"):  # final_return_window(_<policy>)
             window = "final_return_window" + self.metric.removeprefix("final_return_mean")
-            # A game's policy has no window before its first episode ends, which may be long
-            # after other policies' (their agents may leave early): it is waited for, and so is
-            # a misspelt one.
-            if metrics.get(window, 0) < RETURN_WINDOW:
+            # A game's policies' windows are there, empty, from the start (a policy's first
+            # episode may end long after others'): a name without one is not the run's.
+            if metrics.get(window, RETURN_WINDOW) < RETURN_WINDOW:
                 return None
         return self._check(metrics)
 

@@ -7,6 +7,7 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,13 @@ class Recorder:
         """Report a count a runtime keeps from zero in each session (restarts, reconnects): the
         summary shows it added to what earlier sessions of a resumed run counted."""
         self.extra[name] = self._counts_before.get(name, 0) + value
+
+    def open_windows(self, policies: Iterable[str]) -> None:
+        """Give each policy of a game of several its final-return window (empty) from the start,
+        so that a policy whose first episode has not ended yet is told apart from a name the
+        run does not have (``final_return_window_<policy>`` is 0, not missing)."""
+        for name in policies:
+            self.policy_returns.setdefault(name, deque(maxlen=RETURN_WINDOW))
 
     def episodes(
         self, returns: np.ndarray, lengths: np.ndarray, policies: list[str] | None = None
@@ -283,7 +291,7 @@ class Recorder:
                 sps=round(self.sps(), 1),
                 final_return_mean=float(np.mean(self.returns)) if self.returns else None,
                 final_return_window=len(self.returns),
-                **{f"final_return_mean_{k}": float(np.mean(v))
+                **{f"final_return_mean_{k}": float(np.mean(v)) if v else None
                    for k, v in self.policy_returns.items()},
                 **{f"final_return_window_{k}": len(v) for k, v in self.policy_returns.items()},
                 total_steps=self.total_steps,
@@ -303,7 +311,8 @@ class Recorder:
             info = f"{summary['sps']:,.0f} steps/s"
             info += f"  return {ret:.1f}" if ret is not None else ""
             for name in self.policy_returns:
-                info += f"  {name} {summary[f'final_return_mean_{name}']:.2f}"
+                value = summary[f"final_return_mean_{name}"]
+                info += f"  {name} {value:.2f}" if value is not None else ""
             info += f"  loss {loss:.3f}" if loss is not None else ""
             done = summary["episodes"] if self.total_episodes else summary[self.counts]
             self._progress.update(self._task, completed=done, info=info)
