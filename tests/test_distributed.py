@@ -7,6 +7,8 @@ import functools
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -126,6 +128,16 @@ def test_a_queue_waits_for_a_whole_batch():
     assert table.size == 1  # nothing was taken by the wait that timed out
     table.insert({"x": 2.0})
     assert table.wait_until_can_sample(2, timeout=0.05)
+
+
+def test_the_counter_nodes_module_imports_no_torch():
+    """The counter's process starts beside the other nodes' on a run's first seconds; importing
+    torch there (2-3 s of a core) would delay them all on a small machine."""
+    code = "import sys, rlherd.runtime.node; print('torch' in sys.modules)"
+    root = str(Path(__file__).parents[1])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=root))  # fmt: skip
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_path):
@@ -303,13 +315,8 @@ def test_an_on_policy_actor_node_polls_for_parameters_with_its_rollouts_alone(lo
     from rlherd import envs as rl_envs
     from rlherd.agents import BUILDERS
     from rlherd.runtime.distributed import _queue_table
-    from rlherd.runtime.program import (
-        ActorNode,
-        CounterNode,
-        LearnerNode,
-        NodeSetup,
-        rollout_signature,
-    )
+    from rlherd.runtime.node import CounterNode
+    from rlherd.runtime.program import ActorNode, LearnerNode, NodeSetup, rollout_signature
     from rlherd.runtime.settings import Distributed
 
     class Learner(LearnerNode):  # counts the calls that reach it

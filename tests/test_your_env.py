@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import subprocess
 import sys
 
@@ -208,10 +209,13 @@ def test_a_factorys_options_may_be_named_like_rlherds_own_arguments(runtime, tmp
                                      pytest.param("distributed", marks=pytest.mark.ray)])
 def test_a_factory_trains_in_other_processes_and_the_run_records_its_path(runtime, tmp_path):
     """This test module is importable here only (pytest put its folder on sys.path): actor
-    processes, environment servers and Ray workers import it all the same."""
+    processes, environment servers and Ray workers import it all the same; and the caller's
+    ``PYTHONPATH`` is as it was (an embedded Ray starts with the import path in it)."""
+    path = os.environ.get("PYTHONPATH")
     run = rlherd.train("ppo", one_legal_action, runtime=runtime, total_steps=600, seed=0,
                        run_dir=tmp_path / "run", progress=False, num_actors=2,
                        envs_per_actor=1)  # fmt: skip
+    assert os.environ.get("PYTHONPATH") == path
     assert json.loads((run.path / "config.json").read_text())["env"] == ONE_LEGAL
     assert run.summary["actor_steps"] >= 600
 

@@ -62,9 +62,9 @@ except ImportError as e:  # the runtime table imports this module only when it i
     raise ConfigError("the distributed runtime needs Ray: pip install 'rlherd[ray]'") from e
 
 from rlherd.replay.table import Table
+from rlherd.runtime.node import CounterNode
 from rlherd.runtime.program import (
     ActorNode,
-    CounterNode,
     EvaluatorNode,
     LearnerNode,
     NodeSetup,
@@ -136,13 +136,21 @@ def start_embedded(options: dict) -> None:
     another address is stopped: the run refuses to go on with its services exposed."""
     cluster_mode = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
+    # Its workers import what this process imports (a factory's module of the user's own): they
+    # inherit the import path from the environment Ray starts in. (A runtime_env would pass it
+    # too, but a job that has one gets none of the workers Ray starts ahead, and each node's
+    # process waits on Ray's runtime-env agent: 2-3 s more per run on two cores.)
+    path = os.environ.get("PYTHONPATH")
+    os.environ.update(child_env())
     try:
-        # Its workers import what this process imports (a factory's module of the user's own).
         ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=os.cpu_count() or 1,
-                 include_dashboard=False, runtime_env={"env_vars": child_env()},
-                 **options)  # fmt: skip
+                 include_dashboard=False, **options)  # fmt: skip
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
+        if path is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = path
     node_ip = ray.util.get_node_ip_address()
     if not ipaddress.ip_address(node_ip).is_loopback:
         ray.shutdown()
@@ -238,19 +246,20 @@ class Program:
         self.evaluator = None
         if ctx.evaluator is not None:
             self._start_evaluator()
+        # A resumed run's actors get fresh seeds, so they do not replay the first run's episodes.
+        self.seed = ctx.seed + 7919 * int(ctx.recorder.counters["learner_steps"])
+        self.actors = [None] * settings.num_actors
+        for i in range(settings.num_actors):
+            self._start_actor(i)
+        # Every node's process starts (and imports torch) at once; the actors act only once the
+        # learner holds the checkpoint's parameters.
         self._await_ready(list(self.nodes))
         if ctx.checkpoint is not None:
             self._get(self.learner.load_state_dict.remote(ctx.checkpoint["learner"]))
             if ctx.checkpoint.get("tables"):
                 self._get(self.replay.load_state_dicts.remote(ctx.checkpoint["tables"]))
             set_rng_state(ctx.checkpoint["rng"])
-        # A resumed run's actors get fresh seeds, so they do not replay the first run's episodes.
-        self.seed = ctx.seed + 7919 * int(ctx.recorder.counters["learner_steps"])
-        for i in range(settings.num_actors):
-            self.actors.append(None)
-            self.runs.append(None)
-            self._start_actor(i)
-        self._await_ready([f"actor-{i}" for i in range(settings.num_actors)])
+        self.runs = [actor.run.remote() for actor in self.actors]
 
     def _learner_group(self, gpus: int) -> dict:
         """Options that place a node beside the learner: the learner, replay, counter and
@@ -288,7 +297,6 @@ class Program:
                        resources=self.ctx.settings.actor_resources)  # fmt: skip
         self.actors[i] = self._start(name, ActorNode, options, i, seed, self.setup, self.replay,
                                      self.learner, self.counter)  # fmt: skip
-        self.runs[i] = self.actors[i].run.remote()
 
     def _await_ready(self, names: list[str]) -> None:
         """Wait until these nodes run (their constructors raise here); a cluster that cannot
@@ -375,6 +383,7 @@ class Program:
             with contextlib.suppress(Exception):
                 ray.kill(self.actors[i], no_restart=True)
             self._start_actor(i)  # not waited for: the program goes on meanwhile
+            self.runs[i] = self.actors[i].run.remote()
             self.starting[self.actors[i].ready.remote()] = f"actor-{i}"
         self._note_started(timeout=0)
         self.ctx.recorder.set_run_count("actor_restarts", self.restarts)

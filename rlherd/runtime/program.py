@@ -23,8 +23,6 @@ object store, and what comes out of it is read-only, so clients copy what they w
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
 import threading
 import time
 import warnings
@@ -44,6 +42,7 @@ from rlherd.run.evaluation import EvalEpisodes
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.run.recorder import mean_metrics
 from rlherd.runtime import make_envs, torch_threads, with_demonstrations
+from rlherd.runtime.node import Node, keeps_errors
 
 POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its stop flag again
 STATS_PERIOD_S = 0.2  # actor nodes report steps and episodes at most this often
@@ -69,34 +68,6 @@ class NodeSetup:
     env_id: str
     env_kwargs: dict
     settings: Any  # rlherd.runtime.settings.Distributed
-
-
-class Node:
-    """A node's ``ready()`` says where it runs (the run's ``nodes.json``: its process, its
-    machine's address, and Ray's id of its Ray node, which tells apart Ray nodes that share a
-    machine), or raises what its constructor raised: Ray reports a constructor that raises only
-    as a dead actor, which would hide a bad config behind "the node died"."""
-
-    error: Exception | None = None
-
-    def ready(self) -> dict[str, Any]:
-        if self.error is not None:
-            raise self.error
-        return dict(pid=os.getpid(), ip=ray.util.get_node_ip_address(),
-                    node_id=ray.get_runtime_context().get_node_id())
-
-
-def keeps_errors(init: Callable) -> Callable:
-    """Decorates a node's ``__init__``: an exception is kept for ``ready()`` to raise."""
-
-    @functools.wraps(init)
-    def guarded(self: Node, *args: Any, **kwargs: Any) -> None:
-        try:
-            init(self, *args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - raised again by ready()
-            self.error = e
-
-    return guarded
 
 
 # ------------------------------------------------------------------------------------ replay
@@ -653,7 +624,7 @@ class ActorNode(Node):
             envs.close()
 
 
-# -------------------------------------------------------------------------- evaluator, counter
+# --------------------------------------------------------------------------------- evaluator
 class EvaluatorNode(Node):
     """The greedy policy's episodes, with the learner node's latest parameters (fetched when an
     evaluation starts, and waited for); it has no adder, so it never writes to replay."""
@@ -674,29 +645,3 @@ class EvaluatorNode(Node):
     def evaluated_policy(self) -> dict[str, Any]:
         """The parameters the latest evaluation played with (for the run's callbacks)."""
         return {k: v.numpy() for k, v in self.play.net.state_dict().items()}
-
-
-class CounterNode(Node):
-    """Acme's counter: actor nodes add their steps and finished episodes; the driver takes what
-    arrived since it last asked (its recorder keeps the run's totals)."""
-
-    def __init__(self) -> None:
-        self.steps, self.agent_steps, self.returns, self.lengths, self.policies = 0, 0, [], [], []
-        self.per_actor: dict[int, int] = {}  # steps of each actor node since the run began
-
-    def report(self, actor: int, steps: int, agent_steps: int,
-               episodes: tuple[list, list, list | None]) -> None:  # fmt: skip
-        returns, lengths, policies = episodes
-        self.steps += steps
-        self.agent_steps += agent_steps
-        self.returns += returns
-        self.lengths += lengths
-        self.policies += policies or [None] * len(returns)
-        self.per_actor[actor] = self.per_actor.get(actor, 0) + steps
-
-    def take(self) -> tuple[int, int, tuple[list, list, list | None], dict[int, int]]:
-        several = any(p is not None for p in self.policies)
-        episodes = (self.returns, self.lengths, self.policies if several else None)
-        out = (self.steps, self.agent_steps, episodes, dict(self.per_actor))
-        self.steps, self.agent_steps, self.returns, self.lengths, self.policies = 0, 0, [], [], []
-        return out
