@@ -5,21 +5,26 @@ Every fenced ``bash`` block of README.md and docs/ is either run here or marked,
 before it, with ``<!-- not run: REASON -->`` (a Ray cluster, a GPU, a server that runs until it
 is stopped, hours of training). A block is run by bash, in a temporary directory, with ``rlherd``
 and ``pip`` on the path as stand-ins: ``rlherd`` is ``rlherd.cli`` with the budget flags cut
-down (:func:`tiny_budget`), and ``pip install`` checks that the extras it names exist instead of
-installing them.
+down (:func:`tiny_budget`), run in a fork of a process that imported it once (:mod:`docs_server`),
+and ``pip install`` checks that the extras it names exist instead of installing them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import docs_server
 import pytest
 
 from rlherd.commands.seeds import parse_seeds
@@ -191,16 +196,6 @@ def test_tiny_budget_cuts_every_budget_flag():
         "--eval-episodes", "1"]  # fmt: skip
 
 
-RLHERD = f"""#!{sys.executable}
-import sys
-sys.path.insert(0, {str(ROOT)!r})
-sys.path.insert(1, {str(ROOT / "tests")!r})
-from test_docs import tiny_budget
-from rlherd.cli import main
-if __name__ == "__main__":  # mono's actors are spawned processes, which import this script
-    sys.exit(main(tiny_budget(sys.argv[1:])))
-"""
-
 PIP = f"""#!{sys.executable}
 import re, sys, tomllib
 with open({str(ROOT / "pyproject.toml")!r}, "rb") as f:
@@ -215,13 +210,27 @@ for arg in sys.argv[2:]:
 
 
 @pytest.fixture(scope="module")
-def stand_ins(tmp_path_factory) -> Path:
-    """A folder holding the ``rlherd`` and ``pip`` stand-ins, to put first on ``PATH``."""
+def stand_ins(tmp_path_factory) -> Iterator[Path]:
+    """A folder holding the ``rlherd`` and ``pip`` stand-ins, to put first on ``PATH``; the
+    ``rlherd`` one is a client of a fork server (:mod:`docs_server`) that has imported torch and
+    rlherd once for all the commands."""
     folder = tmp_path_factory.mktemp("bin")
-    for name, text in (("rlherd", RLHERD), ("pip", PIP)):
+    path = folder / "server.sock"
+    log = open(folder / "server.log", "w")
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "docs_server.py"), str(path)],
+                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    rlherd = docs_server.CLIENT.format(python=sys.executable, path=str(path))
+    for name, text in (("rlherd", rlherd), ("pip", PIP)):
         (folder / name).write_text(text)
         (folder / name).chmod(0o755)
-    return folder
+    deadline = time.monotonic() + 120
+    while not path.exists() and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert path.exists(), (folder / "server.log").read_text()
+    yield folder
+    os.killpg(server.pid, signal.SIGKILL)  # the server and any command still running
+    server.wait()
+    log.close()
 
 
 SLOW = re.compile(r"--runtime (mono|poly|device|distributed)\b")
@@ -248,6 +257,24 @@ def test_the_documented_commands_run(block, stand_ins, tmp_path):
     out = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, text=True,
                          capture_output=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, f"{block.name}\n{out.stderr[-4000:]}"
+
+
+def test_the_rlherd_stand_in_exits_as_the_command_does(stand_ins, tmp_path):
+    """The blocks are judged by the stand-in's exit status and stderr: a fork server that
+    answered 0 whatever the command did would pass every block."""
+    env = {**os.environ, "PATH": f"{stand_ins}{os.pathsep}{os.environ['PATH']}"}
+
+    def rlherd(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["rlherd", *args], cwd=tmp_path, env=env, text=True,
+                              capture_output=True, timeout=300)  # fmt: skip
+
+    bad_env = rlherd("train", "dqn", "--env", "NoSuchEnv-v0")
+    assert bad_env.returncode == 2 and "unknown environment id 'NoSuchEnv-v0'" in bad_env.stderr
+    bad_flag = rlherd("train", "--no-such-flag")
+    assert bad_flag.returncode == 2 and "unrecognized arguments" in bad_flag.stderr
+    ok = rlherd("train", "dqn", "--env", "CartPole-v1", "--run-dir", "run")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["actor_steps"] >= 200
 
 
 def test_the_pip_stand_in_refuses_an_extra_that_does_not_exist(stand_ins, tmp_path):
