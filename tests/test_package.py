@@ -20,7 +20,7 @@ import torch
 import rlherd
 from rlherd.cli import main
 from rlherd.commands.evaluate import evaluate, load_run
-from rlherd.commands.package import VIDEO_SECONDS, package, train_command
+from rlherd.commands.package import VIDEO_SECONDS, model_card, package, train_command
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
@@ -123,6 +123,17 @@ def _front_matter(card: str) -> tuple[dict, str]:
     empty, front, body = card.split("---\n", 2)
     assert empty == ""  # the front matter opens the file, as the Hub reads it
     return yaml.safe_load(front), body
+
+
+def test_the_model_cards_seed_aggregate_leaves_out_seeds_without_a_return(sweep):
+    """A sibling with no training return (a game's seeds report theirs per policy; a seed whose
+    first episode has not ended) has none to aggregate: it is not a NaN in the IQM."""
+    record = RunDir(sweep / "seed-0").read_config()
+    seeds = [{"run": "a", "final_return_mean": None}, {"run": "b", "final_return_mean": 5.0},
+             {"run": "c", "final_return_mean": 7.0}]  # fmt: skip
+    score = json.loads((sweep / "package" / "summary.json").read_text())
+    card = model_card(record, score, score, "rlherd train ...", seeds, [], [])
+    assert "nan" not in card.lower() and "over 2 seeds" in card
 
 
 def test_the_model_card_says_what_was_trained_and_how_it_scores(sweep):

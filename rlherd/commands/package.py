@@ -320,7 +320,7 @@ def model_card(
               f"`{record.runtime}` runtime, seed {record.seed}, {steps:,} agent steps).", ""]
     lines += _score_section(score)
     if seeds:
-        finals = [s["final_return_mean"] for s in seeds if "final_return_mean" in s]
+        finals = [s["final_return_mean"] for s in seeds if s.get("final_return_mean") is not None]
         lines += ["## Across seeds", "", "This run is one of several that differ only in their "
                   "seed (training returns, the mean of each run's last 20 episodes):", "",
                   "| run | final return | evaluation return |", "|---|---|---|"]  # fmt: skip
