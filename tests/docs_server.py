@@ -1,24 +1,30 @@
 """A fork server for the ``rlherd`` stand-in of test_docs: the documentation runs about a hundred
-commands, and each fresh Python process spent 4-5 s of a core importing torch and rlherd (and
-``torch._dynamo``, on the first optimizer step) before doing a tiny budget's work in well under
-one. This process imports them once; each command is a fork of it.
+commands, and each fresh Python process spent 4-5 s of a core importing torch, rlherd's training
+command and ``torch._dynamo`` (on the first optimizer step) before doing a tiny budget's work in
+well under one. This process imports them once; each command is a fork of it.
 
 ``python docs_server.py SOCKET`` serves; the stand-in (:data:`CLIENT`) sends its arguments,
 working directory, environment and standard streams, and exits with the command's exit status.
 A forked command runs as the ``rlherd`` script would: ``rlherd.cli.main`` on the arguments (cut
-to tiny budgets by ``test_docs.tiny_budget``), with the client's directory, environment and
-streams, exceptions printed with their traceback and exit status 1, and exit handlers run.
+to tiny budgets by ``test_docs.tiny_budget``), with the client's directory, environment (its
+``PYTHONPATH`` too) and streams, an exception printed with its traceback and exit status 1,
+and exit handlers run. What a fork cannot take from the client: variables read when the
+interpreter or an already imported library starts (``PYTHONHASHSEED``, ``OMP_NUM_THREADS``),
+and signals, which reach the client alone (no documented command is interrupted). Linux only
+(``SOCK_SEQPACKET``).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 
 # The stand-in: a Python without site-packages starts in ~20 ms (a fork of the server then runs
 # the command). The server's socket path is filled in by the test's fixture.
@@ -43,26 +49,35 @@ def serve(path: str) -> None:
     import torch._dynamo  # noqa: F401 - what the first optimizer step imports
     from test_docs import tiny_budget
 
+    import rlherd.commands.evaluate  # noqa: F401
+    import rlherd.commands.train  # noqa: F401
     from rlherd.cli import main
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the commands
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as server:
-        server.bind(path)
+        server.bind(path + ".new")
         server.listen()
+        os.rename(path + ".new", path)  # there once it listens: the fixture waits for it
         while True:
             conn, _ = server.accept()
             message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST, 3)
             if os.fork() == 0:
-                server.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _command(conn, json.loads(message), fds, lambda args: main(tiny_budget(args)))
+                status = 1
+                try:
+                    server.close()
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    status = _command(json.loads(message), fds, lambda a: main(tiny_budget(a)))
+                finally:
+                    with contextlib.suppress(OSError):  # a client gone: nobody to tell
+                        conn.sendall(bytes([status]))
+                    os._exit(status)
             conn.close()
             for fd in fds:
                 os.close(fd)
 
 
-def _command(conn: socket.socket, request: dict, fds: list[int], run) -> None:
-    """In the fork: become the client's command, run it, send its status, and exit."""
+def _command(request: dict, fds: list[int], run: Callable[[list[str]], int | None]) -> int:
+    """In the fork: become the client's command and run it; its exit status."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -84,12 +99,11 @@ def _command(conn: socket.socket, request: dict, fds: list[int], run) -> None:
             print(e.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - as the interpreter would: traceback, status 1
         traceback.print_exc()
-    finally:
-        atexit._run_exitfuncs()
+    atexit._run_exitfuncs()
+    with contextlib.suppress(OSError):  # a closed pipe: as the interpreter, say nothing
         sys.stdout.flush()
         sys.stderr.flush()
-        conn.sendall(bytes([status & 0xFF]))
-        os._exit(status & 0xFF)
+    return status & 0xFF
 
 
 if __name__ == "__main__":  # mono's actors are spawned processes, which import this script

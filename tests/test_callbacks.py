@@ -119,6 +119,9 @@ def test_a_training_return_stops_a_run_only_once_its_window_is_full():
     assert knight.on_log(castle) is None
     with pytest.raises(ConfigError, match="watches 'final_return_mean_knigt'"):
         StopAtReturn(0.9, metric="final_return_mean_knigt").on_log(castle)
+    # Nor has a game of several policies one return of them all.
+    with pytest.raises(ConfigError, match="final_return_mean_archer or final_return_mean_knight"):
+        StopAtReturn(0.9, metric="final_return_mean").on_log(castle)
 
 
 def test_stop_without_improvement_counts_evaluations_since_the_best():

@@ -11,6 +11,7 @@ and ``pip install`` checks that the extras it names exist instead of installing 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -216,21 +217,24 @@ def stand_ins(tmp_path_factory) -> Iterator[Path]:
     rlherd once for all the commands."""
     folder = tmp_path_factory.mktemp("bin")
     path = folder / "server.sock"
-    log = open(folder / "server.log", "w")
-    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "docs_server.py"), str(path)],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     rlherd = docs_server.CLIENT.format(python=sys.executable, path=str(path))
     for name, text in (("rlherd", rlherd), ("pip", PIP)):
         (folder / name).write_text(text)
         (folder / name).chmod(0o755)
-    deadline = time.monotonic() + 120
-    while not path.exists() and server.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert path.exists(), (folder / "server.log").read_text()
-    yield folder
-    os.killpg(server.pid, signal.SIGKILL)  # the server and any command still running
-    server.wait()
-    log.close()
+    with open(folder / "server.log", "w") as log:
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "docs_server.py"),
+                                   str(path)], stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while not path.exists() and server.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert path.exists(), (folder / "server.log").read_text()
+            yield folder
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # the server and any command left
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
 
 
 SLOW = re.compile(r"--runtime (mono|poly|device|distributed)\b")
@@ -275,6 +279,12 @@ def test_the_rlherd_stand_in_exits_as_the_command_does(stand_ins, tmp_path):
     ok = rlherd("train", "dqn", "--env", "CartPole-v1", "--run-dir", "run")
     assert ok.returncode == 0, ok.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["actor_steps"] >= 200
+    # The client's environment is the command's: PYTHONPATH=. finds a factory beside it.
+    (tmp_path / "beside.py").write_text("import gymnasium as gym\n\n\ndef make_env():\n"
+                                        "    return gym.make('CartPole-v1')\n")  # fmt: skip
+    env["PYTHONPATH"] = "."
+    beside = rlherd("train", "ppo", "--env", "beside:make_env", "--run-dir", "run-beside")
+    assert beside.returncode == 0, beside.stderr
 
 
 def test_the_pip_stand_in_refuses_an_extra_that_does_not_exist(stand_ins, tmp_path):

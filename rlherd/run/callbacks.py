@@ -213,6 +213,14 @@ class StopAtReturn(Callback):
             return None
         if self.metric.startswith("final_return_mean"):  # final_return_window(_<policy>)
             window = "final_return_window" + self.metric.removeprefix("final_return_mean")
+            policies = [k.removeprefix("final_return_window_") for k in metrics
+                        if k.startswith("final_return_window_")]  # fmt: skip
+            if self.metric == "final_return_mean" and policies:
+                raise ConfigError(
+                    "StopAtReturn watches final_return_mean, which a game of several policies "
+                    "never has (each policy has its own return): pass metric="
+                    f"{' or '.join('final_return_mean_' + p for p in policies)}"
+                )
             # A game's policies' windows are there, empty, from the start (a policy's first
             # episode may end long after others'): a name without one is not the run's.
             if metrics.get(window, RETURN_WINDOW) < RETURN_WINDOW:

@@ -139,7 +139,7 @@ def start_embedded(options: dict) -> None:
     # Its workers import what this process imports (a factory's module of the user's own): they
     # inherit the import path from the environment Ray starts in. (A runtime_env would pass it
     # too, but a job that has one gets none of the workers Ray starts ahead, and each node's
-    # process waits on Ray's runtime-env agent: 2-3 s more per run on two cores.)
+    # process waits on Ray's runtime-env agent.)
     path = os.environ.get("PYTHONPATH")
     os.environ.update(child_env())
     try:
@@ -148,7 +148,7 @@ def start_embedded(options: dict) -> None:
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
         if path is None:
-            del os.environ["PYTHONPATH"]
+            os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = path
     node_ip = ray.util.get_node_ip_address()
@@ -253,7 +253,7 @@ class Program:
             self._start_actor(i)
         # Every node's process starts (and imports torch) at once; the actors act only once the
         # learner holds the checkpoint's parameters.
-        self._await_ready(list(self.nodes))
+        self._await_ready()
         if ctx.checkpoint is not None:
             self._get(self.learner.load_state_dict.remote(ctx.checkpoint["learner"]))
             if ctx.checkpoint.get("tables"):
@@ -298,23 +298,29 @@ class Program:
         self.actors[i] = self._start(name, ActorNode, options, i, seed, self.setup, self.replay,
                                      self.learner, self.counter)  # fmt: skip
 
-    def _await_ready(self, names: list[str]) -> None:
-        """Wait until these nodes run (their constructors raise here); a cluster that cannot
-        place them in ``READY_TIMEOUT_S`` is an error naming what they asked for."""
-        calls = {self.nodes[n].ready.remote(): n for n in names}
-        done, pending = ray.wait(list(calls), num_returns=len(calls), timeout=READY_TIMEOUT_S)
+    def _await_ready(self) -> None:
+        """Wait until every node runs, recording where (``nodes.json``). A node whose
+        constructor raised is that error as soon as it is known; a cluster that cannot place
+        them all in ``READY_TIMEOUT_S`` is an error naming the late ones and what they ask for."""
+        calls = {handle.ready.remote(): name for name, handle in self.nodes.items()}
+        deadline, pending = time.monotonic() + READY_TIMEOUT_S, list(calls)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+                if not done:
+                    break
+                self.where[calls[done[0]]] = self._get(done[0])
+        finally:
+            atomic_write_json(self.ctx.recorder.rundir.path / "nodes.json", self.where)
         if pending:
-            late = ", ".join(calls[r] for r in pending)
-            raise ConfigError(
-                f"Ray did not start these nodes within {READY_TIMEOUT_S:.0f}s: {late}. The "
-                f"cluster has {ray.cluster_resources()}; actor nodes ask for "
-                f"{self.actor_cpus:.3g} CPU each and {self.ctx.settings.actor_resources or 'no'}"
-                " other resources. Lower --num-actors or --actor-cpus, change --actor-resources,"
-                " or add machines."
-            )
-        for ref in done:
-            self.where[calls[ref]] = self._get(ref)
-        atomic_write_json(self.ctx.recorder.rundir.path / "nodes.json", self.where)
+            late = [calls[r] for r in pending]
+            actors = (f"; actor nodes ask for {self.actor_cpus:.3g} CPU each and "
+                      f"{self.ctx.settings.actor_resources or 'no'} other resources. Lower "
+                      "--num-actors or --actor-cpus, change --actor-resources, or add machines"
+                      if any(name.startswith("actor-") for name in late) else "")  # fmt: skip
+            raise ConfigError(f"Ray did not start these nodes within {READY_TIMEOUT_S:.0f}s: "
+                              f"{', '.join(late)}. The cluster has {ray.cluster_resources()}"
+                              f"{actors}.")  # fmt: skip
 
     # the driver's loop -------------------------------------------------------------------------
     def run(self) -> None:
