@@ -1,7 +1,7 @@
 """A fork server for the ``rlherd`` stand-in of test_docs: the documentation runs about a hundred
-commands, and each fresh Python process spent 4-5 s of a core importing torch, rlherd's training
-command and ``torch._dynamo`` (on the first optimizer step) before doing a tiny budget's work in
-well under one. This process imports them once; each command is a fork of it.
+commands, and each fresh Python process spent 4-5 s of a core importing torch, rlherd's train and
+eval commands and ``torch._dynamo`` (on the first optimizer step) before doing a tiny budget's
+work in well under one. This process imports them once; each command is a fork of it.
 
 ``python docs_server.py SOCKET`` serves; the stand-in (:data:`CLIENT`) sends its arguments,
 working directory, environment and standard streams, and exits with the command's exit status.
@@ -49,7 +49,7 @@ def serve(path: str) -> None:
     import torch._dynamo  # noqa: F401 - what the first optimizer step imports
     from test_docs import tiny_budget
 
-    import rlherd.commands.evaluate  # noqa: F401
+    import rlherd.commands.evaluate  # noqa: F401 - imported by the commands, not at startup
     import rlherd.commands.train  # noqa: F401
     from rlherd.cli import main
 
@@ -67,6 +67,8 @@ def serve(path: str) -> None:
                     server.close()
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     status = _command(json.loads(message), fds, lambda a: main(tiny_budget(a)))
+                except BaseException:  # noqa: BLE001 - before the command: into the server's log
+                    traceback.print_exc()
                 finally:
                     with contextlib.suppress(OSError):  # a client gone: nobody to tell
                         conn.sendall(bytes([status]))

@@ -326,7 +326,7 @@ def model_card(
                   "| run | final return | evaluation return |", "|---|---|---|"]  # fmt: skip
         lines += [f"| {s['run']} | {_number(s.get('final_return_mean'))} | "
                   f"{_number(s.get('eval_return_mean'))} |" for s in seeds]  # fmt: skip
-        lines += ["", f"Final return: {seed_aggregate(finals)}.", ""] if finals else [""]
+        lines += ["", f"Final return: {seed_aggregate(finals)}.", ""] if len(finals) > 1 else [""]
     lines += ["## Training", "", "```bash", command, "```", ""]
     shown = ("actor_steps", "learner_steps", "episodes", "wall_time_s", "sps", "final_return_mean")
     lines += [f"- {key}: {_number(summary[key])}" for key in shown if key in summary]
@@ -391,6 +391,8 @@ def _score_section(score: dict[str, Any]) -> list[str]:
 
 
 def _number(value: Any) -> str:
+    if value is None:  # a run without it (no episode ended yet; a game's, per policy)
+        return "-"
     if isinstance(value, float):
         return f"{value:,.2f}"
     return f"{value:,}" if isinstance(value, int) else str(value)

@@ -192,7 +192,8 @@ class StopAtReturn(Callback):
     ``final_return_mean_<policy>``) watches the training episodes' (the mean of the last 20),
     checked every log interval instead, once its window is full (``final_return_window``):
     before that the "mean" is of the first few, and one lucky episode would stop a run that
-    has learned nothing."""
+    has learned nothing. A game of several policies has no ``final_return_mean`` of them all:
+    watching it there is refused at the first log."""
 
     def __init__(self, threshold: float, metric: str = "eval_return_mean"):
         self.threshold, self.metric = threshold, metric

@@ -471,9 +471,10 @@ class Program:
             raise  # a bug: Ray's error carries the node's traceback
 
     def _raise_if_a_core_node_died(self) -> None:
-        """Raise :class:`NodeDied` if the learner, replay or counter node is gone."""
+        """Raise :class:`NodeDied` if the learner, replay or counter node is gone (one that has
+        not said it is ready yet may still be starting: it is not asked)."""
         for name in ("learner", "replay", "counter"):
-            if name not in self.nodes:
+            if name not in self.where:
                 continue
             try:
                 ray.get(self.nodes[name].ready.remote(), timeout=STOP_TIMEOUT_S)
