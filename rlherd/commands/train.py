@@ -464,8 +464,8 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
         counts=RUNTIMES[record.runtime].counts,
         total_episodes=settings.total_episodes,
     )
-    if spec is not None and len(set(spec.policies or ())) > 1:  # a game of several policies
-        recorder.open_windows(spec.policies)  # (the device runtime, without a spec, opens its own)
+    if spec is not None and spec.policies:  # (the device runtime, without a spec, opens its own)
+        recorder.open_windows(spec.policies)
     if checkpoint is not None:
         recorder.load_state_dict(checkpoint["recorder"])
         rundir.truncate_metrics(int(recorder.counters[recorder.counts]), recorder.counts)

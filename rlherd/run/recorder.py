@@ -145,8 +145,10 @@ class Recorder:
     def open_windows(self, policies: Iterable[str]) -> None:
         """Give each policy of a game of several its final-return window (empty) from the start,
         so that a policy whose first episode has not ended yet is told apart from a name the
-        run does not have (``final_return_window_<policy>`` is 0, not missing)."""
-        for name in policies:
+        run does not have (``final_return_window_<policy>`` is 0, not missing). A game of one
+        policy has none: its returns are the run's (``final_return_mean``)."""
+        names = list(dict.fromkeys(policies))
+        for name in names if len(names) > 1 else []:
             self.policy_returns.setdefault(name, deque(maxlen=RETURN_WINDOW))
 
     def episodes(

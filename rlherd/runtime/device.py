@@ -288,8 +288,7 @@ def run(ctx: RunContext) -> None:
     num_envs = settings.num_envs or ctx.builder.batch_size
     env = make_device(ctx.env_id, num_envs, settings.device, ctx.seed, **ctx.env_kwargs)
     groups = make_groups(ctx.builder, ctx.env_id, settings, env)
-    if len(groups) > 1:
-        recorder.open_windows(g.name for g in groups)
+    recorder.open_windows(g.name for g in groups)
     for g in groups:  # the agent steps this policy learns on
         share = recorder.total_steps * len(g.ids) // env.num_agents
         g.learner = g.builder.make_learner(g.networks, g.rollouts, max(share, 1))
