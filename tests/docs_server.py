@@ -108,5 +108,5 @@ def _command(request: dict, fds: list[int], run: Callable[[list[str]], int | Non
     return status & 0xFF
 
 
-if __name__ == "__main__":  # mono's actors are spawned processes, which import this script
+if __name__ == "__main__":  # each of mono's actor processes imports this script
     serve(sys.argv[1])

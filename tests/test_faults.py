@@ -183,8 +183,11 @@ def test_an_unreadable_latest_checkpoint_falls_back_to_the_one_before(damage, tm
     "agent, runtime, lr",
     # PPO's Adam steps and clipped gradients stay finite up to about 1e10 (it then trains a
     # collapsed policy, which no check of finiteness can tell from learning); 1e30 overflows.
+    # IMPALA's RMSProp moves every weight by about lr / sqrt(1 - alpha) in its first step: on
+    # mono, whose actors have a batch ready at once, 1e12 stops the run at learner step 1, before
+    # its first checkpoint; 1e2 at step 8-10, after several.
     [("impala", "single", 1e12), ("dqn", "single", 1e12), ("ppo", "single", 1e30),
-     ("impala", "mono", 1e12)],
+     ("impala", "mono", 1e2)],
 )  # fmt: skip
 def test_a_diverging_run_stops_clearly_and_checkpoints_nothing_non_finite(agent, runtime, lr,
                                                                           tmp_path):

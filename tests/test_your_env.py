@@ -220,6 +220,25 @@ def test_a_factory_trains_in_other_processes_and_the_run_records_its_path(runtim
     assert run.summary["actor_steps"] >= 600
 
 
+def cartpole_if_marked(mark: str) -> gym.Env:
+    """CartPole, where this process's ``RLHERD_TEST_MARK`` is ``mark``."""
+    found = os.environ.get("RLHERD_TEST_MARK")
+    if found != mark:
+        raise ValueError(f"RLHERD_TEST_MARK is {found!r}, not {mark!r}")
+    return gym.make("CartPole-v1")
+
+
+def test_mono_actors_see_the_callers_environment_as_it_is_at_each_run(tmp_path, monkeypatch):
+    """Actors fork from a server that outlives a run: the environment it started with is not the
+    one a later run's caller set (an earlier run here, or a test before, started it)."""
+    for mark in ("first", "second"):
+        monkeypatch.setenv("RLHERD_TEST_MARK", mark)
+        run = rlherd.train("ppo", cartpole_if_marked, env_kwargs={"mark": mark}, runtime="mono",
+                           total_steps=400, seed=0, run_dir=tmp_path / mark, progress=False,
+                           num_actors=1, envs_per_actor=2)  # fmt: skip
+        assert run.summary["actor_steps"] >= 400
+
+
 def test_a_run_never_imports_a_module_from_its_own_directory(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()

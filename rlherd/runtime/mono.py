@@ -32,7 +32,8 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -127,11 +128,14 @@ class ActorSetup:
     slots: list[dict] | None  # on-policy: the shared-memory rollout slots
     signatures: list[dict]  # replay: the learner's tables' (adders may read them)
     stop: Any  # a multiprocessing Event
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))  # the run's
 
 
 def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
     """Run the agent's actor in an environment loop until told to stop."""
     die_with_parent()
+    os.environ.clear()  # the fork server's, as it was when it started: this run's instead
+    os.environ.update(setup.environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     torch_threads(1)
     os.nice(setup.settings.actor_nice)  # threads started from here on (ALE's) inherit it
@@ -228,12 +232,26 @@ class _Stopped(Exception):
     pass
 
 
+def actor_context() -> Any:
+    """How actor processes start: forked from multiprocessing's fork server, a process that
+    imported this module (torch, numpy, Gymnasium, rlherd) once. A spawned actor imported them
+    itself, 2-3 s of a core each: four actors took 12 s to start on two cores, forked 7 s. (A
+    plain fork of the learner would copy its threads and locks mid-use.) The server lives as long
+    as the process that started it, so later runs there start their actors at once; the
+    environment it started with is replaced by the run's in each actor."""
+    if "forkserver" not in mp.get_all_start_methods():  # Windows
+        return mp.get_context("spawn")
+    context = mp.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return context
+
+
 class ActorPool:
     """The actor processes, their links, and (on-policy) the shared-memory slots."""
 
     def __init__(self, ctx: RunContext, source: SharedVariables, tables: list, slots, seed: int):
         self.ctx, self.source, self.tables, self.slots, self.seed = ctx, source, tables, slots, seed
-        self.mp = mp.get_context("spawn")  # fork would copy the learner's threads and locks
+        self.mp = actor_context()
         self.stopping = threading.Event()
         self.setup = ActorSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
                                 source, slots, [t.signature for t in tables],
@@ -284,7 +302,7 @@ class ActorPool:
                     f"actor process {i} failed while starting (exit code "
                     f"{link.process.exitcode}); see its traceback above. Scripts that call "
                     "rlherd.train(runtime='mono') must guard the call with "
-                    "`if __name__ == '__main__':` (actors are spawned processes)."
+                    "`if __name__ == '__main__':` (each actor process imports the script)."
                 )
             self.restarts += 1
             limit = MAX_RESTARTS_PER_ACTOR * len(self.links)
@@ -352,6 +370,8 @@ class SlotDataset:
 
 
 def run(ctx: RunContext) -> None:
+    if actor_context().get_start_method() == "forkserver":
+        forkserver.ensure_running()  # its imports overlap the learner's setup
     builder, spec, settings = ctx.builder, ctx.spec, ctx.settings
     networks = builder.make_networks(spec, settings.device)
     source = SharedVariables(builder.make_networks(spec, "cpu"))
