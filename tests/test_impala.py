@@ -121,6 +121,16 @@ def test_killed_actors_are_restarted_and_the_run_goes_on(tmp_path):
             os.kill(pid, 0)
 
 
+def test_mono_starts_actors_whatever_the_number_of_rollout_slots(tmp_path):
+    """32 slots of 8 shared tensors each (batch 16 of one environment's rollouts): a forked
+    process gets its arguments' shared tensors as file descriptors in one message, which holds
+    at most 252, so the slots reach an actor over its pipe instead."""
+    run = rlherd.train("impala", "CartPole-v1", runtime="mono", total_steps=2_000, seed=0,
+                       run_dir=tmp_path, progress=False, num_actors=1,
+                       envs_per_actor=1)  # fmt: skip
+    assert run.summary["actor_steps"] >= 2_000
+
+
 def test_mono_actors_run_at_the_niceness_they_are_given(monkeypatch, tmp_path):
     """Actor processes lower their priority by ``actor_nice`` (so the learner gets a core first
     on a machine with fewer cores than processes); a niceness outside 0..19 is refused."""

@@ -221,22 +221,48 @@ def test_a_factory_trains_in_other_processes_and_the_run_records_its_path(runtim
 
 
 def cartpole_if_marked(mark: str) -> gym.Env:
-    """CartPole, where this process's ``RLHERD_TEST_MARK`` is ``mark``."""
+    """CartPole, where this process's ``RLHERD_TEST_MARK`` is ``mark``; said on stderr."""
     found = os.environ.get("RLHERD_TEST_MARK")
     if found != mark:
         raise ValueError(f"RLHERD_TEST_MARK is {found!r}, not {mark!r}")
+    print(f"cartpole for {mark} in {os.getpid()}", file=sys.stderr, flush=True)
     return gym.make("CartPole-v1")
 
 
-def test_mono_actors_see_the_callers_environment_as_it_is_at_each_run(tmp_path, monkeypatch):
-    """Actors fork from a server that outlives a run: the environment it started with is not the
-    one a later run's caller set (an earlier run here, or a test before, started it)."""
+def test_mono_actors_take_the_callers_environment_and_stderr_as_they_are_at_each_run(
+        tmp_path, monkeypatch):  # fmt: skip
+    """Actors fork from a server that outlives a run (an earlier run here, or a test before,
+    started it): its environment and standard error are not those a later run's caller has."""
     for mark in ("first", "second"):
         monkeypatch.setenv("RLHERD_TEST_MARK", mark)
-        run = rlherd.train("ppo", cartpole_if_marked, env_kwargs={"mark": mark}, runtime="mono",
-                           total_steps=400, seed=0, run_dir=tmp_path / mark, progress=False,
-                           num_actors=1, envs_per_actor=2)  # fmt: skip
+        err = tmp_path / f"{mark}.err"
+        saved = os.dup(2)
+        with open(err, "w") as f:
+            os.dup2(f.fileno(), 2)
+            try:
+                run = rlherd.train("ppo", cartpole_if_marked, env_kwargs={"mark": mark},
+                                   runtime="mono", total_steps=400, seed=0, progress=False,
+                                   run_dir=tmp_path / mark, num_actors=1, envs_per_actor=2)
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
         assert run.summary["actor_steps"] >= 400
+        said = [line.split()[-1] for line in err.read_text().splitlines()
+                if line.startswith(f"cartpole for {mark} in ")]  # fmt: skip
+        assert set(said) - {str(os.getpid())}, "no actor's line reached this run's stderr"
+
+
+def test_mono_actors_import_what_the_command_imports_not_its_working_directory(tmp_path):
+    """The ``rlherd`` command has no working directory on its import path; the fork server its
+    actors come from (``python -c``) would put it first, and import a ``json.py`` there."""
+    (tmp_path / "json.py").write_text("raise SystemExit('imported json.py from the cwd')\n")
+    as_the_command = "import sys, runpy; del sys.path[0]; runpy.run_module('rlherd.cli', " \
+                     "run_name='__main__')"  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", as_the_command, "train", "impala", "--env",
+                          "CartPole-v1", "--runtime", "mono", "--total-steps", "500",
+                          "--run-dir", str(tmp_path / "run"), "--no-progress"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
 
 
 def test_a_run_never_imports_a_module_from_its_own_directory(tmp_path, monkeypatch):

@@ -283,11 +283,27 @@ def check_recorded(env_id: str, run_dir: str | Path) -> None:
         )
 
 
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """``os.environ`` with ``values`` while a child starts that reads them only then (a local
+    Ray's processes, multiprocessing's fork server); as it was afterwards."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def child_env() -> dict[str, str]:
     """What a child process (an environment server, a local Ray worker) needs in its environment
     to import what this process imports, modules of the user's own included (a factory's module
     beside the script that started the run, a test's): this process's import path as its
-    ``PYTHONPATH``. (``mono``'s actor processes, started by multiprocessing, get it anyway.)"""
+    ``PYTHONPATH``."""
     paths = [os.path.abspath(p or os.curdir) for p in sys.path]
     return {"PYTHONPATH": os.pathsep.join(p for p in dict.fromkeys(paths) if os.path.isdir(p))}
 

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from rlherd.envs.ids import child_env
+from rlherd.envs.ids import child_env, environ
 from rlherd.envs.vector import alive
 from rlherd.errors import ConfigError, NodeDied, TrainingDiverged
 from rlherd.run.rundir import atomic_write_json
@@ -140,17 +140,12 @@ def start_embedded(options: dict) -> None:
     # inherit the import path from the environment Ray starts in. (A runtime_env would pass it
     # too, but a job that has one gets none of the workers Ray starts ahead, and each node's
     # process waits on Ray's runtime-env agent.)
-    path = os.environ.get("PYTHONPATH")
-    os.environ.update(child_env())
     try:
-        ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=os.cpu_count() or 1,
-                 include_dashboard=False, **options)  # fmt: skip
+        with environ(**child_env()):
+            ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=os.cpu_count() or 1,
+                     include_dashboard=False, **options)  # fmt: skip
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
-        if path is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = path
     node_ip = ray.util.get_node_ip_address()
     if not ipaddress.ip_address(node_ip).is_loopback:
         ray.shutdown()

@@ -29,18 +29,20 @@ import contextlib
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from multiprocessing import forkserver
-from multiprocessing.connection import Connection
+from multiprocessing import forkserver, reduction
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import numpy as np
 import torch
 import torch.multiprocessing as mp
 
+from rlherd.envs.ids import child_env, environ
 from rlherd.envs.vector import die_with_parent
 from rlherd.errors import ConfigError, exit_status
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, join, rollout_layout
@@ -117,7 +119,9 @@ class Channel(StepReport):
 
 @dataclass
 class ActorSetup:
-    """What an actor process is given (it must pickle: no recorder, no open files)."""
+    """What an actor process is given over its pipe (it must pickle: no recorder, no open
+    files). Not as the process's argument: a forked process gets its arguments' shared-memory
+    tensors as file descriptors in one message, at most 252, which 32 IMPALA slots pass."""
 
     builder: Any
     spec: Any
@@ -127,21 +131,19 @@ class ActorSetup:
     source: SharedVariables
     slots: list[dict] | None  # on-policy: the shared-memory rollout slots
     signatures: list[dict]  # replay: the learner's tables' (adders may read them)
-    stop: Any  # a multiprocessing Event
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))  # the run's
 
 
-def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
-    """Run the agent's actor in an environment loop until told to stop."""
+def actor_process(seed: int, conn: Connection, stop: Any) -> None:
+    """Run the agent's actor in an environment loop until ``stop`` (an Event) is set."""
     die_with_parent()
-    os.environ.clear()  # the fork server's, as it was when it started: this run's instead
-    os.environ.update(setup.environ)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
-    torch_threads(1)
-    os.nice(setup.settings.actor_nice)  # threads started from here on (ALE's) inherit it
-    builder, k, slots = setup.builder, setup.settings.envs_per_actor, setup.slots
-    channel = Channel(conn)
     try:
+        setup = _take_setup(conn)
+        torch_threads(1)
+        os.nice(setup.settings.actor_nice)  # threads started from here on (ALE's) inherit it
+        builder, k, slots = setup.builder, setup.settings.envs_per_actor, setup.slots
+        channel = Channel(conn)
         policy = builder.make_policy(builder.make_networks(setup.spec, "cpu"))
         tables: list[RemoteTable] = []
         if slots is None:
@@ -157,7 +159,7 @@ def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
         envs = make_envs(setup.env_id, setup.env_kwargs, setup.settings, k, workers=0)
         loop = EnvironmentLoop(envs, actor, channel, seed)
         conn.send(("started",))
-        while not setup.stop.is_set():
+        while not stop.is_set():
             loop.step()
             for table in tables:
                 table.flush()
@@ -169,6 +171,19 @@ def actor_process(setup: ActorSetup, seed: int, conn: Connection) -> None:
     except Exception:
         traceback.print_exc()
         raise
+
+
+def _take_setup(conn: Connection) -> ActorSetup:
+    """The setup, then the run's environment, standard output and error in place of the fork
+    server's (those of when it started, perhaps for an earlier run in this process)."""
+    setup: ActorSetup = conn.recv()
+    os.environ.clear()
+    os.environ.update(setup.environ)
+    for fd in (1, 2):
+        received = reduction.recv_handle(conn)
+        os.dup2(received, fd)
+        os.close(received)
+    return setup
 
 
 def _hand_over(full, slots, channel: Channel, source) -> dict:
@@ -189,10 +204,13 @@ class ActorLink:
         self.error: str | None = None  # a ConfigError the actor met: the run stops with it
         self.held: int | None = None  # the slot the actor is filling
         self.process = pool.mp.Process(
-            target=actor_process, args=(pool.setup, seed, child), daemon=True
+            target=actor_process, args=(seed, child, pool.stop), daemon=True
         )
         self.process.start()
         child.close()  # only the actor holds its end, so its death reads as EOF here
+        parent.send(pool.setup)
+        for fd in (1, 2):
+            reduction.send_handle(parent, fd, self.process.pid)
         self.thread = threading.Thread(target=self._serve, name=f"actor-link-{index}", daemon=True)
         self.thread.start()
 
@@ -233,17 +251,25 @@ class _Stopped(Exception):
 
 
 def actor_context() -> Any:
-    """How actor processes start: forked from multiprocessing's fork server, a process that
-    imported this module (torch, numpy, Gymnasium, rlherd) once. A spawned actor imported them
-    itself, 2-3 s of a core each: four actors took 12 s to start on two cores, forked 7 s. (A
-    plain fork of the learner would copy its threads and locks mid-use.) The server lives as long
-    as the process that started it, so later runs there start their actors at once; the
-    environment it started with is replaced by the run's in each actor."""
-    if "forkserver" not in mp.get_all_start_methods():  # Windows
+    """How actor processes start: on Linux, forked from multiprocessing's fork server, a process
+    that imports this module (torch, numpy, Gymnasium, rlherd) once, where a spawned actor would
+    import them itself, 2-3 s of a core each (a tiny run with 8 actors takes 6 s on two cores,
+    not 15). A plain fork of the learner would copy its threads and locks mid-use. The server
+    lives as long as the process that started it, so a later run there starts its actors at
+    once; each actor takes the run's environment, standard output and error from its pipe."""
+    if not sys.platform.startswith("linux"):
         return mp.get_context("spawn")
     context = mp.get_context("forkserver")
     context.set_forkserver_preload([__name__])
     return context
+
+
+def start_fork_server() -> None:
+    """Start the fork server now, so its imports overlap the learner's setup, from this
+    process's import path: Python 3.11's server leaves out the path it is given, and puts its
+    working directory first (a ``json.py`` there would shadow the standard library's)."""
+    with environ(**child_env(), PYTHONSAFEPATH="1"):
+        forkserver.ensure_running()
 
 
 class ActorPool:
@@ -254,8 +280,8 @@ class ActorPool:
         self.mp = actor_context()
         self.stopping = threading.Event()
         self.setup = ActorSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
-                                source, slots, [t.signature for t in tables],
-                                self.mp.Event())  # fmt: skip
+                                source, slots, [t.signature for t in tables])  # fmt: skip
+        self.stop = self.mp.Event()
         self.free: queue.Queue[int] = queue.Queue()
         self.full: queue.Queue[tuple[int, int]] = queue.Queue()
         for i in range(len(slots or [])):
@@ -279,7 +305,8 @@ class ActorPool:
         """A free slot for ``actor``'s process; none once it died (its link gives up, so the
         restart can join it and no slot is taken by a dead actor)."""
         while True:
-            if self.stopping.is_set() or not actor.is_alive():
+            # Not is_alive(): the main loop's check() may be reading its exit status too.
+            if self.stopping.is_set() or wait([actor.sentinel], timeout=0):
                 raise _Stopped
             with contextlib.suppress(queue.Empty):
                 return self.free.get(timeout=POLL_S)
@@ -324,7 +351,7 @@ class ActorPool:
         """Stop every actor: they leave their loop at the next step; one waiting for a slot or
         an insert hears its pipe close once its link has given up."""
         self.stopping.set()
-        self.setup.stop.set()
+        self.stop.set()
         for link in self.links:
             link.thread.join(timeout=2.0)
             link.conn.close()
@@ -371,7 +398,7 @@ class SlotDataset:
 
 def run(ctx: RunContext) -> None:
     if actor_context().get_start_method() == "forkserver":
-        forkserver.ensure_running()  # its imports overlap the learner's setup
+        start_fork_server()
     builder, spec, settings = ctx.builder, ctx.spec, ctx.settings
     networks = builder.make_networks(spec, settings.device)
     source = SharedVariables(builder.make_networks(spec, "cpu"))
