@@ -4,6 +4,9 @@ import csv
 import json
 import multiprocessing
 import os
+import resource
+import subprocess
+import sys
 import threading
 import time
 
@@ -122,13 +125,19 @@ def test_killed_actors_are_restarted_and_the_run_goes_on(tmp_path):
 
 
 def test_mono_starts_actors_whatever_the_number_of_rollout_slots(tmp_path):
-    """32 slots of 8 shared tensors each (batch 16 of one environment's rollouts): a forked
-    process gets its arguments' shared tensors as file descriptors in one message, which holds
-    at most 252, so the slots reach an actor over its pipe instead."""
-    run = rlherd.train("impala", "CartPole-v1", runtime="mono", total_steps=2_000, seed=0,
-                       run_dir=tmp_path, progress=False, num_actors=1,
-                       envs_per_actor=1)  # fmt: skip
-    assert run.summary["actor_steps"] >= 2_000
+    """64 slots of 8 shared tensors each, under the common soft limit of 1,024 open files: a
+    forked process gets its arguments' shared tensors as file descriptors in one message, which
+    holds at most 252, so the slots reach an actor over its pipe, each a descriptor lent until
+    the actor took it, and the learner raises its soft limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard >= 2_048, "this test needs a hard limit of open files of at least 2,048"
+    cmd = [sys.executable, "-m", "rlherd.cli", "train", "impala", "--env", "CartPole-v1",
+           "--runtime", "mono", "--total-steps", "2000", "--num-actors", "2",
+           "--envs-per-actor", "1", "--num-buffers", "64", "--run-dir", str(tmp_path / "run"),
+           "--no-progress"]  # fmt: skip
+    common = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1_024, hard))  # noqa: E731
+    out = subprocess.run(cmd, preexec_fn=common, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
 
 
 def test_mono_actors_run_at_the_niceness_they_are_given(monkeypatch, tmp_path):

@@ -28,12 +28,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import resource
 import signal
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import forkserver, reduction
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -121,7 +122,9 @@ class Channel(StepReport):
 class ActorSetup:
     """What an actor process is given over its pipe (it must pickle: no recorder, no open
     files). Not as the process's argument: a forked process gets its arguments' shared-memory
-    tensors as file descriptors in one message, at most 252, which 32 IMPALA slots pass."""
+    tensors as file descriptors in one message, at most 252, which 32 IMPALA slots pass. Over
+    the pipe each is a descriptor lent until the actor took it, so the learner raises its limit
+    of open files (:func:`open_files_limit`)."""
 
     builder: Any
     spec: Any
@@ -131,15 +134,16 @@ class ActorSetup:
     source: SharedVariables
     slots: list[dict] | None  # on-policy: the shared-memory rollout slots
     signatures: list[dict]  # replay: the learner's tables' (adders may read them)
-    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))  # the run's
 
 
-def actor_process(seed: int, conn: Connection, stop: Any) -> None:
+def actor_process(seed: int, conn: Connection, stop: Any, forked: bool) -> None:
     """Run the agent's actor in an environment loop until ``stop`` (an Event) is set."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     try:
-        setup = _take_setup(conn)
+        if forked:
+            _take_the_runs_process_state(conn)
+        setup: ActorSetup = conn.recv()
         torch_threads(1)
         os.nice(setup.settings.actor_nice)  # threads started from here on (ALE's) inherit it
         builder, k, slots = setup.builder, setup.settings.envs_per_actor, setup.slots
@@ -173,17 +177,27 @@ def actor_process(seed: int, conn: Connection, stop: Any) -> None:
         raise
 
 
-def _take_setup(conn: Connection) -> ActorSetup:
-    """The setup, then the run's environment, standard output and error in place of the fork
-    server's (those of when it started, perhaps for an earlier run in this process)."""
-    setup: ActorSetup = conn.recv()
+def _take_the_runs_process_state(conn: Connection) -> None:
+    """The run's environment, standard output and error in place of the fork server's (those
+    of when it started, perhaps for an earlier run in this process), before the setup, whose
+    unpickling may import a module of the user's or fail with a traceback."""
     os.environ.clear()
-    os.environ.update(setup.environ)
+    os.environ.update(conn.recv())
     for fd in (1, 2):
         received = reduction.recv_handle(conn)
         os.dup2(received, fd)
         os.close(received)
-    return setup
+
+
+def _hand_setup(conn: Connection, setup: ActorSetup, pid: int, forked: bool) -> None:
+    """What :func:`actor_process` takes from its pipe. An actor that died at once is left to
+    :meth:`ActorPool.check`, which restarts it or says why it could not start."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if forked:
+            conn.send(dict(os.environ))
+            for fd in (1, 2):
+                reduction.send_handle(conn, fd, pid)
+        conn.send(setup)
 
 
 def _hand_over(full, slots, channel: Channel, source) -> dict:
@@ -203,14 +217,13 @@ class ActorLink:
         self.started = False
         self.error: str | None = None  # a ConfigError the actor met: the run stops with it
         self.held: int | None = None  # the slot the actor is filling
+        forked = pool.mp.get_start_method() == "forkserver"
         self.process = pool.mp.Process(
-            target=actor_process, args=(seed, child, pool.stop), daemon=True
+            target=actor_process, args=(seed, child, pool.stop, forked), daemon=True
         )
         self.process.start()
         child.close()  # only the actor holds its end, so its death reads as EOF here
-        parent.send(pool.setup)
-        for fd in (1, 2):
-            reduction.send_handle(parent, fd, self.process.pid)
+        _hand_setup(parent, pool.setup, self.process.pid, forked)
         self.thread = threading.Thread(target=self._serve, name=f"actor-link-{index}", daemon=True)
         self.thread.start()
 
@@ -264,6 +277,16 @@ def actor_context() -> Any:
     return context
 
 
+def open_files_limit() -> None:
+    """Raise this process's soft limit of open files to its hard limit, as Ray does: an actor's
+    setup lends it a descriptor for every shared tensor until it took them (a TorchBeast layout
+    of 48 actors of one environment has 96 slots of 8 tensors, and the common soft limit is
+    1,024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def start_fork_server() -> None:
     """Start the fork server now, so its imports overlap the learner's setup, from this
     process's import path: Python 3.11's server leaves out the path it is given, and puts its
@@ -278,6 +301,7 @@ class ActorPool:
     def __init__(self, ctx: RunContext, source: SharedVariables, tables: list, slots, seed: int):
         self.ctx, self.source, self.tables, self.slots, self.seed = ctx, source, tables, slots, seed
         self.mp = actor_context()
+        open_files_limit()
         self.stopping = threading.Event()
         self.setup = ActorSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
                                 source, slots, [t.signature for t in tables])  # fmt: skip
