@@ -113,6 +113,19 @@ def test_sharing_a_read_only_array_for_a_checkpoint_warns_nobody():
     assert done.returncode == 0, done.stderr[-500:]
 
 
+def test_an_empty_array_at_another_arrays_address_checkpoints(tmp_path):
+    """Arrays read from one buffer (a distributed run's tables, from Ray's object store): an
+    empty one starts where the next begins; shared as tensors of two dtypes at one address,
+    torch.save refused them ("view the same data as different types")."""
+    raw = bytearray(16)
+    empty = np.frombuffer(raw, dtype=np.int64, count=0)
+    after = np.frombuffer(raw, dtype=np.float32, count=4)
+    torch.save(to_plain({"keys": empty, "priorities": after}), tmp_path / "ckpt.pt")
+    back = from_plain(torch.load(tmp_path / "ckpt.pt", weights_only=True))
+    assert back["keys"].dtype == np.int64 and back["keys"].shape == (0,)
+    assert back["priorities"].tolist() == [0.0] * 4
+
+
 @pytest.mark.parametrize("command", ["eval", "resume", "collect"])
 def test_a_crafted_checkpoint_runs_no_code(command, run_copy, tmp_path, capsys, monkeypatch):
     marker = tmp_path / "pwned"

@@ -56,7 +56,10 @@ def to_plain(obj: Any, where: str = "checkpoint") -> Any:
         # below). (copy, not ascontiguousarray: 0-d stays 0-d.)
         if not array.flags.c_contiguous:
             array = array.copy(order="C")
-        return {_NUMPY: torch.from_numpy(array), "scalar": isinstance(obj, np.generic)}
+        tensor = torch.from_numpy(array)
+        if array.size == 0:  # nothing to share, and its address may start another array of
+            tensor = torch.empty_like(tensor)  # another dtype, which torch.save refuses
+        return {_NUMPY: tensor, "scalar": isinstance(obj, np.generic)}
     if isinstance(obj, np.dtype):
         return {_DTYPE: obj.str}
     if isinstance(obj, torch.Tensor | int | float | str | bytes | None):
