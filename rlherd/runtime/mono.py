@@ -267,7 +267,7 @@ def actor_context() -> Any:
     """How actor processes start: on Linux, forked from multiprocessing's fork server, a process
     that imports this module (torch, numpy, Gymnasium, rlherd) once, where a spawned actor would
     import them itself, 2-3 s of a core each (a tiny run with 8 actors takes 6 s on two cores,
-    not 15). A plain fork of the learner would copy its threads and locks mid-use. The server
+    not 14). A plain fork of the learner would copy its threads and locks mid-use. The server
     lives as long as the process that started it, so a later run there starts its actors at
     once; each actor takes the run's environment, standard output and error from its pipe."""
     if not sys.platform.startswith("linux"):
