@@ -305,7 +305,7 @@ class ActorPool:
         self.stopping = threading.Event()
         self.setup = ActorSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
                                 source, slots, [t.signature for t in tables])  # fmt: skip
-        self.stop = self.mp.Event()
+        self.stop = self.mp.Event()  # the actors' (``stopping`` is the links' here)
         self.free: queue.Queue[int] = queue.Queue()
         self.full: queue.Queue[tuple[int, int]] = queue.Queue()
         for i in range(len(slots or [])):
