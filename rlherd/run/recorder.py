@@ -148,7 +148,9 @@ class Recorder:
         run does not have (``final_return_window_<policy>`` is 0, not missing). A game of one
         policy has none: its returns are the run's (``final_return_mean``)."""
         names = list(dict.fromkeys(policies))
-        for name in names if len(names) > 1 else []:
+        if len(names) < 2:
+            return
+        for name in names:
             self.policy_returns.setdefault(name, deque(maxlen=RETURN_WINDOW))
 
     def episodes(

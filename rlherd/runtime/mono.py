@@ -64,6 +64,7 @@ from rlherd.runtime import (
 POLL_S = 0.5  # how often a waiting learner wakes to check for stop and dead actors
 STATS_PERIOD_S = 0.2  # actors report steps and episodes at most this often
 MAX_RESTARTS_PER_ACTOR = 20  # beyond this the fault is not transient: report it and stop
+FORKED = sys.platform.startswith("linux")  # actors fork from a fork server (actor_context)
 
 
 class SharedVariables:
@@ -217,13 +218,12 @@ class ActorLink:
         self.started = False
         self.error: str | None = None  # a ConfigError the actor met: the run stops with it
         self.held: int | None = None  # the slot the actor is filling
-        forked = pool.mp.get_start_method() == "forkserver"
         self.process = pool.mp.Process(
-            target=actor_process, args=(seed, child, pool.stop, forked), daemon=True
+            target=actor_process, args=(seed, child, pool.stop, FORKED), daemon=True
         )
         self.process.start()
         child.close()  # only the actor holds its end, so its death reads as EOF here
-        _hand_setup(parent, pool.setup, self.process.pid, forked)
+        _hand_setup(parent, pool.setup, self.process.pid, FORKED)
         self.thread = threading.Thread(target=self._serve, name=f"actor-link-{index}", daemon=True)
         self.thread.start()
 
@@ -270,7 +270,7 @@ def actor_context() -> Any:
     not 14). A plain fork of the learner would copy its threads and locks mid-use. The server
     lives as long as the process that started it, so a later run there starts its actors at
     once; each actor takes the run's environment, standard output and error from its pipe."""
-    if not sys.platform.startswith("linux"):
+    if not FORKED:
         return mp.get_context("spawn")
     context = mp.get_context("forkserver")
     context.set_forkserver_preload([__name__])
@@ -291,6 +291,7 @@ def start_fork_server() -> None:
     """Start the fork server now, so its imports overlap the learner's setup, from this
     process's import path: Python 3.11's server leaves out the path it is given, and puts its
     working directory first (a ``json.py`` there would shadow the standard library's)."""
+    actor_context()  # which names what the server imports
     with environ(**child_env(), PYTHONSAFEPATH="1"):
         forkserver.ensure_running()
 
@@ -421,7 +422,7 @@ class SlotDataset:
 
 
 def run(ctx: RunContext) -> None:
-    if actor_context().get_start_method() == "forkserver":
+    if FORKED:
         start_fork_server()
     builder, spec, settings = ctx.builder, ctx.spec, ctx.settings
     networks = builder.make_networks(spec, settings.device)
