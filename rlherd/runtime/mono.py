@@ -17,7 +17,8 @@ deadlock every actor when one is killed while holding the queue's lock; a privat
 alone). Actors run at a lower priority (``actor_nice``), so where processes outnumber cores the
 learner is not the one kept waiting. Faults: an actor that dies is restarted (its slot
 recovered, the restart counted, and said on stderr as it happens); one that fails before acting
-stops the run with its traceback.
+stops the run with its traceback. A forked actor is watched through its own process (a pidfd),
+not through the fork server that started it, whose death is not the actors'.
 SIGINT / SIGTERM stop the run at the next learner step with a final checkpoint; actors die with
 the learner (``die_with_parent``).
 A resumed run continues the learner exactly; actors start new episodes.
@@ -34,6 +35,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass
 from multiprocessing import forkserver, reduction
 from multiprocessing.connection import Connection, wait
@@ -223,6 +225,10 @@ class ActorLink:
         )
         self.process.start()
         child.close()  # only the actor holds its end, so its death reads as EOF here
+        self.pidfd = _pidfd(self.process.pid) if FORKED else None
+        if self.pidfd is not None:  # closed with the link, once no thread of it can read it
+            weakref.finalize(self, os.close, self.pidfd)
+        self.sentinel = self.process.sentinel if self.pidfd is None else self.pidfd
         _hand_setup(parent, pool.setup, self.process.pid, FORKED)
         self.thread = threading.Thread(target=self._serve, name=f"actor-link-{index}", daemon=True)
         self.thread.start()
@@ -249,7 +255,7 @@ class ActorLink:
                     if index is not None:
                         self.held = None  # the learner's now, never to be freed again here
                         pool.full.put((index, version))
-                    self.held = pool.free_slot(self.process)
+                    self.held = pool.free_slot(self.sentinel)
                     self.conn.send(self.held)
                 elif kind == "started":
                     self.started = True
@@ -257,6 +263,44 @@ class ActorLink:
                     self.error = message[1]
         except (EOFError, OSError, _Stopped):
             pass  # the actor died (the pool restarts it) or the run is stopping
+
+    def dead(self, timeout: float | None = 0.0) -> bool:
+        """Whether the actor process has ended (waiting up to ``timeout`` seconds)."""
+        return bool(wait([self.sentinel], timeout))
+
+    def end(self, timeout: float) -> None:
+        """Give the actor ``timeout`` seconds to leave, then terminate it, then kill it."""
+        if not self.dead(timeout):
+            self.send(signal.SIGTERM)
+            if not self.dead(2.0):
+                self.send(signal.SIGKILL)
+                self.dead(None)
+        self.release()
+
+    def send(self, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if self.pidfd is None:
+                os.kill(self.process.pid, signum)
+            else:  # the process itself, never another that took its number since
+                signal.pidfd_send_signal(self.pidfd, signum)
+
+    def release(self) -> None:
+        """Once the actor is gone: its exit status, and its pipe closed."""
+        self.process.join(timeout=5.0)  # the fork server's word, at once, if it is still there
+        self.conn.close()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor of the forked actor process itself (Linux's pidfd), readable once it ends.
+    A forked actor is the fork server's child, and the server's word on it (``is_alive()``, the
+    process's sentinel) goes with the server: were the server killed, every live actor would
+    read as dead, with exit code 255, and be restarted beside itself, writing into the slot
+    handed on to its successor. None where the kernel has no pidfds (before Linux 5.3) or the
+    actor is gone already; its sentinel then says so."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
 
 
 class _Stopped(Exception):
@@ -326,12 +370,12 @@ class ActorPool:
                 self.tables[table].insert(item, priority, timeout=POLL_S)
                 return
 
-    def free_slot(self, actor) -> int:
-        """A free slot for ``actor``'s process; none once it died (its link gives up, so the
-        restart can join it and no slot is taken by a dead actor)."""
+    def free_slot(self, sentinel: int) -> int:
+        """A free slot for the actor whose process ``sentinel`` watches; none once it died (its
+        link gives up, so the restart can join it and no slot is taken by a dead actor)."""
         while True:
             # Not is_alive(): the main loop's check() may be reading its exit status too.
-            if self.stopping.is_set() or wait([actor.sentinel], timeout=0):
+            if self.stopping.is_set() or wait([sentinel], timeout=0):
                 raise _Stopped
             with contextlib.suppress(queue.Empty):
                 return self.free.get(timeout=POLL_S)
@@ -340,10 +384,10 @@ class ActorPool:
         """Restart actors that died; stop the run if one could not even start, or met a fault
         of the run's (a :class:`ConfigError`, which a restart would meet again)."""
         for i, link in enumerate(self.links):
-            if link.process.is_alive():
+            if not link.dead():
                 continue
-            link.process.join(timeout=5.0)
             link.thread.join(timeout=5.0)
+            link.release()
             if link.error is not None:
                 raise ConfigError(link.error)
             code = link.process.exitcode
@@ -363,9 +407,10 @@ class ActorPool:
                     f"actor processes died {self.restarts} times, the last {exit_status(code)}; "
                     "see the actor traceback above"
                 )
-            link.conn.close()
             if link.held is not None:
                 self.free.put(link.held)
+            if FORKED:
+                start_fork_server()  # again, should the server have gone
             self.links[i] = ActorLink(self, i, self._seed(i))
             say(
                 f"actor {i} died, {exit_status(code)}; restarted (restart {self.restarts} of at "
@@ -382,13 +427,7 @@ class ActorPool:
             link.conn.close()
         deadline = time.monotonic() + 5.0
         for link in self.links:
-            link.process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if link.process.is_alive():
-                link.process.terminate()
-                link.process.join(timeout=2.0)
-            if link.process.is_alive():
-                link.process.kill()
-                link.process.join()
+            link.end(timeout=max(0.0, deadline - time.monotonic()))
 
 
 class SlotDataset:
