@@ -295,8 +295,8 @@ def _pidfd(pid: int) -> int | None:
     A forked actor is the fork server's child, and the server's word on it (``is_alive()``, the
     process's sentinel) goes with the server: were the server killed, every live actor would
     read as dead, with exit code 255, and be restarted beside itself, writing into the slot
-    handed on to its successor. None where the kernel has no pidfds (before Linux 5.3) or the
-    actor is gone already; its sentinel then says so."""
+    handed on to its successor. None where the actor is gone already, or where the kernel has
+    no pidfds (before Linux 5.3): there the server's word is all there is."""
     try:
         return os.pidfd_open(pid)
     except OSError:
@@ -409,8 +409,9 @@ class ActorPool:
                 )
             if link.held is not None:
                 self.free.put(link.held)
-            if FORKED:
-                start_fork_server()  # again, should the server have gone
+            if FORKED and code == 255:  # what a fork server that is gone says of its actors
+                # Process.start() would start a new one, but not from this process's path.
+                start_fork_server()
             self.links[i] = ActorLink(self, i, self._seed(i))
             say(
                 f"actor {i} died, {exit_status(code)}; restarted (restart {self.restarts} of at "
