@@ -228,7 +228,6 @@ class ActorLink:
         self.pidfd = _pidfd(self.process.pid) if FORKED else None
         if self.pidfd is not None:  # closed with the link, once no thread of it can read it
             weakref.finalize(self, os.close, self.pidfd)
-        self.sentinel = self.process.sentinel if self.pidfd is None else self.pidfd
         _hand_setup(parent, pool.setup, self.process.pid, FORKED)
         self.thread = threading.Thread(target=self._serve, name=f"actor-link-{index}", daemon=True)
         self.thread.start()
@@ -255,7 +254,7 @@ class ActorLink:
                     if index is not None:
                         self.held = None  # the learner's now, never to be freed again here
                         pool.full.put((index, version))
-                    self.held = pool.free_slot(self.sentinel)
+                    self.held = pool.free_slot(self)
                     self.conn.send(self.held)
                 elif kind == "started":
                     self.started = True
@@ -265,8 +264,10 @@ class ActorLink:
             pass  # the actor died (the pool restarts it) or the run is stopping
 
     def dead(self, timeout: float | None = 0.0) -> bool:
-        """Whether the actor process has ended (waiting up to ``timeout`` seconds)."""
-        return bool(wait([self.sentinel], timeout))
+        """Whether the actor process has ended (waiting up to ``timeout`` seconds). Not
+        ``is_alive()``: the main loop's check() and this link's thread may both ask."""
+        sentinel = self.process.sentinel if self.pidfd is None else self.pidfd
+        return bool(wait([sentinel], timeout))
 
     def end(self, timeout: float) -> None:
         """Give the actor ``timeout`` seconds to leave, then terminate it, then kill it."""
@@ -370,12 +371,11 @@ class ActorPool:
                 self.tables[table].insert(item, priority, timeout=POLL_S)
                 return
 
-    def free_slot(self, sentinel: int) -> int:
-        """A free slot for the actor whose process ``sentinel`` watches; none once it died (its
-        link gives up, so the restart can join it and no slot is taken by a dead actor)."""
+    def free_slot(self, actor: ActorLink) -> int:
+        """A free slot for ``actor``; none once it died (its link gives up, so the restart can
+        join it and no slot is taken by a dead actor)."""
         while True:
-            # Not is_alive(): the main loop's check() may be reading its exit status too.
-            if self.stopping.is_set() or wait([sentinel], timeout=0):
+            if self.stopping.is_set() or actor.dead():
                 raise _Stopped
             with contextlib.suppress(queue.Empty):
                 return self.free.get(timeout=POLL_S)
