@@ -5,6 +5,7 @@ import json
 import multiprocessing
 import os
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -18,8 +19,10 @@ from conftest import kill_an_actor
 import rlherd
 import rlherd.commands.evaluate
 from rlherd.cli import main
+from rlherd.envs.vector import alive
 from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
+from rlherd.runtime.mono import FORKED
 
 
 def params(run_dir):
@@ -122,6 +125,37 @@ def test_killed_actors_are_restarted_and_the_run_goes_on(tmp_path):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.skipif(not FORKED, reason="actors fork from a fork server on Linux only")
+def test_mono_actors_outlive_their_fork_server(tmp_path):
+    """SIGKILL the fork server the actors came from, then one actor: the others act on (a
+    server's death is not theirs: no false restart beside a live actor, writing into the slot
+    its successor is given), the dead one is restarted from a new server, and no actor
+    outlives the run."""
+    result = {}
+    run = threading.Thread(target=lambda: result.update(run=rlherd.train(
+        "impala", "CartPole-v1", runtime="mono", total_steps=150_000, run_dir=tmp_path,
+        progress=False)))  # fmt: skip
+    run.start()
+    deadline = time.monotonic() + 60
+    while len(multiprocessing.active_children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    actors = [p.pid for p in multiprocessing.active_children()]
+    parents = {int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+               for pid in actors}  # fmt: skip
+    (server,) = parents
+    assert "forkserver" in open(f"/proc/{server}/cmdline").read()  # nothing else is killed
+    os.kill(server, signal.SIGKILL)
+    time.sleep(2.0)  # the learner looks after its actors several times meanwhile
+    os.kill(actors[0], signal.SIGKILL)
+    run.join(timeout=300)
+    assert not run.is_alive(), "the run hung after its fork server was killed"
+    summary = result["run"].summary
+    assert summary["actor_restarts"] == 1
+    assert summary["actor_steps"] >= 150_000
+    assert not [pid for pid in actors if alive(pid)]
 
 
 def test_mono_starts_actors_whatever_the_number_of_rollout_slots(tmp_path):
