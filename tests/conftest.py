@@ -144,6 +144,21 @@ def offline_datasets(tmp_path_factory):
     return {"rlherd/Corridor-v0": "corridor/mixed-v0", "rlherd/Reach-v0": "reach/mixed-v0"}
 
 
+def hold_until_restarts(monkeypatch: Any, count: int, timeout_s: float = 120.0) -> None:
+    """Keep the next run going past its budget until it has counted ``count`` actor restarts
+    (or ``timeout_s`` from now): a test that kills actors then never finds the budget spent
+    before its kill was seen (a warm ``mono`` run plays 16,000 steps in about two seconds)."""
+    from rlherd.run.recorder import Recorder
+
+    done, deadline = Recorder.done, time.monotonic() + timeout_s
+
+    def held(recorder: Recorder) -> bool:
+        restarted = recorder.extra.get("actor_restarts", 0) >= count
+        return done(recorder) and (restarted or time.monotonic() > deadline)
+
+    monkeypatch.setattr(Recorder, "done", held)
+
+
 def kill_an_actor(timeout_s: float = 60.0) -> int:
     """SIGKILL one of this process's children (a ``mono`` actor) once two are up, a second
     later (so it is in the middle of its work, whatever that is); its pid."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import kill_an_actor
+from conftest import hold_until_restarts, kill_an_actor
 from test_poly import _server_pids  # environment servers this process started
 
 import rlherd
@@ -121,16 +121,13 @@ def _said(text: str, pattern: str) -> list[str]:
     return [line for line in text.splitlines() if re.fullmatch(pattern, line)]
 
 
-def test_a_replaced_mono_actor_is_said_on_stderr_when_it_happens(tmp_path, capfd):
+def test_a_replaced_mono_actor_is_said_on_stderr_when_it_happens(tmp_path, capfd, monkeypatch):
     """SIGKILL one actor once: one line says so while the run goes on, not only the count in
     summary.json at the end."""
-    # A budget that outlasts the kill: with the fork server already up (a mono run earlier in
-    # this process), 16,000 steps took 1.9-2.7 s from the actors' appearing, and the kill comes
-    # a second after it; a budget spent first leaves no restart to say (this test failed so,
-    # with IndexError or 0 restarts, after another that had started the server).
+    hold_until_restarts(monkeypatch, 1)
     result = {}
     run = threading.Thread(target=lambda: result.update(run=rlherd.train(
-        "impala", "CartPole-v1", runtime="mono", total_steps=60_000, run_dir=tmp_path,
+        "impala", "CartPole-v1", runtime="mono", total_steps=16_000, run_dir=tmp_path,
         progress=False, num_actors=2)))  # fmt: skip
     run.start()
     kill_an_actor()

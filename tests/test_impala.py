@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import kill_an_actor
+from conftest import hold_until_restarts, kill_an_actor
 
 import rlherd
 import rlherd.commands.evaluate
@@ -98,9 +98,10 @@ def test_mono_resume_continues_counters_and_optimizer(tmp_path):
     assert json.loads((tmp_path / "config.json").read_text())["total_steps"] == 32_000
 
 
-def test_killed_actors_are_restarted_and_the_run_goes_on(tmp_path):
+def test_killed_actors_are_restarted_and_the_run_goes_on(tmp_path, monkeypatch):
     """SIGKILL an actor three times, at whatever point it is (acting, waiting for a slot,
     answering the learner): each is replaced, and the run reaches its step budget."""
+    hold_until_restarts(monkeypatch, 3)
     result = {}
     run = threading.Thread(
         target=lambda: result.update(
@@ -127,12 +128,22 @@ def test_killed_actors_are_restarted_and_the_run_goes_on(tmp_path):
             os.kill(pid, 0)
 
 
+def _has_pidfds() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
 @pytest.mark.skipif(not FORKED, reason="actors fork from a fork server on Linux only")
-def test_mono_actors_outlive_their_fork_server(tmp_path):
+@pytest.mark.skipif(not _has_pidfds(), reason="without pidfds the fork server's word is all")
+def test_mono_actors_outlive_their_fork_server(tmp_path, monkeypatch):
     """SIGKILL the fork server the actors came from, then one actor: the others act on (a
     server's death is not theirs: no false restart beside a live actor, writing into the slot
     its successor is given), the dead one is restarted from a new server, and no actor
     outlives the run."""
+    hold_until_restarts(monkeypatch, 1)
     result = {}
     run = threading.Thread(target=lambda: result.update(run=rlherd.train(
         "impala", "CartPole-v1", runtime="mono", total_steps=150_000, run_dir=tmp_path,
