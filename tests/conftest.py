@@ -2,6 +2,7 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -144,19 +145,26 @@ def offline_datasets(tmp_path_factory):
     return {"rlherd/Corridor-v0": "corridor/mixed-v0", "rlherd/Reach-v0": "reach/mixed-v0"}
 
 
-def hold_until_restarts(monkeypatch: Any, count: int, timeout_s: float = 120.0) -> None:
-    """Keep the next run going past its budget until it has counted ``count`` actor restarts
-    (or ``timeout_s`` from now): a test that kills actors then never finds the budget spent
-    before its kill was seen (a warm ``mono`` run plays 16,000 steps in about two seconds)."""
+def hold_run_until(monkeypatch: Any, until: Callable[[Any], bool], timeout_s: float) -> None:
+    """Keep the next run going past its budget until ``until(recorder)`` (or ``timeout_s`` from
+    now). ``until`` is called at every check of the run's main loop, so it may also watch the
+    run while it goes: a test that looks at actors, or kills them, then never finds the budget
+    spent first (a warm ``mono`` run plays 16,000 steps in about two seconds)."""
     from rlherd.run.recorder import Recorder
 
     done, deadline = Recorder.done, time.monotonic() + timeout_s
 
     def held(recorder: Recorder) -> bool:
-        restarted = recorder.extra.get("actor_restarts", 0) >= count
-        return done(recorder) and (restarted or time.monotonic() > deadline)
+        ready = until(recorder)
+        return done(recorder) and (ready or time.monotonic() > deadline)
 
     monkeypatch.setattr(Recorder, "done", held)
+
+
+def hold_until_restarts(monkeypatch: Any, count: int, timeout_s: float = 120.0) -> None:
+    """The next run goes on until it has counted ``count`` actor restarts (or ``timeout_s``)."""
+    restarted = lambda recorder: recorder.extra.get("actor_restarts", 0) >= count  # noqa: E731
+    hold_run_until(monkeypatch, restarted, timeout_s)
 
 
 def kill_an_actor(timeout_s: float = 60.0) -> int:

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import hold_until_restarts, kill_an_actor
+from conftest import hold_run_until, hold_until_restarts, kill_an_actor
 
 import rlherd
 import rlherd.commands.evaluate
@@ -190,22 +190,18 @@ def test_mono_actors_run_at_the_niceness_they_are_given(monkeypatch, tmp_path):
     on a machine with fewer cores than processes); a niceness outside 0..19 is refused."""
     import contextlib
 
-    from rlherd.run.recorder import Recorder
-
-    seen, done = {}, Recorder.done
+    seen = {}
     expected = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
-    deadline = time.monotonic() + 60
 
-    def watch(recorder: Recorder) -> bool:  # the learner's loop, while the actors run
+    def settled(recorder) -> bool:  # the learner's loop, while the actors run
         for child in multiprocessing.active_children():
             with contextlib.suppress(ProcessLookupError):
                 seen[child.pid] = os.getpriority(os.PRIO_PROCESS, child.pid)
-        # On a loaded machine an actor may still be starting (not yet reniced) when the budget
-        # is spent: the run goes on until both have been seen after their start, or 60 s.
-        settled = len(seen) == 2 and set(seen.values()) == {expected}
-        return done(recorder) and (settled or time.monotonic() > deadline)
+        return len(seen) == 2 and set(seen.values()) == {expected}
 
-    monkeypatch.setattr(Recorder, "done", watch)
+    # On a loaded machine an actor may still be starting (not yet reniced) when the budget is
+    # spent: the run goes on until both have been seen after their start, or 60 s.
+    hold_run_until(monkeypatch, settled, timeout_s=60)
     rlherd.train("impala", "CartPole-v1", runtime="mono", total_steps=6_000, num_actors=2,
                  actor_nice=5, run_dir=tmp_path, progress=False)  # fmt: skip
     assert len(seen) == 2 and set(seen.values()) == {expected}
