@@ -11,7 +11,10 @@ in-process table, in the same run.
 3. Agent steps per second of whole runs (`rlherd train`, in subprocesses, one at a time):
    IMPALA on CartPole-v1 and on ALE/Pong-v5 with ``distributed`` and with ``mono``, the same
    actors and environments per actor. Ray's start (about 10 s here) is not in steps/s: the rate
-   is taken over the run's second half from ``metrics/train.csv``.
+   is taken over the run's second half from ``metrics/train.csv``. Runs come in ``--pairs``
+   alternating pairs (``mono``, then ``distributed``), so a slow spell of a shared machine
+   falls on both runtimes; the last line per environment gives each pair's ratio and their
+   median (on a 2-core VM one pair's ratio spread from 0.57 to 0.92 within ten minutes).
 
 ``--against REV`` first runs this benchmark as it is at the git revision ``REV`` (its own code,
 from a temporary worktree), in the same invocation, so a change is measured against the code
@@ -19,7 +22,7 @@ before it on the same machine; its lines carry ``"code": REV``, this code's ``"c
 
 Prints one JSON line per figure. Usage:
     python benchmarks/distributed_throughput.py [--seconds 5] [--cartpole-steps 200000]
-        [--pong-steps 100000] [--skip-runs] [--against REV]
+        [--pong-steps 100000] [--pairs 3] [--skip-runs] [--against REV]
 """
 
 from __future__ import annotations
@@ -169,7 +172,8 @@ def second_half_sps(run_dir: Path) -> float:
     return steps / wall if wall > 0 else float("nan")
 
 
-def training(env_id: str, runtime: str, total_steps: int, *flags: str) -> None:
+def training(env_id: str, runtime: str, total_steps: int, *flags: str) -> float:
+    """One ``rlherd train impala`` run: its figures as a line, and its steady steps/s."""
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         cmd = [sys.executable, "-m", "rlherd.cli", "train", "impala", "--env", env_id,
@@ -178,10 +182,12 @@ def training(env_id: str, runtime: str, total_steps: int, *flags: str) -> None:
         start = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         summary = json.loads((run_dir / "summary.json").read_text())
+        steady = second_half_sps(run_dir)
         emit(figure="impala_agent_steps_per_s", env=env_id, runtime=runtime, steps=total_steps,
-             flags=" ".join(flags), steady_sps=round(second_half_sps(run_dir), 1),
-             run_sps=summary["sps"], wall_s=round(time.perf_counter() - start, 1),
+             flags=" ".join(flags), steady_sps=round(steady, 1), run_sps=summary["sps"],
+             wall_s=round(time.perf_counter() - start, 1),
              final_return_mean=summary["final_return_mean"])  # fmt: skip
+        return steady
 
 
 def main() -> None:
@@ -189,6 +195,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--cartpole-steps", type=int, default=200_000)
     parser.add_argument("--pong-steps", type=int, default=100_000)
+    parser.add_argument("--pairs", type=int, default=3, help="alternating mono/distributed pairs")
     parser.add_argument("--skip-runs", action="store_true")
     parser.add_argument("--against", metavar="REV", help="also run this benchmark at REV, first")
     args = parser.parse_args()
@@ -196,9 +203,9 @@ def main() -> None:
         argv, rest = sys.argv[1:], []
         while argv:  # the same arguments, but --against REV (or --against=REV)
             arg = argv.pop(0)
-            if arg == "--against":
+            if arg in ("--against", "--pairs"):  # REV's code may not know --pairs
                 argv.pop(0)
-            elif not arg.startswith("--against="):
+            elif not arg.startswith(("--against=", "--pairs=")):
                 rest.append(arg)
         against(args.against, rest)
     torch.set_num_threads(1)
@@ -212,8 +219,12 @@ def main() -> None:
         return
     for env_id, steps in (("CartPole-v1", args.cartpole_steps), ("ALE/Pong-v5", args.pong_steps)):
         layout = ("--num-actors", "2", "--envs-per-actor", "8")
-        for runtime in ("mono", "distributed"):
-            training(env_id, runtime, steps, *layout)
+        ratios = []
+        for _ in range(args.pairs):
+            sps = {rt: training(env_id, rt, steps, *layout) for rt in ("mono", "distributed")}
+            ratios.append(sps["distributed"] / sps["mono"])
+        emit(figure="impala_distributed_over_mono", env=env_id, pairs=args.pairs,
+             ratios=[round(r, 3) for r in ratios], median=round(float(np.median(ratios)), 3))
 
 
 if __name__ == "__main__":
