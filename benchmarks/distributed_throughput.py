@@ -14,7 +14,7 @@ in-process table, in the same run.
    is taken over the run's second half from ``metrics/train.csv``. Runs come in ``--pairs``
    alternating pairs (``mono``, then ``distributed``), so a slow spell of a shared machine
    falls on both runtimes; the last line per environment gives each pair's ratio and their
-   median (on a 2-core VM one pair's ratio spread from 0.57 to 0.92 within ten minutes).
+   median (on a 2-core VM, Pong's ratio went from 0.79 to 0.91 between the pairs of one run).
 
 ``--against REV`` first runs this benchmark as it is at the git revision ``REV`` (its own code,
 from a temporary worktree), in the same invocation, so a change is measured against the code
@@ -59,6 +59,15 @@ CODE = "here"
 def emit(**row) -> None:
     print(json.dumps(dict(bench="distributed_throughput", code=CODE, **row, machine=MACHINE)),
           flush=True)  # fmt: skip
+
+
+def knows_pairs(rev: str) -> bool:
+    """Whether this benchmark at ``rev`` takes ``--pairs``."""
+    root = Path(__file__).resolve().parent.parent
+    path = f"{rev}:benchmarks/{Path(__file__).name}"
+    code = subprocess.run(["git", "-C", str(root), "show", path], capture_output=True,
+                          text=True).stdout  # fmt: skip
+    return '"--pairs"' in code
 
 
 def against(rev: str, argv: list[str]) -> None:
@@ -199,14 +208,14 @@ def main() -> None:
     parser.add_argument("--skip-runs", action="store_true")
     parser.add_argument("--against", metavar="REV", help="also run this benchmark at REV, first")
     args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     if args.against:
-        argv, rest = sys.argv[1:], []
-        while argv:  # the same arguments, but --against REV (or --against=REV)
-            arg = argv.pop(0)
-            if arg in ("--against", "--pairs"):  # REV's code may not know --pairs
-                argv.pop(0)
-            elif not arg.startswith(("--against=", "--pairs=")):
-                rest.append(arg)
+        rest = ["--seconds", str(args.seconds), "--cartpole-steps", str(args.cartpole_steps),
+                "--pong-steps", str(args.pong_steps)]  # fmt: skip
+        rest += ["--skip-runs"] if args.skip_runs else []
+        if knows_pairs(args.against):  # older code runs one pair and has no such flag
+            rest += ["--pairs", str(args.pairs)]
         against(args.against, rest)
     torch.set_num_threads(1)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR")
