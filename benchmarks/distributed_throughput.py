@@ -54,6 +54,7 @@ CHUNK, BATCH, CAPACITY = 64, 64, 100_000
 
 
 CODE = "here"
+ROOT = Path(__file__).resolve().parent.parent  # the repository whose revisions --against runs
 
 
 def emit(**row) -> None:
@@ -63,19 +64,17 @@ def emit(**row) -> None:
 
 def knows_pairs(rev: str) -> bool:
     """Whether this benchmark at ``rev`` takes ``--pairs``."""
-    root = Path(__file__).resolve().parent.parent
     path = f"{rev}:benchmarks/{Path(__file__).name}"
-    code = subprocess.run(["git", "-C", str(root), "show", path], capture_output=True,
+    code = subprocess.run(["git", "-C", str(ROOT), "show", path], capture_output=True,
                           text=True).stdout  # fmt: skip
     return '"--pairs"' in code
 
 
 def against(rev: str, argv: list[str]) -> None:
     """This benchmark at ``rev``, run from a temporary worktree; its lines tagged with ``rev``."""
-    root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), rev],
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
                        check=True, capture_output=True)  # fmt: skip
         try:
             env = dict(os.environ, PYTHONPATH=str(tree))
@@ -86,7 +85,7 @@ def against(rev: str, argv: list[str]) -> None:
                 print(json.dumps({"code": rev, **{k: v for k, v in row.items() if k != "code"}}),
                       flush=True)  # fmt: skip
         finally:
-            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)],
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                            check=False, capture_output=True)  # fmt: skip
 
 

@@ -163,7 +163,10 @@ def hold_run_until(monkeypatch: Any, until: Callable[[Any], bool], timeout_s: fl
 
 def hold_until_restarts(monkeypatch: Any, count: int, timeout_s: float = 120.0) -> None:
     """The next run goes on until it has counted ``count`` actor restarts (or ``timeout_s``)."""
-    restarted = lambda recorder: recorder.extra.get("actor_restarts", 0) >= count  # noqa: E731
+
+    def restarted(recorder: Any) -> bool:
+        return recorder.extra.get("actor_restarts", 0) >= count
+
     hold_run_until(monkeypatch, restarted, timeout_s)
 
 
