@@ -4,6 +4,7 @@ Learning on it is in tests/test_matrix.py (every agent learns Corridor there, as
 runtime). Tests that start Ray are marked ``ray``."""
 
 import functools
+import itertools
 import json
 import os
 import signal
@@ -162,6 +163,12 @@ def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_pa
     with pytest.raises(ConfigError, match="asked for by --actor-cpus and --device"):
         rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_resources={"CPU": 2},
                      ray_address="auto", run_dir=tmp_path / "g", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="rollouts_per_call must be >= 0"):
+        rlherd.train("impala", CORRIDOR, runtime="distributed", rollouts_per_call=-1,
+                     run_dir=tmp_path / "h", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="rollout agents"):
+        rlherd.train("dqn", CORRIDOR, runtime="distributed", rollouts_per_call=2,
+                     run_dir=tmp_path / "i", progress=False)  # fmt: skip
     assert not any(tmp_path.iterdir())
 
 
@@ -353,6 +360,60 @@ def test_an_on_policy_actor_node_polls_for_parameters_with_its_rollouts_alone(lo
     inserts, polls = local_ray.get(learner.count.remote())
     assert inserts >= 20 and polls == 1, (inserts, polls)  # one poll: the first fetch waits
     assert len(lags) >= 5 and np.mean(lags[len(lags) // 2 :]) < 4, lags
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("per_call", [0, 1])
+def test_an_on_policy_actor_node_sends_whole_distinct_rollouts_a_batchs_share_per_call(
+    local_ray, per_call
+):
+    """Each insert call carries ``rollouts_per_call`` rollouts, by default a learner batch's
+    share (here 2 of 2 environments for a batch of 4): half the calls, each with its Ray cost,
+    for IMPALA's short CartPole rollouts. The rollouts in a call are consecutive and each its
+    own: the first waits for the second while the actor's buffer is refilled, so it must be a
+    copy (a view would send the second rollout twice)."""
+    from rlherd import envs as rl_envs
+    from rlherd import types as F
+    from rlherd.agents import BUILDERS
+    from rlherd.runtime.distributed import _queue_table
+    from rlherd.runtime.node import CounterNode
+    from rlherd.runtime.program import ActorNode, LearnerNode, NodeSetup, rollout_signature
+    from rlherd.runtime.settings import Distributed
+
+    class Learner(LearnerNode):  # keeps the first calls' observations
+        def insert_and_get_variables(self, index, columns, *rest):
+            self.sent = getattr(self, "sent", [])
+            if len(self.sent) < 8:
+                self.sent.append(np.array(columns[F.OBS]))
+            return super().insert_and_get_variables(index, columns, *rest)
+
+        def calls(self) -> list[np.ndarray]:
+            return getattr(self, "sent", [])
+
+    spec = rl_envs.spec_for("CartPole-v1")
+    builder = BUILDERS["impala"](BUILDERS["impala"].config_class(unroll_length=5, batch_size=4))
+    settings = Distributed(envs_per_actor=2, rollouts_per_call=per_call)
+    setup = NodeSetup(builder, spec, "CartPole-v1", {}, settings)
+    queue = functools.partial(_queue_table, rollout_signature(builder, spec, 2), 8)
+    learner = local_ray.remote(Learner).options(max_concurrency=4).remote(
+        setup, None, 10**6, 2, queue)  # fmt: skip
+    counter = local_ray.remote(CounterNode).remote()
+    actor = local_ray.remote(ActorNode).options(max_concurrency=2).remote(
+        0, 0, setup, None, learner, counter)  # fmt: skip
+    run = actor.run.remote()
+    deadline = time.monotonic() + 60
+    while len(local_ray.get(learner.calls.remote())) < 8 and time.monotonic() < deadline:
+        local_ray.get(learner.train.remote(0.2))
+    actor.stop.remote()
+    local_ray.get(learner.train.remote(1.0))  # makes room for an insert still out, so it ends
+    local_ray.get(run)
+    calls = local_ray.get(learner.calls.remote())
+    assert len(calls) == 8
+    rollouts = [rollout for call in calls for rollout in call]  # each [T + 1, envs, 4]
+    assert {len(call) for call in calls} == {per_call or 2}
+    for before, after in itertools.pairwise(rollouts):
+        np.testing.assert_array_equal(before[-1], after[0])  # row T carries over
+        assert not np.array_equal(before[0], after[0])
 
 
 @pytest.mark.ray

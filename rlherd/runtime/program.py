@@ -7,8 +7,9 @@ Nodes meet the agent only through its builder, as every runtime does; what this 
 the remote stand-ins for the pieces that live elsewhere:
 
 - :class:`InsertClient`: an actor's adder writes into it as into a table; items go to the replay
-  node (rollouts: to the learner's queue) in chunks of ``insert_chunk`` (several per call when
-  calls fall behind), one call in flight, each waiting for the rate limiters there.
+  node in chunks of ``insert_chunk`` (several per call when calls fall behind), rollouts to
+  the learner's queue ``rollouts_per_call`` at a time, one call in flight, each waiting for
+  the rate limiters there.
 - :class:`TableClient`: the learner's dataset samples through it, ``sample_prefetch`` batches
   per call (and DQN writes priorities back).
 - :class:`RemoteVariables`: the actors' and evaluator's ``VariableSource``, the learner node.
@@ -188,7 +189,7 @@ class InsertClient:
     much as inserting a few hundred items, so calls grow when an actor makes items faster than
     calls go, but an actor whose learner is behind still waits for it one chunk ahead, as
     before, instead of acting on for chunks the table will not take. A queue of rollouts
-    gathers none (its waits bound the policy lag)."""
+    gathers none (its waits bound the policy lag); its chunk is ``rollouts_per_call``."""
 
     def __init__(self, replay: Any, index: int, signature: dict | None, chunk: int,
                  stopping: threading.Event, gather: int = GATHER_CHUNKS,
@@ -597,13 +598,16 @@ class ActorNode(Node):
                       for i, signature in enumerate(signatures)]  # fmt: skip
             adder = builder.make_adder(tables, k)
         else:
-            queue = InsertClient(self.learner, 0, None, 1, self.stopping, gather=1,
+            per_call = setup.settings.rollouts_per_call or builder.batch_size // k
+            queue = InsertClient(self.learner, 0, None, per_call, self.stopping, gather=1,
                                  variables=source)
 
             def hand_over(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
                 acted_with = source.fetched_version
-                queue.insert({**{k: v.numpy() for k, v in full.items()}, VERSION: acted_with})
-                return full  # sent (a copy): refill it
+                # A copy: it may wait here for the next rollout while ``full`` is refilled.
+                rollout = {k: v.numpy().copy() for k, v in full.items()}
+                queue.insert({**rollout, VERSION: acted_with})
+                return full
 
             layout = rollout_layout(setup.spec, builder.rollout_fields(setup.spec))
             buffer = allocate_rollout(layout, builder.unroll_length, k, policy.initial_state(k))

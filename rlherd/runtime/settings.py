@@ -153,6 +153,7 @@ class Distributed(Demonstrations):
     num_actors: int = 4  # actor nodes (Ray actors), each stepping envs_per_actor environments
     envs_per_actor: int = 8  # environments each actor node steps
     num_buffers: int = 0  # on-policy: rollouts the queue table holds (bounds lag); 0: 2 batches
+    rollouts_per_call: int = 0  # on-policy: rollouts per insert call; 0: a learner batch's share
     insert_chunk: int = 64  # replay: items an actor node sends to the replay node in one call
     sample_prefetch: int = 16  # replay: batches a learner's call to the replay node brings back
     actor_cpus: float = 1.0  # CPUs per actor node (an embedded Ray fits them to this machine)
@@ -165,7 +166,7 @@ class Distributed(Demonstrations):
     def check(self) -> None:
         super().check()
         at_least_one(self, "num_actors", "envs_per_actor", "insert_chunk", "sample_prefetch")
-        at_least_zero(self, "num_buffers")
+        at_least_zero(self, "num_buffers", "rollouts_per_call")
         if self.actor_cpus <= 0:
             raise ConfigError(f"actor_cpus must be > 0, got {self.actor_cpus}")
         for name in ("actor_resources", "learner_resources"):
@@ -205,7 +206,8 @@ class Offline(Common):
 
 
 # Settings that only one dataflow's agents use (the other's would ignore them).
-DATAFLOW_ONLY = {"num_buffers": "rollout", "checkpoint_replay": "replay", "insert_chunk": "replay",
+DATAFLOW_ONLY = {"num_buffers": "rollout", "rollouts_per_call": "rollout",
+                 "checkpoint_replay": "replay", "insert_chunk": "replay",
                  "sample_prefetch": "replay", "demonstrations": "replay",
                  "demonstration_ratio": "replay"}  # fmt: skip
 
