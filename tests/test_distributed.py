@@ -313,17 +313,36 @@ def test_actors_poll_and_fetch_parameters_in_one_call_that_carries_them_only_whe
     assert sum(version > newer_than for version, newer_than in asked) == 2  # sent twice
 
 
+def _cartpole_on_policy_program(ray, learner_cls: type, settings, capacity: int) -> tuple:
+    """IMPALA on CartPole (rollouts of 5 steps, batches of 4 environments) as one actor node and
+    a learner node of ``learner_cls`` whose queue holds ``capacity`` rollouts: (learner, actor,
+    counter), the counter's handle kept so that Ray keeps it."""
+    from rlherd import envs as rl_envs
+    from rlherd.agents import BUILDERS
+    from rlherd.runtime.distributed import _queue_table
+    from rlherd.runtime.node import CounterNode
+    from rlherd.runtime.program import ActorNode, NodeSetup, rollout_signature
+
+    spec = rl_envs.spec_for("CartPole-v1")
+    builder = BUILDERS["impala"](BUILDERS["impala"].config_class(unroll_length=5, batch_size=4))
+    setup = NodeSetup(builder, spec, "CartPole-v1", {}, settings)
+    k = settings.envs_per_actor
+    queue = functools.partial(_queue_table, rollout_signature(builder, spec, k), capacity)
+    learner = ray.remote(learner_cls).options(max_concurrency=4).remote(
+        setup, None, 10**6, builder.batch_size // k, queue)  # fmt: skip
+    counter = ray.remote(CounterNode).remote()
+    actor = ray.remote(ActorNode).options(max_concurrency=2).remote(
+        0, 0, setup, None, learner, counter)  # fmt: skip
+    return learner, actor, counter
+
+
 @pytest.mark.ray
 def test_an_on_policy_actor_node_polls_for_parameters_with_its_rollouts_alone(local_ray):
     """Rollouts go into the learner node's own queue, and each insert's answer carries the
     parameters when they are newer: the actor node makes no call of its own to poll (on two
     cores, polls as often cost IMPALA on CartPole a fifth of its speed) and still acts with
     fresh parameters (the learner's batches are a few versions old at most)."""
-    from rlherd import envs as rl_envs
-    from rlherd.agents import BUILDERS
-    from rlherd.runtime.distributed import _queue_table
-    from rlherd.runtime.node import CounterNode
-    from rlherd.runtime.program import ActorNode, LearnerNode, NodeSetup, rollout_signature
+    from rlherd.runtime.program import LearnerNode
     from rlherd.runtime.settings import Distributed
 
     class Learner(LearnerNode):  # counts the calls that reach it
@@ -339,15 +358,8 @@ def test_an_on_policy_actor_node_polls_for_parameters_with_its_rollouts_alone(lo
             inserts = getattr(self, "inserts", 0)  # each one's get_variables counts in calls
             return inserts, getattr(self, "calls", 0) - inserts
 
-    spec = rl_envs.spec_for("CartPole-v1")
-    builder = BUILDERS["impala"](BUILDERS["impala"].config_class(unroll_length=5, batch_size=4))
-    setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed(envs_per_actor=2))
-    queue = functools.partial(_queue_table, rollout_signature(builder, spec, 2), 4)
-    learner = local_ray.remote(Learner).options(max_concurrency=4).remote(
-        setup, None, 10**6, 2, queue)  # fmt: skip
-    counter = local_ray.remote(CounterNode).remote()
-    actor = local_ray.remote(ActorNode).options(max_concurrency=2).remote(
-        0, 0, setup, None, learner, counter)  # fmt: skip
+    settings = Distributed(envs_per_actor=2, rollouts_per_call=1)
+    learner, actor, _ = _cartpole_on_policy_program(local_ray, Learner, settings, capacity=4)
     run = actor.run.remote()
     lags = []
     for _ in range(20):
@@ -372,12 +384,8 @@ def test_an_on_policy_actor_node_sends_whole_distinct_rollouts_a_batchs_share_pe
     for IMPALA's short CartPole rollouts. The rollouts in a call are consecutive and each its
     own: the first waits for the second while the actor's buffer is refilled, so it must be a
     copy (a view would send the second rollout twice)."""
-    from rlherd import envs as rl_envs
     from rlherd import types as F
-    from rlherd.agents import BUILDERS
-    from rlherd.runtime.distributed import _queue_table
-    from rlherd.runtime.node import CounterNode
-    from rlherd.runtime.program import ActorNode, LearnerNode, NodeSetup, rollout_signature
+    from rlherd.runtime.program import LearnerNode
     from rlherd.runtime.settings import Distributed
 
     class Learner(LearnerNode):  # keeps the first calls' observations
@@ -390,16 +398,8 @@ def test_an_on_policy_actor_node_sends_whole_distinct_rollouts_a_batchs_share_pe
         def calls(self) -> list[np.ndarray]:
             return getattr(self, "sent", [])
 
-    spec = rl_envs.spec_for("CartPole-v1")
-    builder = BUILDERS["impala"](BUILDERS["impala"].config_class(unroll_length=5, batch_size=4))
     settings = Distributed(envs_per_actor=2, rollouts_per_call=per_call)
-    setup = NodeSetup(builder, spec, "CartPole-v1", {}, settings)
-    queue = functools.partial(_queue_table, rollout_signature(builder, spec, 2), 8)
-    learner = local_ray.remote(Learner).options(max_concurrency=4).remote(
-        setup, None, 10**6, 2, queue)  # fmt: skip
-    counter = local_ray.remote(CounterNode).remote()
-    actor = local_ray.remote(ActorNode).options(max_concurrency=2).remote(
-        0, 0, setup, None, learner, counter)  # fmt: skip
+    learner, actor, _ = _cartpole_on_policy_program(local_ray, Learner, settings, capacity=8)
     run = actor.run.remote()
     deadline = time.monotonic() + 60
     while len(local_ray.get(learner.calls.remote())) < 8 and time.monotonic() < deadline:
