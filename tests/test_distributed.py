@@ -169,6 +169,9 @@ def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_pa
     with pytest.raises(ConfigError, match="rollout agents"):
         rlherd.train("dqn", CORRIDOR, runtime="distributed", rollouts_per_call=2,
                      run_dir=tmp_path / "i", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="more than the queue holds"):
+        rlherd.train("impala", CORRIDOR, runtime="distributed", rollouts_per_call=5,
+                     num_buffers=4, run_dir=tmp_path / "j", progress=False)  # fmt: skip
     assert not any(tmp_path.iterdir())
 
 
@@ -376,11 +379,11 @@ def test_an_on_policy_actor_node_polls_for_parameters_with_its_rollouts_alone(lo
 
 @pytest.mark.ray
 @pytest.mark.parametrize("per_call", [0, 1])
-def test_an_on_policy_actor_node_sends_whole_distinct_rollouts_a_batchs_share_per_call(
+def test_an_on_policy_actor_node_sends_whole_distinct_rollouts_a_batch_per_call(
     local_ray, per_call
 ):
-    """Each insert call carries ``rollouts_per_call`` rollouts, by default a learner batch's
-    share (here 2 of 2 environments for a batch of 4): half the calls, each with its Ray cost,
+    """Each insert call carries ``rollouts_per_call`` rollouts, by default one learner batch's
+    worth (here 2 of 2 environments for a batch of 4): half the calls, each with its Ray cost,
     for IMPALA's short CartPole rollouts. The rollouts in a call are consecutive and each its
     own: the first waits for the second while the actor's buffer is refilled, so it must be a
     copy (a view would send the second rollout twice)."""
@@ -399,7 +402,8 @@ def test_an_on_policy_actor_node_sends_whole_distinct_rollouts_a_batchs_share_pe
             return getattr(self, "sent", [])
 
     settings = Distributed(envs_per_actor=2, rollouts_per_call=per_call)
-    learner, actor, _ = _cartpole_on_policy_program(local_ray, Learner, settings, capacity=8)
+    # Room for all 8 calls' rollouts: a full queue would take a call in part and resend the rest.
+    learner, actor, _ = _cartpole_on_policy_program(local_ray, Learner, settings, capacity=16)
     run = actor.run.remote()
     deadline = time.monotonic() + 60
     while len(local_ray.get(learner.calls.remote())) < 8 and time.monotonic() < deadline:

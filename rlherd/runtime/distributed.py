@@ -189,6 +189,11 @@ def queue_capacity(builder: Any, settings: Any) -> tuple[int, int]:
             f"num_buffers={capacity} is too few: a learner batch takes {per_batch} rollouts of "
             f"{k} environments; set --num-buffers >= {per_batch} (or 0 for the default)"
         )
+    if settings.rollouts_per_call > capacity:  # a call the queue never takes whole only lags
+        raise ConfigError(
+            f"rollouts_per_call={settings.rollouts_per_call} is more than the queue holds "
+            f"({capacity} rollouts); set --rollouts-per-call <= {capacity} or raise --num-buffers"
+        )
     return per_batch, capacity
 
 

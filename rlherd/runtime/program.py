@@ -230,9 +230,9 @@ class InsertClient:
     def poll(self) -> None:
         """With ``variables``: take the call in flight's answer if it is back, without waiting,
         so its parameters act from the next step on rather than from the next call's (the
-        policy lag of IMPALA on CartPole: 1.4 learner versions instead of 2.3). A future's
-        ``done()`` is what makes this cheap enough to ask every step: ``ray.wait`` there cost
-        12% of the steps per second."""
+        policy lag of IMPALA on CartPole, one rollout per call: 1.4 learner versions instead of
+        2.3). A future's ``done()`` is what makes this cheap enough to ask every step:
+        ``ray.wait`` there cost 12% of the steps per second."""
         if self.answered is not None and self.answered.done():
             self.settle()
 
@@ -385,8 +385,8 @@ class LearnerNode(TableHost, Node):
     def insert_and_get_variables(self, index: int, columns: dict[str, np.ndarray],
                                  priorities: np.ndarray, timeout: float, most: int,
                                  names: list[str], newer_than: int) -> tuple:  # fmt: skip
-        """``insert`` into the queue, then ``get_variables(names, newer_than)``: an on-policy
-        actor node's one call per rollout is also its poll for parameters. Polls of their own,
+        """``insert`` into the queue, then ``get_variables(names, newer_than)``: each of an
+        on-policy actor node's insert calls is also its poll for parameters. Polls of their own,
         as often, cost IMPALA on CartPole a fifth of its steps per second on two cores."""
         taken = self.insert(index, columns, priorities, timeout, most)
         return taken, self.get_variables(names, newer_than)
@@ -605,7 +605,7 @@ class ActorNode(Node):
             def hand_over(full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
                 acted_with = source.fetched_version
                 # A copy: it may wait here for the next rollout while ``full`` is refilled.
-                rollout = {k: v.numpy().copy() for k, v in full.items()}
+                rollout = {name: v.numpy().copy() for name, v in full.items()}
                 queue.insert({**rollout, VERSION: acted_with})
                 return full
 

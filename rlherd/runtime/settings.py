@@ -153,7 +153,7 @@ class Distributed(Demonstrations):
     num_actors: int = 4  # actor nodes (Ray actors), each stepping envs_per_actor environments
     envs_per_actor: int = 8  # environments each actor node steps
     num_buffers: int = 0  # on-policy: rollouts the queue table holds (bounds lag); 0: 2 batches
-    rollouts_per_call: int = 0  # on-policy: rollouts per insert call; 0: a learner batch's share
+    rollouts_per_call: int = 0  # on-policy: rollouts per insert call; 0: one learner batch's worth
     insert_chunk: int = 64  # replay: items an actor node sends to the replay node in one call
     sample_prefetch: int = 16  # replay: batches a learner's call to the replay node brings back
     actor_cpus: float = 1.0  # CPUs per actor node (an embedded Ray fits them to this machine)
