@@ -141,37 +141,29 @@ def test_the_counter_nodes_module_imports_no_torch():
     assert out.stdout.strip() == "False", out.stderr
 
 
+# (agent, settings, what the one-line refusal says)
+UNRUNNABLE = [
+    ("impala", dict(envs_per_actor=3), "multiple of envs_per_actor"),
+    ("impala", dict(insert_chunk=8), "replay agents"),
+    ("dqn", dict(actor_cpus=0), "actor_cpus must be > 0"),
+    ("dqn", dict(actor_resources={"actors": 1}), "join one with --ray-address"),
+    ("dqn", dict(learner_resources={"gpu_box": "1"}, ray_address="auto"),
+     "learner_resources maps Ray resource names"),
+    ("dqn", dict(actor_resources=["actors"], ray_address="auto"),
+     "actor_resources maps Ray resource names"),
+    ("dqn", dict(actor_resources={"CPU": 2}, ray_address="auto"),
+     "asked for by --actor-cpus and --device"),
+    ("impala", dict(rollouts_per_call=-1), "rollouts_per_call must be >= 0"),
+    ("dqn", dict(rollouts_per_call=2), "rollout agents"),
+    ("impala", dict(rollouts_per_call=5, num_buffers=4), "more than the queue holds"),
+]  # fmt: skip
+
+
 def test_settings_the_program_could_not_run_are_refused_before_ray_starts(tmp_path):
-    with pytest.raises(ConfigError, match="multiple of envs_per_actor"):
-        rlherd.train("impala", CORRIDOR, runtime="distributed", envs_per_actor=3,
-                     run_dir=tmp_path / "a", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="replay agents"):
-        rlherd.train("impala", CORRIDOR, runtime="distributed", insert_chunk=8,
-                     run_dir=tmp_path / "b", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="actor_cpus must be > 0"):
-        rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_cpus=0,
-                     run_dir=tmp_path / "c", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="join one with --ray-address"):
-        rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_resources={"actors": 1},
-                     run_dir=tmp_path / "d", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="learner_resources maps Ray resource names"):
-        rlherd.train("dqn", CORRIDOR, runtime="distributed", learner_resources={"gpu_box": "1"},
-                     ray_address="auto", run_dir=tmp_path / "e", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="actor_resources maps Ray resource names"):
-        rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_resources=["actors"],
-                     ray_address="auto", run_dir=tmp_path / "f", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="asked for by --actor-cpus and --device"):
-        rlherd.train("dqn", CORRIDOR, runtime="distributed", actor_resources={"CPU": 2},
-                     ray_address="auto", run_dir=tmp_path / "g", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="rollouts_per_call must be >= 0"):
-        rlherd.train("impala", CORRIDOR, runtime="distributed", rollouts_per_call=-1,
-                     run_dir=tmp_path / "h", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="rollout agents"):
-        rlherd.train("dqn", CORRIDOR, runtime="distributed", rollouts_per_call=2,
-                     run_dir=tmp_path / "i", progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="more than the queue holds"):
-        rlherd.train("impala", CORRIDOR, runtime="distributed", rollouts_per_call=5,
-                     num_buffers=4, run_dir=tmp_path / "j", progress=False)  # fmt: skip
+    for i, (agent, settings, refusal) in enumerate(UNRUNNABLE):
+        with pytest.raises(ConfigError, match=refusal):
+            rlherd.train(agent, CORRIDOR, runtime="distributed", run_dir=tmp_path / str(i),
+                         progress=False, **settings)  # fmt: skip
     assert not any(tmp_path.iterdir())
 
 
