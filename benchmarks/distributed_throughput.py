@@ -7,7 +7,8 @@ in-process table, in the same run.
    clients the actors and the learner use).
 2. Where a DQN learner step's time goes: learner steps per second on batches from an in-process
    table, and on a learner node sampling from a replay node (no actors; the table is full and
-   its limiter never blocks).
+   its limiter never blocks), in ``--learner-rounds`` rounds taken turn about; the last line
+   gives each round's ratio and their median.
 3. Agent steps per second of whole runs (`rlherd train`, in subprocesses, one at a time):
    IMPALA on CartPole-v1 and on ALE/Pong-v5 with ``distributed`` and with ``mono``, the same
    actors and environments per actor. Ray's start (about 10 s here) is not in steps/s: the rate
@@ -22,7 +23,7 @@ before it on the same machine; its lines carry ``"code": REV``, this code's ``"c
 
 Prints one JSON line per figure. Usage:
     python benchmarks/distributed_throughput.py [--seconds 5] [--cartpole-steps 200000]
-        [--pong-steps 100000] [--pairs 3] [--skip-runs] [--against REV]
+        [--pong-steps 100000] [--pairs 3] [--learner-rounds 5] [--skip-runs] [--against REV]
 """
 
 from __future__ import annotations
@@ -62,12 +63,12 @@ def emit(**row) -> None:
           flush=True)  # fmt: skip
 
 
-def knows_pairs(rev: str) -> bool:
-    """Whether this benchmark at ``rev`` takes ``--pairs``."""
+def knows(rev: str, flag: str) -> bool:
+    """Whether this benchmark at ``rev`` takes ``flag``."""
     path = f"{rev}:benchmarks/{Path(__file__).name}"
     code = subprocess.run(["git", "-C", str(ROOT), "show", path], capture_output=True,
                           text=True).stdout  # fmt: skip
-    return '"--pairs"' in code
+    return f'"{flag}"' in code
 
 
 def against(rev: str, argv: list[str]) -> None:
@@ -140,7 +141,10 @@ def replay(seconds: float) -> None:
     ray.kill(node)
 
 
-def learner(seconds: float) -> None:
+def learner(seconds: float, rounds: int) -> None:
+    """DQN learner steps/s in process and on a learner node, in ``rounds`` alternating rounds of
+    ``seconds`` each: one 5-second figure on a shared 2-core VM spread by a quarter from one
+    invocation to the next, so only rounds taken turn about compare the two."""
     builder = BUILDERS["dqn"](BUILDERS["dqn"].config_class(batch_size=BATCH, prioritized=False))
     spec = rl_envs.spec_for("CartPole-v1")
     (table,) = cartpole_tables()
@@ -149,8 +153,6 @@ def learner(seconds: float) -> None:
         table.insert({k: v[i] for k, v in data.items()})
     dataset = builder.make_dataset([table])
     local = builder.make_learner(builder.make_networks(spec), dataset, 10**6, [table])
-    emit(figure="dqn_learner_steps_per_s", where="in-process table",
-         value=round(rate(lambda: local.step() and 1, seconds), 1))  # fmt: skip
 
     def filled() -> list[Table]:
         tables = cartpole_tables()
@@ -162,14 +164,27 @@ def learner(seconds: float) -> None:
     setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed())
     remote = ray.remote(LearnerNode).options(max_concurrency=4).remote(setup, node, 10**6, 0)
     ray.get(remote.ready.remote())
-    start = time.perf_counter()
-    steps = 0
-    while time.perf_counter() - start < seconds:
-        steps += ray.get(remote.train.remote(0.5))[0]  # (steps, metrics)
-    emit(figure="dqn_learner_steps_per_s", where="learner node + replay node",
-         value=round(steps / (time.perf_counter() - start), 1))  # fmt: skip
+    ray.get(remote.train.remote(0.5))  # its first batches, in flight from then on
+
+    def on_node() -> float:
+        start, steps = time.perf_counter(), 0
+        while (left := seconds - (time.perf_counter() - start)) > 0:
+            steps += ray.get(remote.train.remote(min(0.5, left)))[0]  # (steps, metrics)
+        return steps / (time.perf_counter() - start)
+
+    here, there = [], []
+    for _ in range(rounds):
+        here.append(rate(lambda: local.step() and 1, seconds))
+        there.append(on_node())
     ray.kill(remote)
     ray.kill(node)
+    emit(figure="dqn_learner_steps_per_s", where="in-process table", rounds=rounds,
+         value=round(float(np.mean(here)), 1))  # fmt: skip
+    emit(figure="dqn_learner_steps_per_s", where="learner node + replay node", rounds=rounds,
+         value=round(float(np.mean(there)), 1))  # fmt: skip
+    ratios = [b / a for a, b in zip(here, there, strict=True)]
+    emit(figure="dqn_learner_node_over_in_process", ratios=[round(r, 3) for r in ratios],
+         median=round(float(np.median(ratios)), 3))  # fmt: skip
 
 
 def second_half_sps(run_dir: Path) -> float:
@@ -204,23 +219,26 @@ def main() -> None:
     parser.add_argument("--cartpole-steps", type=int, default=200_000)
     parser.add_argument("--pong-steps", type=int, default=100_000)
     parser.add_argument("--pairs", type=int, default=3, help="alternating mono/distributed pairs")
+    parser.add_argument("--learner-rounds", type=int, default=5,
+                        help="alternating in-process / learner-node rounds")  # fmt: skip
     parser.add_argument("--skip-runs", action="store_true")
     parser.add_argument("--against", metavar="REV", help="also run this benchmark at REV, first")
     args = parser.parse_args()
-    if args.pairs < 1:
-        parser.error("--pairs must be at least 1")
+    if args.pairs < 1 or args.learner_rounds < 1:
+        parser.error("--pairs and --learner-rounds must be at least 1")
     if args.against:
         rest = ["--seconds", str(args.seconds), "--cartpole-steps", str(args.cartpole_steps),
                 "--pong-steps", str(args.pong_steps)]  # fmt: skip
         rest += ["--skip-runs"] if args.skip_runs else []
-        if knows_pairs(args.against):  # older code runs one pair and has no such flag
-            rest += ["--pairs", str(args.pairs)]
+        for flag, value in (("--pairs", args.pairs), ("--learner-rounds", args.learner_rounds)):
+            if knows(args.against, flag):  # older code has one pair, one round, and no such flag
+                rest += [flag, str(value)]
         against(args.against, rest)
     torch.set_num_threads(1)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level="ERROR")
     try:
         replay(args.seconds)
-        learner(args.seconds)
+        learner(args.seconds, args.learner_rounds)
     finally:
         ray.shutdown()
     if args.skip_runs:
