@@ -30,7 +30,7 @@ PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH
 
 def rlherd_cli(args: list[str], cwd: Path, **kw) -> subprocess.Popen | subprocess.CompletedProcess:
     """``rlherd ARGS`` in a process of its own, as a user runs it."""
-    command = [sys.executable, "-m", "rlherd.cli", *args]
+    command = [*kw.pop("prefix", []), sys.executable, "-m", "rlherd.cli", *args]
     env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     if kw.pop("background", False):
         return subprocess.Popen(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
@@ -114,14 +114,16 @@ def test_seeds_refuse_seed_and_resume(flag, capsys):
     assert err.count("\n") == 0 and f"drop {flag[0]}" in err, err
 
 
-def _started_group(tmp_path: Path, seeds: str) -> tuple[Path, subprocess.Popen]:
-    """A ``train --seeds`` group of long PPO runs, in the background, once its first two seeds
-    have written their summaries (so each has something to checkpoint)."""
+def _started_group(tmp_path: Path, seeds: str, niceness: int = 0) -> tuple[Path, subprocess.Popen]:
+    """A ``train --seeds`` group of long PPO runs (under ``nice -n NICENESS``), in the
+    background, once its first two seeds have written their summaries (so each has something to
+    checkpoint)."""
     group = tmp_path / "group"  # absolute: no other process on the machine names it
+    nice = ["nice", "-n", str(niceness)] if niceness else []
     parent = rlherd_cli(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "10000000",
                          "--seeds", seeds, "--jobs", "2", "--log-interval-s", "0.2",
                          "--run-dir", str(group), "--no-progress"], tmp_path,
-                        background=True)  # fmt: skip
+                        background=True, prefix=nice)  # fmt: skip
     deadline = time.monotonic() + 120
     while not all((group / f"seed-{k}" / "summary.json").exists() for k in (1, 2)):
         if parent.poll() is not None or time.monotonic() > deadline:
@@ -177,6 +179,28 @@ def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end
             os.kill(pid, signal.SIGKILL)
     for k in (1, 2):
         assert (group / f"seed-{k}" / "checkpoints" / "latest").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduler")
+def test_seeds_keep_the_niceness_of_their_group_against_other_sessions(tmp_path):
+    """Each seed runs in a session of its own, and Linux's autogroup scheduler shares the CPU
+    between sessions before niceness counts within one: a seed's session must carry the
+    group's niceness, or ``nice -n 19 rlherd bsuite ...`` takes as much CPU as anything else
+    the user runs."""
+    group, parent = _started_group(tmp_path, "1-2", niceness=7)
+    try:
+        seeds = [pid for pid in _processes_naming(group) if pid != parent.pid]
+        assert len(seeds) == 2, seeds
+        for pid in seeds:
+            assert Path(f"/proc/{pid}/autogroup").read_text().split()[-1] == "7"
+    finally:
+        parent.send_signal(signal.SIGINT)
+        try:
+            parent.communicate(timeout=120)
+        finally:
+            parent.kill()
+            for pid in _processes_naming(group):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _processes_naming(path: Path) -> list[int]:

@@ -303,6 +303,25 @@ def stop_with_group() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def keep_the_groups_priority() -> None:
+    """In a seed's process: its session's share of the CPU at the group's niceness. A seed runs
+    in a session of its own, and Linux's autogroup scheduler (on by default in most
+    distributions) shares the CPU between sessions before niceness counts within one, so under
+    ``nice -n 19 rlherd bsuite ...`` every seed would still take as much CPU as the user's shell
+    or test suite. The session's autogroup takes the niceness instead."""
+    niceness = os.nice(0)
+    if niceness <= 0:
+        return
+    for _ in range(20):  # the kernel takes one such change per 0.1 s from a user
+        try:
+            Path("/proc/self/autogroup").write_text(str(niceness))
+            return
+        except BlockingIOError:
+            time.sleep(0.1)
+        except OSError:  # no autogroup here (not Linux, or a kernel without it)
+            return
+
+
 class _Signals:
     """While the group runs, SIGINT, SIGTERM and SIGHUP are noted (not raised) for the group's
     loop to forward to every running seed, each signal once: the handler only notes, so a
