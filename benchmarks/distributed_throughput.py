@@ -172,6 +172,7 @@ def learner(seconds: float, rounds: int) -> None:
             steps += ray.get(remote.train.remote(min(0.5, left)))[0]  # (steps, metrics)
         return steps / (time.perf_counter() - start)
 
+    rate(lambda: local.step() and 1, 0.5)  # its first steps too, before either is measured
     here, there = [], []
     for _ in range(rounds):
         here.append(rate(lambda: local.step() and 1, seconds))
@@ -226,6 +227,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.pairs < 1 or args.learner_rounds < 1:
         parser.error("--pairs and --learner-rounds must be at least 1")
+    if args.seconds <= 0:
+        parser.error("--seconds must be above 0")
     if args.against:
         rest = ["--seconds", str(args.seconds), "--cartpole-steps", str(args.cartpole_steps),
                 "--pong-steps", str(args.pong_steps)]  # fmt: skip

@@ -382,7 +382,6 @@ def main(argv: list[str] | None = None) -> int:
 
             if seeds.GROUP_VARIABLE in os.environ:  # one seed of a `train --seeds` group
                 seeds.stop_with_group()
-                seeds.keep_the_groups_priority()
             given = _train_arguments(args)
             if args.resume is None and (given["agent"] is None or given["env"] is None):
                 parser.error("train needs an agent and --env (or --config FILE, or --resume "

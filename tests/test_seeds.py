@@ -134,7 +134,7 @@ def _started_group(tmp_path: Path, seeds: str, niceness: int = 0) -> tuple[Path,
 
 
 def test_ctrl_c_stops_every_seed_with_a_checkpoint_and_resume_continues_them(tmp_path):
-    """The group forwards SIGINT once to each seed (they run in sessions of their own, out of
+    """The group forwards SIGINT once to each seed (they run in process groups of their own, out of
     reach of a terminal's Ctrl-C), each stops with a checkpoint, none is left running, and
     ``--resume PARENT`` continues all of them."""
     group, parent = _started_group(tmp_path, "1-3")
@@ -182,17 +182,23 @@ def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end
 
 
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduler")
-def test_seeds_keep_the_niceness_of_their_group_against_other_sessions(tmp_path):
-    """Each seed runs in a session of its own, and Linux's autogroup scheduler shares the CPU
-    between sessions before niceness counts within one: a seed's session must carry the
-    group's niceness, or ``nice -n 19 rlherd bsuite ...`` takes as much CPU as anything else
-    the user runs."""
+def test_seeds_share_their_groups_session_and_niceness(tmp_path):
+    """Linux's autogroup scheduler shares the CPU between sessions before niceness counts
+    within one: seeds in sessions of their own each took a whole session's share, so
+    ``nice -n 19 rlherd bsuite ...`` lowered nothing. Each seed is in the group's session
+    (and autogroup), at its niceness, in a process group of its own (out of a terminal's
+    Ctrl-C)."""
     group, parent = _started_group(tmp_path, "1-2", niceness=7)
     try:
         seeds = [pid for pid in _processes_naming(group) if pid != parent.pid]
         assert len(seeds) == 2, seeds
+        autogroup = Path(f"/proc/{parent.pid}/autogroup").read_text()
         for pid in seeds:
-            assert Path(f"/proc/{pid}/autogroup").read_text().split()[-1] == "7"
+            assert Path(f"/proc/{pid}/autogroup").read_text() == autogroup
+            assert os.getsid(pid) == os.getsid(parent.pid)
+            assert os.getpgid(pid) not in (os.getpgid(parent.pid), os.getpgid(0))
+            assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(
+                os.PRIO_PROCESS, parent.pid) == min(19, os.nice(0) + 7)  # fmt: skip
     finally:
         parent.send_signal(signal.SIGINT)
         try:
@@ -200,7 +206,8 @@ def test_seeds_keep_the_niceness_of_their_group_against_other_sessions(tmp_path)
         finally:
             parent.kill()
             for pid in _processes_naming(group):
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def _processes_naming(path: Path) -> list[int]:

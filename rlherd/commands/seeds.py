@@ -273,16 +273,18 @@ def run_group(parent: Path, group: list[SeedProcess], threads: int, jobs: int | 
 
 
 def _start(seed: SeedProcess, env: dict[str, str]) -> SeedProcess:
-    """Start one seed's ``python -m rlherd.cli train``, in a session of its own: a Ctrl-C at the
-    terminal reaches the group alone, which forwards it once (a second one, typed by the user,
-    is forwarded too: each seed then stops at once, as a single run does)."""
+    """Start one seed's ``python -m rlherd.cli train``, in a process group of its own: a Ctrl-C
+    at the terminal reaches the group alone, which forwards it once (a second one, typed by the
+    user, is forwarded too: each seed then stops at once, as a single run does). It stays in
+    the group's session: Linux's autogroup scheduler shares the CPU between sessions first, so a
+    seed in a session of its own would take a whole session's share, whatever its niceness."""
     seed.path.parent.mkdir(parents=True, exist_ok=True)
     seed.log_file = open(seed.log, "w")
     # -P: the working directory is not on the seed's import path, as for the rlherd command.
     seed.process = subprocess.Popen(
         [sys.executable, "-P", "-m", "rlherd.cli", "train", *seed.argv, "--no-progress"],
         stdout=seed.log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        env={**env, GROUP_VARIABLE: str(os.getpid())}, start_new_session=True,
+        env={**env, GROUP_VARIABLE: str(os.getpid())}, process_group=0,
     )  # fmt: skip
     return seed
 
@@ -301,25 +303,6 @@ def stop_with_group() -> None:
         return
     if os.getppid() != group:  # the group died before the line above
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-def keep_the_groups_priority() -> None:
-    """In a seed's process: its session's share of the CPU at the group's niceness. A seed runs
-    in a session of its own, and Linux's autogroup scheduler (on by default in most
-    distributions) shares the CPU between sessions before niceness counts within one, so under
-    ``nice -n 19 rlherd bsuite ...`` every seed would still take as much CPU as the user's shell
-    or test suite. The session's autogroup takes the niceness instead."""
-    niceness = os.nice(0)
-    if niceness <= 0:
-        return
-    for _ in range(20):  # the kernel takes one such change per 0.1 s from a user
-        try:
-            Path("/proc/self/autogroup").write_text(str(niceness))
-            return
-        except BlockingIOError:
-            time.sleep(0.1)
-        except OSError:  # no autogroup here (not Linux, or a kernel without it)
-            return
 
 
 class _Signals:
