@@ -227,7 +227,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.pairs < 1 or args.learner_rounds < 1:
         parser.error("--pairs and --learner-rounds must be at least 1")
-    if args.seconds <= 0:
+    if not args.seconds > 0:  # nan too
         parser.error("--seconds must be above 0")
     if args.against:
         rest = ["--seconds", str(args.seconds), "--cartpole-steps", str(args.cartpole_steps),

@@ -184,8 +184,8 @@ def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduler")
 def test_seeds_share_their_groups_session_and_niceness(tmp_path):
     """Linux's autogroup scheduler shares the CPU between sessions before niceness counts
-    within one: seeds in sessions of their own each took a whole session's share, so
-    ``nice -n 19 rlherd bsuite ...`` lowered nothing. Each seed is in the group's session
+    within one: a seed in a session of its own would take a whole session's share, and
+    ``nice -n 19 rlherd bsuite ...`` would lower nothing. Each seed is in the group's session
     (and autogroup), at its niceness, in a process group of its own (out of a terminal's
     Ctrl-C)."""
     group, parent = _started_group(tmp_path, "1-2", niceness=7)
