@@ -160,14 +160,20 @@ def test_ctrl_c_stops_every_seed_with_a_checkpoint_and_resume_continues_them(tmp
     assert all(r["actor_steps"] >= more for r in resumed)  # to the end of the rollout past it
 
 
-@pytest.mark.parametrize("end", ["SIGKILL", "SIGHUP"])
+@pytest.mark.parametrize("end", ["SIGKILL", "SIGHUP", "SIGKILL, seeds stopped"])
 def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end):
     """A group killed outright (SIGKILL, the OOM killer) runs none of its handlers: each seed
     hears SIGTERM from the kernel (PR_SET_PDEATHSIG) and stops with a checkpoint. A closed
-    terminal's SIGHUP reaches the group, which passes SIGTERM on."""
+    terminal's SIGHUP reaches the group, which passes SIGTERM on. Seeds stopped (SIGSTOP) when
+    the group dies are continued by the kernel with SIGHUP (their process groups are orphaned),
+    and stop with a checkpoint too."""
     group, parent = _started_group(tmp_path, "1-2")
     try:
-        parent.send_signal(getattr(signal, end))
+        if end.endswith("stopped"):
+            for pid in _processes_naming(group):
+                if pid != parent.pid:
+                    os.kill(pid, signal.SIGSTOP)
+        parent.send_signal(getattr(signal, end.split(",")[0]))
         parent.communicate(timeout=120)
         deadline = time.monotonic() + 60
         while _processes_naming(group):

@@ -265,8 +265,9 @@ def make_envs(
 
 
 class GracefulStop:
-    """Turns the first SIGINT / SIGTERM into a request to stop at the next safe point (so the run
-    can write its final checkpoint); a second SIGINT interrupts at once."""
+    """Turns the first SIGINT / SIGTERM / SIGHUP into a request to stop at the next safe point (so
+    the run can write its final checkpoint); a second SIGINT interrupts at once. SIGHUP is a
+    closed terminal's, and the kernel's to a stopped seed whose group has died."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
@@ -281,7 +282,7 @@ class GracefulStop:
 
     def __enter__(self) -> threading.Event:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self.event
 
