@@ -172,10 +172,14 @@ def learner(seconds: float, rounds: int) -> None:
             steps += ray.get(remote.train.remote(min(0.5, left)))[0]  # (steps, metrics)
         return steps / (time.perf_counter() - start)
 
-    rate(lambda: local.step() and 1, 0.5)  # its first steps too, before either is measured
+    def in_process() -> int:
+        local.step()
+        return 1
+
+    rate(in_process, 0.5)  # its first steps too, before either is measured
     here, there = [], []
     for _ in range(rounds):
-        here.append(rate(lambda: local.step() and 1, seconds))
+        here.append(rate(in_process, seconds))
         there.append(on_node())
     ray.kill(remote)
     ray.kill(node)

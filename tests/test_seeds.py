@@ -160,8 +160,9 @@ def test_ctrl_c_stops_every_seed_with_a_checkpoint_and_resume_continues_them(tmp
     assert all(r["actor_steps"] >= more for r in resumed)  # to the end of the rollout past it
 
 
-@pytest.mark.parametrize("end", ["SIGKILL", "SIGHUP", "SIGKILL, seeds stopped"])
-def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end):
+@pytest.mark.parametrize(("end", "seeds_stopped"),
+                         [("SIGKILL", False), ("SIGHUP", False), ("SIGKILL", True)])  # fmt: skip
+def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end, seeds_stopped):
     """A group killed outright (SIGKILL, the OOM killer) runs none of its handlers: each seed
     hears SIGTERM from the kernel (PR_SET_PDEATHSIG) and stops with a checkpoint. A closed
     terminal's SIGHUP reaches the group, which passes SIGTERM on. Seeds stopped (SIGSTOP) when
@@ -169,20 +170,17 @@ def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end
     and stop with a checkpoint too."""
     group, parent = _started_group(tmp_path, "1-2")
     try:
-        if end.endswith("stopped"):
-            for pid in _processes_naming(group):
-                if pid != parent.pid:
-                    os.kill(pid, signal.SIGSTOP)
-        parent.send_signal(getattr(signal, end.split(",")[0]))
+        if seeds_stopped:
+            for pid in _seeds_of(group, parent):
+                os.kill(pid, signal.SIGSTOP)
+        parent.send_signal(getattr(signal, end))
         parent.communicate(timeout=120)
         deadline = time.monotonic() + 60
         while _processes_naming(group):
             assert time.monotonic() < deadline, "a seed outlived its group"
             time.sleep(0.2)
     finally:
-        parent.kill()
-        for pid in _processes_naming(group):
-            os.kill(pid, signal.SIGKILL)
+        _kill_all(group, parent)
     for k in (1, 2):
         assert (group / f"seed-{k}" / "checkpoints" / "latest").exists()
 
@@ -196,7 +194,7 @@ def test_seeds_share_their_groups_session_and_niceness(tmp_path):
     Ctrl-C)."""
     group, parent = _started_group(tmp_path, "1-2", niceness=7)
     try:
-        seeds = [pid for pid in _processes_naming(group) if pid != parent.pid]
+        seeds = _seeds_of(group, parent)
         assert len(seeds) == 2, seeds
         autogroup = Path(f"/proc/{parent.pid}/autogroup").read_text()
         for pid in seeds:
@@ -210,10 +208,20 @@ def test_seeds_share_their_groups_session_and_niceness(tmp_path):
         try:
             parent.communicate(timeout=120)
         finally:
-            parent.kill()
-            for pid in _processes_naming(group):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            _kill_all(group, parent)
+
+
+def _seeds_of(group: Path, parent: subprocess.Popen) -> list[int]:
+    """The ids of the running seeds of ``group`` (its processes other than ``parent``)."""
+    return [pid for pid in _processes_naming(group) if pid != parent.pid]
+
+
+def _kill_all(group: Path, parent: subprocess.Popen) -> None:
+    """Kill ``parent`` and whatever of ``group`` still runs (a failed test's leftovers)."""
+    parent.kill()
+    for pid in _processes_naming(group):
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+            os.kill(pid, signal.SIGKILL)
 
 
 def _processes_naming(path: Path) -> list[int]:
