@@ -27,7 +27,10 @@ def _snapshot_key(tmp_path_factory):
     os.environ["RLHERD_SNAPSHOT_KEY"] = str(tmp_path_factory.mktemp("key") / "snapshot.key")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    """First, before pytest-xdist's own hook reads each test's ``xdist_group`` into the id its
+    scheduler groups by: a group marked after that is never seen."""
     skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
