@@ -27,10 +27,11 @@ def _snapshot_key(tmp_path_factory):
     os.environ["RLHERD_SNAPSHOT_KEY"] = str(tmp_path_factory.mktemp("key") / "snapshot.key")
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
-    """First, before pytest-xdist's own hook reads each test's ``xdist_group`` into the id its
-    scheduler groups by: a group marked after that is never seen."""
+    """Marks before every other plugin's hook, sorts after them all: pytest-xdist's own hook reads
+    each test's ``xdist_group`` into the id its scheduler groups by, so a group marked after it is
+    never seen; and the order is the last word, after pytest's own reordering."""
     skip = pytest.mark.skip(reason="needs CUDA")
     for item in items:
         if "gpu" in item.keywords and not torch.cuda.is_available():
@@ -39,10 +40,12 @@ def pytest_collection_modifyitems(config, items):
             # One worker runs every Ray test, one after another: two embedded Ray clusters at
             # once would share the machine's ports and cores.
             item.add_marker(pytest.mark.xdist_group("ray"))
+    result = yield
     # Longest work first, so that neither worker is left with one long test at the end while
     # the other idles: the Ray group (minutes, on one worker), then the other `slow` tests,
     # then the quick ones, which fill the gaps. (The sort is stable: files keep their order.)
     items.sort(key=lambda item: ("ray" not in item.keywords, "slow" not in item.keywords))
+    return result
 
 
 @pytest.fixture(autouse=True)
