@@ -127,7 +127,7 @@ def _started_group(tmp_path: Path, seeds: str, niceness: int = 0) -> tuple[Path,
     deadline = time.monotonic() + 120
     while not all((group / f"seed-{k}" / "summary.json").exists() for k in (1, 2)):
         if parent.poll() is not None or time.monotonic() > deadline:
-            parent.kill()
+            _kill_all(group, parent)
             raise AssertionError(parent.stderr.read())
         time.sleep(0.2)
     return group, parent

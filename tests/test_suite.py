@@ -9,7 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 
 # Each test writes the worker that ran it; the sleep keeps a worker busy long enough that one
 # handing out tests a few at a time would give the other worker some.
@@ -46,8 +46,9 @@ def test_the_ray_tests_run_on_one_worker(tmp_path):
                                          f"markers =\n{markers}\n")  # fmt: skip
     log = tmp_path / "ran.log"
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}  # pyproject's, alone
+    env["RAN_LOG"] = str(log)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-                          cwd=tmp_path, env={**env, "RAN_LOG": str(log)},
+                          cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     ran = [line.split() for line in log.read_text().splitlines()]
