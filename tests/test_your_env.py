@@ -571,10 +571,12 @@ def test_ppo_solves_minigrid_doorkey(tmp_path):
 
 @pytest.mark.slow
 def test_dqn_learns_taxi_to_near_its_optimum(tmp_path):
-    """Greedy over 100 episodes: seed 1 gets 7.8 at 100k steps (the optimum is about 7.9)."""
-    run = rlherd.train("dqn", "Taxi-v3", total_steps=100_000, seed=1, run_dir=tmp_path / "run",
-                       progress=False, eval_every=100_000, eval_episodes=100)  # fmt: skip
-    assert run.summary["eval_return_mean"] >= 7.0, run.summary
+    """Greedy over 100 episodes: seed 1 gets 7.8-8.0 at 75k-100k steps (the optimum is about
+    7.9; -68 at 50k), judged every 25k and stopped once past 7."""
+    run, reached = learn_to(7.0, "dqn", "Taxi-v3", metric="eval_return_mean", total_steps=100_000,
+                            seed=1, run_dir=tmp_path / "run", progress=False, eval_every=25_000,
+                            eval_episodes=100)  # fmt: skip
+    assert reached, run.summary
 
 
 @pytest.mark.slow
