@@ -122,3 +122,29 @@ def test_a_control_suite_action_repeat_holds_each_action_and_sums_its_rewards():
     assert steps == 334
     with pytest.raises(ConfigError, match="action_repeat must be a whole number >= 1"):
         envs.make(env_id, action_repeat=1.5)
+
+
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "pettingzoo/pettingzoo.classic.connect_four_v3"])
+def test_a_snapshot_goes_on_with_the_episode_of_an_environment_that_ezpickles(env_id):
+    """MuJoCo's environments and PettingZoo's games are Gymnasium ``EzPickle`` objects, whose own
+    pickling keeps their constructor's arguments and unpickles a new simulator or an empty board.
+    A run's snapshot keeps their state: the restored environments step as the originals do."""
+    import pickle
+
+    pytest.importorskip("mujoco" if env_id == "Hopper-v5" else "pettingzoo")
+    original = envs.make_vector(env_id, 2)
+    original.reset(seed=3)
+    if env_id == "Hopper-v5":
+        original.action_space.seed(0)
+        actions = [original.action_space.sample() for _ in range(20)]
+    else:  # columns in turn, each filled by at most four pieces before the end
+        actions = [np.array([i % 7, (i + 3) % 7]) for i in range(10)]
+    half = len(actions) // 2
+    for action in actions[:half]:
+        original.step(action)
+    restored = pickle.loads(envs.save_envs(original))
+    for action in actions[half:]:
+        (obs, reward), (again, reward_again) = original.step(action)[:2], restored.step(action)[:2]
+        assert reward_again.tolist() == reward.tolist()
+        for key in obs if isinstance(obs, dict) else [...]:
+            np.testing.assert_array_equal(again[key], obs[key])

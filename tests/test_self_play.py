@@ -5,6 +5,7 @@ table."""
 from __future__ import annotations
 
 import csv
+from typing import Any
 
 import numpy as np
 import pytest
@@ -169,15 +170,42 @@ def test_random_moves_are_legal():
         obs, *_ = env.step(actions)
 
 
+def test_an_interrupted_game_resumes_where_it_stopped(interrupt_at, tmp_path):
+    """The games' boards, mid-game, are in the run's snapshot (a PettingZoo game pickles by
+    itself as a new, empty one): an interrupted and resumed run ends where an uninterrupted one
+    does."""
+    kw = dict(total_steps=3_000, seed=0, progress=False)
+    straight = rlherd.train("ppo", C4, run_dir=tmp_path / "a", **kw)
+    interrupt_at(1_500)
+    stopped = rlherd.train("ppo", C4, run_dir=tmp_path / "b", **kw)
+    assert stopped.summary["actor_steps"] < kw["total_steps"], "the run went on past Ctrl-C"
+    resumed = rlherd.train(resume=tmp_path / "b", progress=False)
+    for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):
+        assert resumed.summary[key] == straight.summary[key], key
+
+
 @pytest.mark.slow
-def test_ppo_self_play_beats_a_random_player_from_both_seats(tmp_path):
+def test_ppo_self_play_beats_a_random_player_from_both_seats(interrupt_at, tmp_path):
     """The figure's proxy: 150k steps of self-play (about a minute) win 90% of 200 games
-    against random moves, over both seats."""
+    against random moves, over both seats. Judged at 100k on the way (the run stopped there as
+    Ctrl-C stops it), and trained on to 150k with ``--resume``, which continues exactly, only
+    if it is not there yet (seed 1 on an AMD EPYC: 94% at 100k, 96% and 92% by seat; 93.5% at
+    150k)."""
+
+    def beats_random(run: Any) -> tuple[bool, dict]:
+        result = evaluate(run.path, episodes=200, opponent="random")
+        seats = min(result["first_win_rate"], result["second_win_rate"])
+        return result["win_rate"] >= 0.9 and seats >= 0.8, result
+
+    interrupt_at(100_000)
     run = rlherd.train("ppo", C4, total_steps=150_000, seed=1, run_dir=tmp_path / "run",
                        progress=False)  # fmt: skip
-    result = evaluate(run.path, episodes=200, opponent="random")
-    assert result["win_rate"] >= 0.9, result
-    assert min(result["first_win_rate"], result["second_win_rate"]) >= 0.8, result
+    assert run.stopped and run.summary["actor_steps"] < 150_000, run.summary
+    won, result = beats_random(run)
+    if not won:
+        run = rlherd.train(resume=run.path, progress=False)
+        won, result = beats_random(run)
+    assert won, result
 
 
 @pytest.mark.ray

@@ -30,14 +30,17 @@ ale-py's native ``AtariVectorEnv`` for Atari, Gymnasium's ``SyncVectorEnv`` othe
 
 from __future__ import annotations
 
+import copyreg
 import dataclasses
 import functools
+import io
 import pickle
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.utils.ezpickle import EzPickle
 
 from rlherd.core import EnvSpec
 from rlherd.envs import toy
@@ -374,8 +377,29 @@ def continue_envs(envs: gym.vector.VectorEnv, states: list[Any]) -> None:
 
 def save_envs(envs: gym.vector.VectorEnv) -> bytes | None:
     """A vector env's full state as bytes for a checkpoint, or None where it cannot be pickled
-    (ale-py's native vector env, a BatchEnv's processes): a resumed run restarts its episodes."""
+    (ale-py's native vector env, a BatchEnv's processes, dm_control's physics): a resumed run
+    restarts its episodes."""
+    buffer = io.BytesIO()
     try:
-        return pickle.dumps(envs)
+        _StatePickler(buffer, pickle.HIGHEST_PROTOCOL).dump(envs)
     except (TypeError, AttributeError, pickle.PicklingError):
         return None
+    return buffer.getvalue()
+
+
+class _StatePickler(pickle.Pickler):
+    """Pickles Gymnasium's ``EzPickle`` objects as they are, every attribute, where their own
+    pickling keeps only their constructor's arguments and unpickles a new object. MuJoCo's
+    environments and PettingZoo's games are ``EzPickle``: a snapshot of theirs would resume a
+    new simulator or an empty board under an episode that goes on."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, EzPickle):
+            return copyreg.__newobj__, (type(obj),), obj.__dict__, None, None, _set_attributes
+        return NotImplemented
+
+
+def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
+    """Unpickling's half of :class:`_StatePickler`: the attributes back, with no ``__setstate__``
+    (``EzPickle``'s would build the object anew)."""
+    obj.__dict__.update(attributes)
