@@ -137,7 +137,7 @@ def test_a_snapshot_goes_on_with_the_episode_of_an_environment_that_ezpickles(en
     if env_id == "Hopper-v5":
         original.action_space.seed(0)
         actions = [original.action_space.sample() for _ in range(20)]
-    else:  # columns in turn, each filled by at most four pieces before the end
+    else:  # the learner's columns in turn, against random moves (a game that ends begins again)
         actions = [np.array([i % 7, (i + 3) % 7]) for i in range(10)]
     half = len(actions) // 2
     for action in actions[:half]:
@@ -146,5 +146,5 @@ def test_a_snapshot_goes_on_with_the_episode_of_an_environment_that_ezpickles(en
     for action in actions[half:]:
         (obs, reward), (again, reward_again) = original.step(action)[:2], restored.step(action)[:2]
         assert reward_again.tolist() == reward.tolist()
-        for key in obs if isinstance(obs, dict) else [...]:
+        for key in obs if isinstance(obs, dict) else [...]:  # a game's arrays; or all of one
             np.testing.assert_array_equal(again[key], obs[key])
