@@ -523,12 +523,16 @@ def _check_env(*args: str) -> subprocess.CompletedProcess:
     ("NetHackScore-v0", ["env checker: FAILED", "KeyError: 'wizkit_items'",
                          "glyphs: (21, 79) int16 box (5977 values) -> embed",
                          "blstats: (27,) int64 box -> flat",
-                         "impala: single, mono, poly, distributed"]),
+                         "impala: single, mono, poly, distributed",
+                         "--resume (single runtime): new episodes (the environment does not "
+                         "pickle: TypeError"]),
     ("Blackjack-v1", ["env checker: passed", "0: () int64 discrete (32 values) -> onehot",
                       "action mask: none", "dqn: single, mono, poly, distributed, offline"]),
     ("Taxi-v3", ["env checker: passed", "observation: () int64 discrete (500 values) -> onehot",
                  "action mask: yes, obs['action_mask']",
-                 "d4pg: no: d4pg acts in continuous (Box) action spaces"]),
+                 "d4pg: no: d4pg acts in continuous (Box) action spaces",
+                 "--resume (single runtime): mid-episode (a copy restored from its snapshot "
+                 "steps as it does)"]),
 ])  # fmt: skip
 def test_check_env_prints_the_structure_and_who_trains_it(env, shown):
     out = _check_env(env)
@@ -547,6 +551,47 @@ def test_check_env_of_an_unknown_id_is_one_line():
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 2 and "Did you mean: Taxi-v3" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+class ForgetfulCounter(gym.Env):
+    """Observes how many steps its episode has taken, and pickles as new: its ``__getstate__``
+    keeps none of the episode."""
+
+    observation_space = gym.spaces.Box(0, 1_000, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.count = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.count = 0
+        return np.array([self.count], np.float32), {}
+
+    def step(self, action):
+        self.count += 1
+        return np.array([self.count], np.float32), 0.0, False, False, {}
+
+    def __getstate__(self):
+        return {"count": 0}
+
+
+def forgetful_counter() -> gym.Env:
+    return ForgetfulCounter()
+
+
+@pytest.mark.parametrize("env, says", [
+    ("Hopper-v5", "mid-episode (a copy restored"),  # EzPickle, kept attribute by attribute
+    (f"{__name__}:forgetful_counter", "mid-episode, but NOT exactly"),
+    ("pettingzoo/mpe2.simple_spread_v3", "new episodes (the environment does not pickle: "
+                                         "TypeError: cannot pickle 'pygame.surface.Surface'"),
+])  # fmt: skip
+def test_check_env_says_whether_a_resume_goes_on_mid_episode(env, says):
+    """A copy restored from the environments' snapshot is stepped beside them, which catches
+    pickling that keeps too little: a run would resume from it without a word."""
+    from rlherd.commands.check_env import resumes
+
+    assert resumes(env, {}, seed=0).startswith(says)
 
 
 def test_a_mask_of_the_wrong_length_is_refused_naming_it():

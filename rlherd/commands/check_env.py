@@ -9,6 +9,8 @@ It builds the environment as a run would (:func:`rlherd.envs.make`) and reports:
   agent's network reads it (:mod:`rlherd.networks.encoders`), plus any leaf left out;
 - the action space, and whether an action mask was found (and where);
 - raw steps per second, random (legal) actions in one environment;
+- how ``--resume`` goes on with it on the ``single`` runtime: mid-episode from its snapshot, or
+  with new episodes, and why;
 - which agents can train it (each one's networks are built for it, as a run would) and on which
   runtimes.
 
@@ -20,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import pickle
 import re
 import time
 import warnings
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
@@ -117,8 +121,58 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
         action=_action(spec),
         action_mask=spec.has_action_mask,
         steps_per_second=round(sps, 1),
+        resume=resumes(env_id, env_kwargs or {}, seed),
         agents=trainers(spec),
     )
+
+
+def resumes(env_id: str, env_kwargs: dict[str, Any], seed: int, steps: int = 10) -> str:
+    """How ``--resume`` goes on with the environment on the ``single`` runtime: mid-episode
+    where its snapshot (:func:`rlherd.envs.pickle_envs`) restores a copy that steps as it does,
+    else with new episodes, and why. Stepping the copy beside the original catches what a run
+    cannot see: pickling that keeps too little of the episode (a ``__getstate__`` that drops
+    it), from which a resume would go on all the same."""
+    from rlherd.envs.pettingzoo import one_game
+
+    pettingzoo = rl_envs.family(env_id) == "pettingzoo"
+    envs = one_game(env_id, **env_kwargs) if pettingzoo else rl_envs.make_vector(env_id, 1,
+                                                                                 **env_kwargs)
+    envs.single_action_space.seed(seed)
+    try:
+        obs, _ = envs.reset(seed=seed)
+        for _ in range(steps):
+            obs = envs.step(_random_actions(envs, obs))[0]
+        try:
+            copy = pickle.loads(rl_envs.pickle_envs(envs))
+        except (TypeError, AttributeError, pickle.PicklingError) as e:
+            return f"new episodes (the environment does not pickle: {type(e).__name__}: {e})"
+        try:
+            for _ in range(steps):
+                actions = _random_actions(envs, obs)
+                obs, reward = envs.step(actions)[:2]
+                again, reward_again = copy.step(actions)[:2]
+                if not (_same(obs, again) and np.array_equal(reward, reward_again)):
+                    return ("mid-episode, but NOT exactly: a copy restored from its snapshot "
+                            "steps differently (its pickling keeps too little of its state)")
+        finally:
+            copy.close()
+    finally:
+        envs.close()
+    return "mid-episode (a copy restored from its snapshot steps as it does)"
+
+
+def _random_actions(envs: gym.vector.VectorEnv, obs: Any) -> np.ndarray:
+    """A uniformly random legal action for each environment of ``envs``."""
+    rows = [{k: v[i] for k, v in obs.items()} if isinstance(obs, dict) else None
+            for i in range(envs.num_envs)]  # fmt: skip
+    return np.stack([sample_action(envs.single_action_space, row) for row in rows])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two batches of observations (arrays, or dicts of them) are equal."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    return np.array_equal(a, b)
 
 
 def _probe_env(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: int):
@@ -199,6 +253,7 @@ def format_report(report: dict[str, Any]) -> str:
     mask = "yes, obs['action_mask']" if report["action_mask"] else "none"
     lines.append(f"  actions: {report['action']}; action mask: {mask}")
     lines.append(f"  raw speed: {report['steps_per_second']:,.0f} steps/s (random actions)")
+    lines.append(f"  --resume (single runtime): {report['resume']}")
     lines.append("  agents (runtimes they train it on, or why not):")
     for name, verdict in report["agents"].items():
         text = ", ".join(verdict) if isinstance(verdict, list) else f"no: {verdict}"

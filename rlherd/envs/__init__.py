@@ -379,11 +379,17 @@ def save_envs(envs: gym.vector.VectorEnv) -> bytes | None:
     """A vector env's full state as bytes for a checkpoint, or None where it cannot be pickled
     (ale-py's native vector env, a BatchEnv's processes, dm_control's physics): a resumed run
     restarts its episodes."""
-    buffer = io.BytesIO()
     try:
-        _StatePickler(buffer, pickle.HIGHEST_PROTOCOL).dump(envs)
+        return pickle_envs(envs)
     except (TypeError, AttributeError, pickle.PicklingError):
         return None
+
+
+def pickle_envs(envs: gym.vector.VectorEnv) -> bytes:
+    """:func:`save_envs`' bytes, raising what pickling raises where it cannot (``rlherd check-env``
+    names it)."""
+    buffer = io.BytesIO()
+    _StatePickler(buffer, pickle.HIGHEST_PROTOCOL).dump(envs)
     return buffer.getvalue()
 
 
