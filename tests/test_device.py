@@ -303,6 +303,15 @@ def test_check_env_command():
     assert json.loads(out.stdout)["consistent"] is True
 
 
+def test_check_env_of_a_device_game_without_consistency_names_the_flag():
+    """The single-agent checks do not apply to the device runtime's games: one line that says
+    which check does."""
+    from rlherd.commands.check_env import check
+
+    with pytest.raises(ConfigError, match="rlherd check-env tag-gridworld --consistency"):
+        check("tag-gridworld")
+
+
 @pytest.mark.slow
 def test_device_ppo_raises_the_taggers_tag_rate(tmp_path):
     """Taggers trained by PPO on the device against a fixed random runner tag far more often

@@ -107,6 +107,11 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
           seed: int = 0) -> dict[str, Any]:  # fmt: skip
     """The report :func:`format_report` prints (a dict, for scripts)."""
     env_id = rl_envs.resolve(env)
+    if env_id in rl_envs.MULTI_AGENT:
+        raise ConfigError(
+            f"{env_id} is one of the device runtime's games, stepped in batches on the device; "
+            f"check it against its numpy reference with: rlherd check-env {env_id} --consistency"
+        )
     probe = _probe_game if rl_envs.family(env_id) == "pettingzoo" else _probe_env
     checker, passed, notes, spec, sps = probe(env_id, env_kwargs or {}, seconds, seed)
     leaves = spec.obs if spec.structured else {"": spec.obs}
