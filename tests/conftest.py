@@ -95,6 +95,26 @@ def learn_to(score: float, agent: str, env: str, metric: str = "final_return_mea
     return run, stop.reason != ""  # set only on reaching it (a run's end gets a last check)
 
 
+def judge_on_the_way(interrupt_at: Callable[[int], None], steps: int,
+                     judge: Callable[[Any], tuple[bool, Any]], agent: str, env: str,
+                     **kwargs: Any) -> tuple[bool, Any]:  # fmt: skip
+    """:func:`learn_to` for a judgement that is not one of the run's metrics (games against
+    opponents, played by ``rlherd eval``): ``rlherd.train(agent, env, **kwargs)`` stopped at
+    ``steps`` as Ctrl-C stops it (``interrupt_at``, the fixture) and judged there, then resumed
+    to its whole budget and judged again only if ``judge(run)`` says it is not there yet.
+    ``--resume`` continues exactly, so the budget's end is the uninterrupted run's. Returns the
+    last verdict and what it saw."""
+    import rlherd
+
+    interrupt_at(steps)
+    run = rlherd.train(agent, env, **kwargs)
+    assert run.stopped and run.summary["actor_steps"] < kwargs["total_steps"], run.summary
+    passed, seen = judge(run)
+    if not passed:
+        passed, seen = judge(rlherd.train(resume=run.path, progress=False))
+    return passed, seen
+
+
 # ------------------------------------------------------------------------ offline datasets
 def corridor_expert(obs):
     return 1  # right, to the goal

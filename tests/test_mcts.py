@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import judge_on_the_way
 
 import rlherd
 from rlherd import envs as rl_envs
@@ -556,14 +557,9 @@ def test_self_play_learns_perfect_tic_tac_toe(interrupt_at, tmp_path):
         passed = random_games["loss_rate"] == 0.0 and perfect_games["draw_rate"] >= 0.95
         return passed, dict(random=random_games, perfect=perfect_games)
 
-    interrupt_at(8_000)
-    run = rlherd.train("mcts", "open_spiel/tic_tac_toe", total_steps=12_000, seed=0,
-                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
-    assert run.stopped and run.summary["actor_steps"] < 12_000, run.summary
-    passed, games = plays_perfectly(run)
-    if not passed:
-        run = rlherd.train(resume=run.path, progress=False)
-        passed, games = plays_perfectly(run)
+    passed, games = judge_on_the_way(interrupt_at, 8_000, plays_perfectly, "mcts",
+                                     "open_spiel/tic_tac_toe", total_steps=12_000, seed=0,
+                                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
     assert passed, games
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import judge_on_the_way
 
 import rlherd
 from rlherd import envs as rl_envs
@@ -197,14 +198,9 @@ def test_ppo_self_play_beats_a_random_player_from_both_seats(interrupt_at, tmp_p
         seats = min(result["first_win_rate"], result["second_win_rate"])
         return result["win_rate"] >= 0.9 and seats >= 0.8, result
 
-    interrupt_at(100_000)
-    run = rlherd.train("ppo", C4, total_steps=150_000, seed=1, run_dir=tmp_path / "run",
-                       progress=False)  # fmt: skip
-    assert run.stopped and run.summary["actor_steps"] < 150_000, run.summary
-    won, result = beats_random(run)
-    if not won:
-        run = rlherd.train(resume=run.path, progress=False)
-        won, result = beats_random(run)
+    won, result = judge_on_the_way(interrupt_at, 100_000, beats_random, "ppo", C4,
+                                   total_steps=150_000, seed=1, run_dir=tmp_path / "run",
+                                   progress=False)  # fmt: skip
     assert won, result
 
 
