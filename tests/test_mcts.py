@@ -419,13 +419,17 @@ def test_deep_sea_pays_only_the_all_right_path():
     assert lefts == [0.0] * 4
 
 
-def test_interrupt_then_resume_continues_exactly(interrupt_at, tmp_path):
-    """The search's random stream, the adders, replay and the learner are in the checkpoint: an
-    interrupted and resumed run ends where an uninterrupted one does."""
+@pytest.mark.parametrize("env", [DEEP_SEA, "open_spiel/tic_tac_toe"])
+def test_interrupt_then_resume_continues_exactly(env, interrupt_at, tmp_path):
+    """The search's random stream, the adders, replay, the learner and (a game's) the board
+    mid-game are in the checkpoint: an interrupted and resumed run ends where an uninterrupted
+    one does."""
+    if env.startswith("open_spiel/"):
+        pytest.importorskip("pyspiel")
     kw = dict(total_steps=800, seed=3, progress=False, num_envs=2, num_simulations=10)
-    straight = rlherd.train("mcts", DEEP_SEA, run_dir=tmp_path / "a", **kw)
+    straight = rlherd.train("mcts", env, run_dir=tmp_path / "a", **kw)
     interrupt_at(300)
-    stopped = rlherd.train("mcts", DEEP_SEA, run_dir=tmp_path / "b", **kw)
+    stopped = rlherd.train("mcts", env, run_dir=tmp_path / "b", **kw)
     assert 20 < stopped.summary["actor_steps"] < kw["total_steps"], "the run went on past Ctrl-C"
     resumed = rlherd.train(resume=tmp_path / "b", progress=False)
     for key in ("actor_steps", "learner_steps", "episodes", "final_return_mean"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import random
 import subprocess
 import sys
 
@@ -553,11 +554,11 @@ def test_check_env_of_an_unknown_id_is_one_line():
     assert "Traceback" not in out.stderr
 
 
-class ForgetfulCounter(gym.Env):
-    """Observes how many steps its episode has taken, and pickles as new: its ``__getstate__``
-    keeps none of the episode."""
+class Counter(gym.Env):
+    """Observes how many steps its episode has taken, plus a draw from Python's global random
+    stream (which a resume restores, as the check does)."""
 
-    observation_space = gym.spaces.Box(0, 1_000, (1,), np.float32)
+    observation_space = gym.spaces.Box(0, 1_000, (2,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
     def __init__(self):
@@ -566,23 +567,33 @@ class ForgetfulCounter(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.count = 0
-        return np.array([self.count], np.float32), {}
+        return self._obs(), {}
 
     def step(self, action):
         self.count += 1
-        return np.array([self.count], np.float32), 0.0, False, False, {}
+        return self._obs(), 0.0, False, False, {}
 
+    def _obs(self) -> np.ndarray:
+        return np.array([self.count, random.random()], np.float32)
+
+
+class ForgetfulCounter(Counter):
     def __getstate__(self):
-        return {"count": 0}
+        return {"count": 0}  # the episode begins again
 
 
-def forgetful_counter() -> gym.Env:
-    return ForgetfulCounter()
+class AmnesiacCounter(Counter):
+    def __getstate__(self):
+        return {}  # not even the count's attribute
 
 
 @pytest.mark.parametrize("env, says", [
     ("Hopper-v5", "mid-episode (a copy restored"),  # EzPickle, kept attribute by attribute
-    (f"{__name__}:forgetful_counter", "mid-episode, but NOT exactly"),
+    (f"{__name__}:Counter", "mid-episode (a copy restored"),
+    (f"{__name__}:ForgetfulCounter", "mid-episode, but NOT exactly: a copy restored from its "
+                                     "snapshot steps differently"),
+    (f"{__name__}:AmnesiacCounter", "mid-episode, but NOT exactly: a copy restored from its "
+                                    "snapshot raises AttributeError"),
     ("pettingzoo/mpe2.simple_spread_v3", "new episodes (the environment does not pickle: "
                                          "TypeError: cannot pickle 'pygame.surface.Surface'"),
 ])  # fmt: skip

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import io
 import pickle
+import random
 import re
 import time
 import warnings
@@ -142,28 +143,50 @@ def resumes(env_id: str, env_kwargs: dict[str, Any], seed: int, steps: int = 10)
     pettingzoo = rl_envs.family(env_id) == "pettingzoo"
     envs = one_game(env_id, **env_kwargs) if pettingzoo else rl_envs.make_vector(env_id, 1,
                                                                                  **env_kwargs)
-    envs.single_action_space.seed(seed)
     try:
+        envs.single_action_space.seed(seed)
         obs, _ = envs.reset(seed=seed)
         for _ in range(steps):
             obs = envs.step(_random_actions(envs, obs))[0]
         try:
-            copy = pickle.loads(rl_envs.pickle_envs(envs))
-        except (TypeError, AttributeError, pickle.PicklingError) as e:
+            snapshot = rl_envs.pickle_envs(envs)
+        except Exception as e:  # what a checkpoint's save_envs turns into new episodes
             return f"new episodes (the environment does not pickle: {type(e).__name__}: {e})"
-        try:
-            for _ in range(steps):
-                actions = _random_actions(envs, obs)
-                obs, reward = envs.step(actions)[:2]
-                again, reward_again = copy.step(actions)[:2]
-                if not (_same(obs, again) and np.array_equal(reward, reward_again)):
-                    return ("mid-episode, but NOT exactly: a copy restored from its snapshot "
-                            "steps differently (its pickling keeps too little of its state)")
-        finally:
-            copy.close()
+        departs = _how_a_copy_departs(envs, obs, snapshot, steps)
     finally:
         envs.close()
+    if departs:
+        return f"mid-episode, but NOT exactly: a copy restored from its snapshot {departs}"
     return "mid-episode (a copy restored from its snapshot steps as it does)"
+
+
+def _how_a_copy_departs(envs: gym.vector.VectorEnv, obs: Any, snapshot: bytes, steps: int) -> str:
+    """How a copy unpickled from ``snapshot`` departs from ``envs`` over ``steps`` steps of the
+    same random actions; "" where it does not. Each side steps from the same state of Python's
+    and numpy's global random streams, as a resume restores them, so an environment that draws
+    from those is not taken for one whose pickling lost its state."""
+    try:
+        copy = pickle.loads(snapshot)
+    except Exception as e:
+        return f"does not unpickle ({type(e).__name__}: {e})"
+    lost = "(its pickling keeps too little of its state)"
+    try:
+        for _ in range(steps):
+            actions = _random_actions(envs, obs)
+            streams = random.getstate(), np.random.get_state()
+            obs, *outcome = envs.step(actions)[:4]
+            random.setstate(streams[0])
+            np.random.set_state(streams[1])
+            try:
+                again, *outcome_again = copy.step(actions)[:4]
+            except Exception as e:
+                return f"raises {type(e).__name__}: {e} when stepped {lost}"
+            if not (_same(obs, again) and all(map(np.array_equal, outcome, outcome_again))):
+                return f"steps differently {lost}"
+    finally:
+        with contextlib.suppress(Exception):  # a copy that lost its state may not close either
+            copy.close()
+    return ""
 
 
 def _random_actions(envs: gym.vector.VectorEnv, obs: Any) -> np.ndarray:

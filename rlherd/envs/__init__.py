@@ -61,7 +61,8 @@ from rlherd.envs.wrappers import ActionMaskObservation, ActionRepeat, NamedArray
 from rlherd.errors import ConfigError, MissingExtra
 
 __all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "family", "is_mujoco", "make",
-           "make_one", "make_vector", "resolve", "save_envs", "spec_for", "spec_of"]  # fmt: skip
+           "make_one", "make_vector", "pickle_envs", "resolve", "save_envs", "spec_for",
+           "spec_of"]  # fmt: skip
 
 toy.register()
 
@@ -377,11 +378,11 @@ def continue_envs(envs: gym.vector.VectorEnv, states: list[Any]) -> None:
 
 def save_envs(envs: gym.vector.VectorEnv) -> bytes | None:
     """A vector env's full state as bytes for a checkpoint, or None where it cannot be pickled
-    (ale-py's native vector env, a BatchEnv's processes, dm_control's physics): a resumed run
-    restarts its episodes."""
+    (ale-py's vector env, a BatchEnv's processes, Shimmy's Control Suite environments, whose
+    registration is a local function): a resumed run restarts its episodes."""
     try:
         return pickle_envs(envs)
-    except (TypeError, AttributeError, pickle.PicklingError):
+    except Exception:  # pickling what an environment holds can raise anything (ctypes: ValueError)
         return None
 
 
@@ -397,15 +398,22 @@ class _StatePickler(pickle.Pickler):
     """Pickles Gymnasium's ``EzPickle`` objects as they are, every attribute, where their own
     pickling keeps only their constructor's arguments and unpickles a new object. MuJoCo's
     environments and PettingZoo's games are ``EzPickle``: a snapshot of theirs would resume a
-    new simulator or an empty board under an episode that goes on."""
+    new simulator or an empty board under an episode that goes on. A class that pickles its own
+    way (its own ``__getstate__`` or ``__setstate__``, slots, a ``copyreg`` entry) keeps its way
+    (``typing.Generic``'s empty ``__slots__``, in every Gymnasium environment's classes, is none).
+    """
 
     def reducer_override(self, obj: Any) -> Any:
-        if isinstance(obj, EzPickle):
-            return copyreg.__newobj__, (type(obj),), obj.__dict__, None, None, _set_attributes
+        cls = type(obj)
+        if (isinstance(obj, EzPickle) and cls.__getstate__ is EzPickle.__getstate__
+                and cls.__setstate__ is EzPickle.__setstate__ and cls not in copyreg.dispatch_table
+                and not any(vars(base).get("__slots__") for base in cls.__mro__)):  # fmt: skip
+            return copyreg.__newobj__, (cls,), obj.__dict__, None, None, _set_attributes
         return NotImplemented
 
 
 def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
     """Unpickling's half of :class:`_StatePickler`: the attributes back, with no ``__setstate__``
-    (``EzPickle``'s would build the object anew)."""
+    (``EzPickle``'s would build the object anew). Snapshots name this function: renaming or
+    moving it makes those already written unloadable."""
     obj.__dict__.update(attributes)
