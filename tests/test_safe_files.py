@@ -28,7 +28,7 @@ from rlherd.envs.proto import env_server_pb2 as pb
 from rlherd.envs.server import METHOD, serve
 from rlherd.errors import ConfigError
 from rlherd.run.loop import SnapshotNotice
-from rlherd.run.plain import KEY_ENV, from_plain, to_plain
+from rlherd.run.plain import KEY_ENV, from_plain, seal, to_plain
 from rlherd.run.rundir import RunDir
 
 STEPS = 400
@@ -175,6 +175,20 @@ def test_a_snapshot_from_another_machine_resumes_with_fresh_episodes(run_copy, t
                                                                      monkeypatch):  # fmt: skip
     monkeypatch.setenv(KEY_ENV, str(tmp_path / "another-machine.key"))
     with pytest.warns(SnapshotNotice, match="not sealed by the key"):
+        run = rlherd.train(resume=run_copy, total_steps=STEPS + 100, progress=False)
+    assert run.summary["actor_steps"] >= STEPS + 100
+
+
+class _Unloadable:
+    """Pickles, and raises when unpickled, as an environment whose own ``__setstate__`` fails."""
+
+    def __reduce__(self):
+        return int, ("not a number",)
+
+
+def test_a_snapshot_of_this_machine_that_does_not_load_resumes_with_fresh_episodes(run_copy):
+    _with_snapshot(run_copy, seal(pickle.dumps(_Unloadable())))
+    with pytest.warns(SnapshotNotice, match="does not load .ValueError"):
         run = rlherd.train(resume=run_copy, total_steps=STEPS + 100, progress=False)
     assert run.summary["actor_steps"] >= STEPS + 100
 

@@ -35,7 +35,8 @@ from rlherd.run.recorder import Recorder
 
 
 class SnapshotNotice(UserWarning):
-    """A run resumes without its environments' snapshot (it was written on another machine)."""
+    """A run resumes without its environments' snapshot (it was written on another machine, or
+    does not load)."""
 
 
 class ActorAlgorithm:
@@ -170,30 +171,48 @@ class EnvironmentLoop:
     def load_state_dict(self, state: dict[str, Any]) -> bool:
         """Restore, and say whether the environments go on where they were: restored whole, or
         fresh but given their plain-data progress (a bsuite id's counts, so its CSV goes on).
-        Where they could not be saved (ale-py), or their snapshot was not sealed by this
-        machine's key (a colleague's run), the fresh ones' episodes all begin at the next step.
-        An unsealed snapshot is never unpickled."""
-        envs = None if state["envs"] is None else unseal(state["envs"])
-        if state["envs"] is not None and envs is None:
-            warnings.warn(
-                "the run's environment snapshot was not written on this machine (it is not "
-                f"sealed by the key in {key_path()}), so it is not loaded, since unpickling it "
-                "could run code; the environments start new episodes",
-                SnapshotNotice,
-                stacklevel=2,
-            )
+        Where they could not be saved (ale-py), or their snapshot does not load, the fresh ones'
+        episodes all begin at the next step."""
+        envs = None if state["envs"] is None else _unpickled(state["envs"])
         if envs is None:
             progress = state.get("progress")  # absent from checkpoints of older versions
             if progress is not None:
                 continue_envs(self.envs, progress)
             return progress is not None
         self.envs.close()
-        self.envs = pickle.loads(envs)
+        self.envs = envs
         self.bind()
         self.episodes.load_state_dict(state["episodes"])
         for k in ("obs", "beginning", "resetting"):
             setattr(self, k, state[k])
         return True
+
+
+def _unpickled(sealed: dict[str, Any]) -> gym.vector.VectorEnv | None:
+    """The environments of a sealed snapshot, or None with a notice: where this machine's key did
+    not seal it (a colleague's run, a forged file), it is never unpickled, since unpickling
+    could run code; where it does not unpickle (an environment's own ``__setstate__`` failing,
+    a package changed since), the run goes on all the same."""
+    data = unseal(sealed)
+    if data is None:
+        warnings.warn(
+            "the run's environment snapshot was not written on this machine (it is not "
+            f"sealed by the key in {key_path()}), so it is not loaded, since unpickling it "
+            "could run code; the environments start new episodes",
+            SnapshotNotice,
+            stacklevel=3,
+        )
+        return None
+    try:
+        return pickle.loads(data)
+    except Exception as e:  # the environments' own code, whatever it raises
+        warnings.warn(
+            f"the run's environment snapshot does not load ({type(e).__name__}: {e}); the "
+            "environments start new episodes",
+            SnapshotNotice,
+            stacklevel=3,
+        )
+        return None
 
 
 def simulate(
