@@ -140,9 +140,10 @@ def resumes(env_id: str, env_kwargs: dict[str, Any], seed: int, steps: int = 10)
     it), from which a resume would go on all the same."""
     from rlherd.envs.pettingzoo import one_game
 
-    pettingzoo = rl_envs.family(env_id) == "pettingzoo"
-    envs = one_game(env_id, **env_kwargs) if pettingzoo else rl_envs.make_vector(env_id, 1,
-                                                                                 **env_kwargs)
+    if rl_envs.family(env_id) == "pettingzoo":
+        envs = one_game(env_id, **env_kwargs)  # what a run's rows of one game are
+    else:
+        envs = rl_envs.make_vector(env_id, 1, **env_kwargs)  # what the single runtime steps
     try:
         envs.single_action_space.seed(seed)
         obs, _ = envs.reset(seed=seed)
