@@ -34,7 +34,7 @@ def rlherd_cli(args: list[str], cwd: Path, **kw) -> subprocess.Popen | subproces
     env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     if kw.pop("background", False):
         return subprocess.Popen(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)  # fmt: skip
+                                stderr=subprocess.PIPE, **kw)  # fmt: skip
     return subprocess.run(command, cwd=cwd, env=env, text=True, capture_output=True, timeout=300)
 
 
@@ -114,16 +114,17 @@ def test_seeds_refuse_seed_and_resume(flag, capsys):
     assert err.count("\n") == 0 and f"drop {flag[0]}" in err, err
 
 
-def _started_group(tmp_path: Path, seeds: str, niceness: int = 0) -> tuple[Path, subprocess.Popen]:
-    """A ``train --seeds`` group of long PPO runs (under ``nice -n NICENESS``), in the
-    background, once its first two seeds have written their summaries (so each has something to
-    checkpoint)."""
+def _started_group(tmp_path: Path, seeds: str, niceness: int = 0,
+                   own_session: bool = False) -> tuple[Path, subprocess.Popen]:  # fmt: skip
+    """A ``train --seeds`` group of long PPO runs (under ``nice -n NICENESS``; leading a session
+    of its own if ``own_session``), in the background, once its first two seeds have written
+    their summaries (so each has something to checkpoint)."""
     group = tmp_path / "group"  # absolute: no other process on the machine names it
     nice = ["nice", "-n", str(niceness)] if niceness else []
     parent = rlherd_cli(["train", "ppo", "--env", "CartPole-v1", "--total-steps", "10000000",
                          "--seeds", seeds, "--jobs", "2", "--log-interval-s", "0.2",
                          "--run-dir", str(group), "--no-progress"], tmp_path,
-                        background=True, prefix=nice)  # fmt: skip
+                        background=True, prefix=nice, start_new_session=own_session)  # fmt: skip
     deadline = time.monotonic() + 120
     while not all((group / f"seed-{k}" / "summary.json").exists() for k in (1, 2)):
         if parent.poll() is not None or time.monotonic() > deadline:
@@ -167,8 +168,14 @@ def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end
     hears SIGTERM from the kernel (PR_SET_PDEATHSIG) and stops with a checkpoint. A closed
     terminal's SIGHUP reaches the group, which passes SIGTERM on. Seeds stopped (SIGSTOP) when
     the group dies are continued by the kernel with SIGHUP (their process groups are orphaned),
-    and stop with a checkpoint too."""
-    group, parent = _started_group(tmp_path, "1-2")
+    and stop with a checkpoint too.
+
+    The kernel continues them only when their process groups are orphaned: when the seeds' new
+    parent (init, or a subreaper) is outside the group's session, as it is for a group started
+    from a terminal. Under a container whose first process shares the group's session, a stopped
+    seed stays stopped, as any stopped job there does; so the group here leads a session of its
+    own, wherever the test runs."""
+    group, parent = _started_group(tmp_path, "1-2", own_session=True)
     try:
         if seeds_stopped:
             for pid in _seeds_of(group, parent):
