@@ -14,7 +14,7 @@ from conftest import judge_on_the_way
 import rlherd
 from rlherd import envs as rl_envs
 from rlherd.commands.evaluate import evaluate
-from rlherd.envs.pettingzoo import game_module
+from rlherd.envs.pettingzoo import game_module, one_game
 from rlherd.envs.turns import OpponentPool, RandomMoves, TurnGames
 from rlherd.errors import ConfigError
 from rlherd.run.ratings import elo
@@ -219,3 +219,30 @@ def test_check_env_runs_pettingzoos_aec_test_on_a_turn_based_game():
     assert report["checker"] == "PettingZoo's AEC API test" and report["gymnasium_check"]
     assert report["agents"]["ppo"] == ["single", "mono", "distributed"]
     assert "no: no:" not in format_report(report)  # a refusal reads "no: <why>" once
+
+
+def test_check_envs_speed_plays_only_legal_moves(monkeypatch):
+    """check-env times a game on random *legal* moves, as a run's random actions are: on illegal
+    ones a game ends at its first bad move, and the speed is mostly that of resets."""
+    from rlherd.commands import check_env
+
+    rows = one_game(C4)
+    legal, seen = [], {}
+    reset, step = rows.reset, rows.step
+
+    def watched_reset(**kw):
+        seen["obs"], info = reset(**kw)
+        return seen["obs"], info
+
+    def watched_step(actions):
+        mask = seen["obs"]["action_mask"][0]
+        if mask.any():  # a game that just ended shows no legal move: this step resets it
+            legal.append(bool(mask[actions[0]]))
+        seen["obs"], *rest = step(actions)
+        return (seen["obs"], *rest)
+
+    monkeypatch.setattr(rows, "reset", watched_reset)
+    monkeypatch.setattr(rows, "step", watched_step)
+    check_env.steps_per_second(rows, 0.2, seed=0)
+    rows.close()
+    assert len(legal) > 20 and all(legal), f"{legal.count(False)} of {len(legal)} moves illegal"

@@ -73,12 +73,12 @@ def encoders(spec: EnvSpec) -> dict[str, str]:
 def steps_per_second(env: gym.Env | gym.vector.VectorEnv, seconds: float, seed: int) -> float:
     """Environment steps per second with uniformly random (legal) actions; a game's agents
     (one game as a vector environment, which resets itself) take one step together."""
-    env.action_space.seed(seed)
-    obs, _ = env.reset(seed=seed)
     game = isinstance(env, gym.vector.VectorEnv)
+    (env.single_action_space if game else env.action_space).seed(seed)
+    obs, _ = env.reset(seed=seed)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        action = env.action_space.sample() if game else sample_action(env.action_space, obs)
+        action = _random_actions(env, obs) if game else sample_action(env.action_space, obs)
         obs, _, terminated, truncated, _ = env.step(action)
         steps += 1
         if not game and (terminated or truncated):
