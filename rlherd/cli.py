@@ -1,5 +1,6 @@
-"""The ``rlherd`` command: ``train``, ``eval``, ``collect``, ``plot``, ``report``, ``package``,
-``export``, ``tune``, ``serve-env`` and ``check-env``."""
+"""The rlherd command: train reinforcement learning agents in one process, in many, on a Ray
+cluster or on a GPU, and evaluate, compare and share the runs. 'rlherd COMMAND -h' says more of
+each command."""
 
 from __future__ import annotations
 
