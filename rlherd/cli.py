@@ -14,7 +14,7 @@ from pathlib import Path
 # settings' dataclasses); each command imports what it runs when it runs, so ``--help`` answers
 # without loading torch, Ray or an environment family.
 from rlherd.agents import AGENTS
-from rlherd.config import parse_set
+from rlherd.config import check_seed, parse_set
 from rlherd.errors import ConfigError, NodeDied, TrainingDiverged
 from rlherd.runtime import RUNTIMES, settings
 
@@ -221,7 +221,8 @@ def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--experiments", nargs="+", metavar="NAME",
                        help="bsuite experiments (deep_sea, memory_len, ...; default: all)")
     sweep.add_argument("--ids", nargs="+", metavar="ID",
-                       help="ids among them (deep_sea/0 ...), or 'subset': 5 per experiment, "
+                       help="ids among them (deep_sea/0 ...; a number N: each experiment's "
+                       "N), or 'subset': 5 per experiment, "
                        "spread from its easiest setting to its hardest (default: all)")
     sweep.add_argument("--jobs", type=int, metavar="N",
                        help="runs at once (default: as many as the cores hold)")
@@ -373,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     if rest and args.command != "serve-env":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
+        if getattr(args, "seed", None) is not None:
+            check_seed(args.seed, "--seed")
         if args.command == "serve-env":  # its own parser, in the module that needs gRPC
             from rlherd.envs.server import main as serve_env
 

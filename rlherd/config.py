@@ -13,6 +13,16 @@ from typing import Any
 
 from rlherd.errors import ConfigError
 
+SEEDS = range(2**32)  # the seeds numpy's legacy seeding (np.random.seed, which a run calls) takes
+
+
+def check_seed(seed: int, what: str = "seed") -> None:
+    """One line naming the range, for a seed a run cannot be seeded with (rather than numpy's
+    traceback once the run has started)."""
+    if seed not in SEEDS:
+        raise ConfigError(f"{what} must be from 0 to 2**32 - 1 (what numpy's seeding takes), "
+                          f"got {seed}")  # fmt: skip
+
 
 def parse_set(items: list[str]) -> dict[str, str]:
     """``["lr=1e-3", "use_lstm=true"]`` -> ``{"lr": "1e-3", "use_lstm": "true"}``."""

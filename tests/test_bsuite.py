@@ -101,6 +101,16 @@ def test_the_subset_spreads_across_each_experiment():
         sweeps.select(["catch"], ["deep_sea/3"])
 
 
+def test_a_bare_number_is_that_id_of_each_experiment_given():
+    assert sweeps.select(["catch", "deep_sea"], ["0", "5"]) == [
+        "bsuite/catch/0", "bsuite/deep_sea/0", "bsuite/catch/5", "bsuite/deep_sea/5"]  # fmt: skip
+    with pytest.raises(ConfigError, match="needs --experiments") as refused:
+        sweeps.select(None, ["0"])
+    assert "deep_sea/0" in str(refused.value)
+    with pytest.raises(ConfigError, match="memory_len/30"):  # memory_len has 23 ids
+        sweeps.select(["memory_len"], ["30"])
+
+
 def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrupt_at):
     out = tmp_path / "sweep"
     result, done = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False,

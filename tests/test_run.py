@@ -44,6 +44,27 @@ def test_bad_overrides_are_named():
         ImpalaConfig(optimizer="sgd")
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "ppo", "--env", "CartPole-v1", "--seed", "-1"],
+    ["train", "ppo", "--env", "CartPole-v1", "--seed", str(2**32)],
+    ["train", "ppo", "--env", "CartPole-v1", "--seeds", f"1-{2**32}"],
+    ["tune", "ppo", "--env", "CartPole-v1", "--trials", "1", "--seed", "-1"],
+    ["check-env", "CartPole-v1", "--seed", "-1"],
+    ["bsuite", "dqn", "--ids", "catch/0", "--out", "sweep", "--seed", str(2**32 // 1000 + 1)],
+])  # fmt: skip
+def test_a_seed_numpy_cannot_take_is_one_line(argv, capsys, tmp_path, monkeypatch):
+    """A run seeds numpy's legacy generator, which takes 0 to 2**32 - 1 (a bsuite id's seed is
+    1000 * --seed + its number): outside that, one line before anything starts, not numpy's
+    traceback from inside the run."""
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "from 0 to 2**32 - 1" in err, err
+    assert not list(tmp_path.iterdir())  # nothing was made
+    with pytest.raises(ConfigError, match="from 0 to 2"):
+        rlherd.train("ppo", "CartPole-v1", seed=-1, total_steps=10, run_dir=tmp_path / "run")
+
+
 def test_csv_columns_grow(tmp_path):
     log = CSVLogger(tmp_path / "m.csv")
     log.write(dict(actor_steps=1, a=1))

@@ -40,7 +40,7 @@ import numpy as np
 from rlherd.agents import BUILDERS
 from rlherd.commands.seeds import SeedProcess, SeedRuns, run_group, train_argv
 from rlherd.commands.train import resolve_config, split_overrides
-from rlherd.config import to_json
+from rlherd.config import check_seed, to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.callbacks import STOP, Answer, Callback, RunInfo
@@ -126,20 +126,34 @@ def subset(env_ids: list[str]) -> list[str]:
 
 
 def select(experiments: list[str] | None, ids: list[str] | None) -> list[str]:
-    """The sweep's ids: ``ids`` (``deep_sea/0``, or ``subset``) within ``experiments`` (all of
-    bsuite's if none)."""
+    """The sweep's ids: ``ids`` (``deep_sea/0``; a number, that id of each experiment; or
+    ``subset``) within ``experiments`` (all of bsuite's if none)."""
     pool = bs.ids(experiments)
     if not ids:
         return pool
     if ids == ["subset"]:
         return subset(pool)
-    chosen = list(dict.fromkeys(i if i.startswith(bs.PREFIX) else bs.PREFIX + i for i in ids))
+    chosen = list(dict.fromkeys(_full_ids(experiments, ids)))
     for env_id in chosen:
         bs.bsuite_id(env_id)  # an unknown id: one line with the close ones
     outside = [i for i in chosen if i not in pool]
     if outside:
         raise ConfigError(f"{outside[0]} is not among --experiments {' '.join(experiments or [])}")
     return chosen
+
+
+def _full_ids(experiments: list[str] | None, ids: list[str]) -> Iterator[str]:
+    """``--ids`` as bsuite ids: ``deep_sea/0`` (or ``bsuite/deep_sea/0``) as it is, and a bare
+    number ``N`` as each of ``experiments``' ``N``, the way one reads ``--experiments catch
+    deep_sea --ids 0``."""
+    for i in ids:
+        if not i.isdigit():
+            yield i if i.startswith(bs.PREFIX) else bs.PREFIX + i
+        elif experiments:
+            yield from (f"{bs.PREFIX}{experiment}/{i}" for experiment in experiments)
+        else:
+            raise ConfigError(f"--ids {i}: a bare number needs --experiments (or name the "
+                              f"experiment: --ids deep_sea/{i})")  # fmt: skip
 
 
 def id_seed(seed: int, env_id: str) -> int:
@@ -260,6 +274,8 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
+    for env_id in env_ids:
+        check_seed(id_seed(seed, env_id), f"{env_id}'s seed, 1000 * --seed + its number,")
     request = _request(agent, env_ids[0], seed, settings)
     kept = None if kept is None else Path(kept)
     if kept is not None:  # both folders checked before either is made

@@ -15,6 +15,7 @@ A seed that fails is reported with the last line it printed, its whole output is
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import json
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlherd.config import check_seed
 from rlherd.errors import ConfigError, exit_status
 
 SEED_DIR = re.compile(r"seed-(-?\d+)")
@@ -46,8 +48,9 @@ def parse_seeds(text: str) -> list[int]:
             raise ConfigError(f"--seeds {text!r}: give seeds as 1-5, 1,2,3 or 1-3,10 (each range "
                               "low-high, seeds >= 0)")  # fmt: skip
         first, last = int(match[1]), int(match[2] or match[1])
+        check_seed(last, f"--seeds {text!r}: each seed")
         seeds += range(first, last + 1)
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    repeated = sorted(s for s, n in collections.Counter(seeds).items() if n > 1)
     if repeated:
         raise ConfigError(f"--seeds {text!r} names seed {repeated[0]} twice; give each seed once")
     return seeds

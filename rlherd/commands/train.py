@@ -19,7 +19,7 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of, run_spec
-from rlherd.config import apply_overrides, to_json
+from rlherd.config import apply_overrides, check_seed, to_json
 from rlherd.envs.bsuite import RESULTS, STEP_BOUND, episode_budget
 from rlherd.errors import ConfigError
 from rlherd.run.callbacks import Callbacks, RunInfo, check_callbacks
@@ -302,6 +302,7 @@ def train(
     else:
         agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
         seed = 0 if seed is None else seed
+        check_seed(seed)
         eval_episodes_given = eval_episodes is not None
         eval_episodes = 10 if eval_episodes is None else eval_episodes
         agent_overrides, given = split_overrides(agent, overrides)

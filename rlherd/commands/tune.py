@@ -50,7 +50,7 @@ from typing import Any
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.commands.train import default_run_dir, default_runtime, resolve_config, train
-from rlherd.config import to_json
+from rlherd.config import check_seed, to_json
 from rlherd.errors import ConfigError, TrainingDiverged, exit_status
 from rlherd.run.callbacks import STOP, Callback, RunInfo
 from rlherd.run.rundir import make_folder
@@ -210,6 +210,7 @@ def _plan(agent, env, trials, jobs, storage, study_name, space, total_steps, eva
     if trials < 1 or jobs < 1 or eval_episodes < 1 or startup_trials < 0:
         raise ConfigError("--trials, --jobs and --eval-episodes must be >= 1 and "
                           "--startup-trials >= 0")  # fmt: skip
+    check_seed(seed)
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if agent not in BUILDERS:
