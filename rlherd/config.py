@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -87,6 +88,8 @@ def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
             value = _coerce(key, value, hints[key])
         elif isinstance(value, list):
             value = tuple(value)
+        if isinstance(value, float) and math.isnan(value):  # no field means anything by it
+            raise ConfigError(f"{key}=nan: give {type(config).__name__}.{key} a number")
         values[key] = value
     try:
         return dataclasses.replace(config, **values)

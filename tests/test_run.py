@@ -1,13 +1,16 @@
 """Configs, the run directory, checkpoints and the CLI's errors."""
 
 import csv
+import dataclasses
 import json
 
 import pytest
 
 import rlherd
+from rlherd.agents import BUILDERS
 from rlherd.agents.impala import ImpalaConfig
 from rlherd.cli import main
+from rlherd.commands.train import resolve_config
 from rlherd.config import apply_overrides, parse_set
 from rlherd.errors import ConfigError
 from rlherd.run.rundir import CSVLogger, RunDir
@@ -42,6 +45,8 @@ def test_bad_overrides_are_named():
         apply_overrides(ImpalaConfig(), {"batch_size": "0"})
     with pytest.raises(ValueError, match="optimizer"):
         ImpalaConfig(optimizer="sgd")
+    with pytest.raises(ConfigError, match="entropy_cost=nan: give ImpalaConfig.entropy_cost a"):
+        apply_overrides(ImpalaConfig(), {"entropy_cost": "nan"})  # a field nothing else checks
 
 
 @pytest.mark.parametrize("argv", [
@@ -63,6 +68,23 @@ def test_a_seed_numpy_cannot_take_is_one_line(argv, capsys, tmp_path, monkeypatc
     assert not list(tmp_path.iterdir())  # nothing was made
     with pytest.raises(ConfigError, match="from 0 to 2"):
         rlherd.train("ppo", "CartPole-v1", seed=-1, total_steps=10, run_dir=tmp_path / "run")
+
+
+RATES = ("learning_rate", "policy_learning_rate", "critic_learning_rate", "value_learning_rate",
+         "adam_eps")  # fmt: skip
+
+
+@pytest.mark.parametrize("agent", sorted(BUILDERS))
+def test_every_agent_refuses_a_learning_rate_or_discount_it_cannot_learn_with(agent):
+    """A negative or NaN rate (gradient ascent, or parameters gone NaN at the first step), or a
+    discount outside [0, 1], is one line naming the field before the run starts."""
+    fields = {f.name for f in dataclasses.fields(BUILDERS[agent].config_class)}
+    bad = [(name, value) for name in RATES if name in fields for value in ("-1", "0", "nan")]
+    bad += [("discount", value) for value in ("1.5", "-0.1", "nan") if "discount" in fields]
+    assert bad
+    for name, value in bad:
+        with pytest.raises(ConfigError, match=name):
+            resolve_config(agent, "CartPole-v1", None, {name: value})
 
 
 def test_csv_columns_grow(tmp_path):

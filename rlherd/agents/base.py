@@ -29,21 +29,23 @@ SAMPLE_TIMEOUT_S = 1.0  # a learner waiting on the rate limiter wakes this often
 def check_at_least_one(config: Any, *names: str) -> None:
     """Counts and sizes a config cannot run with below 1."""
     for name in names:
-        if getattr(config, name) < 1:
+        if not getattr(config, name) >= 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
 
 
 def check_positive(config: Any, *names: str) -> None:
-    """Learning rates, averaging rates: above 0."""
+    """Learning rates, averaging rates: above 0 (NaN is not), or None where the field allows it
+    (a rate of its own left out)."""
     for name in names:
-        if getattr(config, name) <= 0:
-            raise ValueError(f"{name} must be > 0, got {getattr(config, name)}")
+        value = getattr(config, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
 
 
 def check_non_negative(config: Any, *names: str) -> None:
-    """Counts and scales that may be 0 (off), never below."""
+    """Counts and scales that may be 0 (off), never below (nor NaN)."""
     for name in names:
-        if getattr(config, name) < 0:
+        if not getattr(config, name) >= 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
 
 
@@ -66,10 +68,7 @@ def check_critic(config: Any) -> None:
     discount in [0, 1] (below 1 for a derived support, which divides by ``1 - discount``), and
     a categorical critic's support: ``vmin`` and ``vmax`` both set or both derived, in order,
     2+ atoms."""
-    for name in ("learning_rate", "critic_learning_rate", "grad_norm_clip"):
-        value = getattr(config, name)
-        if value is not None and value <= 0:
-            raise ValueError(f"{name} must be > 0 (or None), got {value}")
+    check_positive(config, "learning_rate", "critic_learning_rate", "grad_norm_clip")
     if not 0.0 <= config.discount <= 1.0:
         raise ValueError(f"discount must be in [0, 1], got {config.discount}")
     if config.distributional and config.vmin is None and config.discount == 1.0:

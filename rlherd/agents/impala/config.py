@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlherd.agents.base import check_positive
 from rlherd.networks import PRECISIONS, ObservationConfig
 
 
@@ -58,8 +59,7 @@ class ImpalaConfig(ObservationConfig):
             raise ValueError(f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        check_positive(self, "learning_rate")
         if self.reward_tanh_scale is not None and (
             self.reward_tanh_scale <= 0 or self.reward_clip is not None
         ):

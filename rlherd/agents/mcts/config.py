@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_replay
+from rlherd.agents.base import check_at_least_one, check_non_negative, check_positive, check_replay
 from rlherd.agents.mcts.search import UNTRIED_VALUES, SearchSettings
 from rlherd.networks import ObservationConfig
 
@@ -66,8 +66,8 @@ class MCTSConfig(ObservationConfig):
         if self.untried_value not in UNTRIED_VALUES:
             raise ValueError(f"untried_value must be one of {', '.join(UNTRIED_VALUES)}, got "
                              f"{self.untried_value!r}")  # fmt: skip
-        if self.puct_c < 0 or self.dirichlet_alpha <= 0 or self.learning_rate <= 0:
-            raise ValueError("puct_c must be >= 0, dirichlet_alpha and learning_rate > 0")
+        check_non_negative(self, "puct_c")
+        check_positive(self, "dirichlet_alpha", "learning_rate")
 
     @property
     def signed_discount(self) -> float:

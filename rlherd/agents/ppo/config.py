@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd import envs as rl_envs
+from rlherd.agents.base import check_positive
 from rlherd.networks import ObservationConfig
 
 
@@ -88,6 +89,7 @@ class PPOConfig(ObservationConfig):
                 "a shared network has one optimiser: set value_learning_rate=None or "
                 "shared_network=False"
             )
+        check_positive(self, "learning_rate", "value_learning_rate", "adam_eps")
         if not 0.0 <= self.discount <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError("discount and gae_lambda must be in [0, 1]")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_replay
+from rlherd.agents.base import check_at_least_one, check_positive, check_replay
 from rlherd.networks import ObservationConfig
 
 
@@ -69,6 +69,7 @@ class R2D2Config(ObservationConfig):
             )
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_positive(self, "learning_rate", "adam_eps")
 
     @property
     def sequence_length(self) -> int:
