@@ -87,6 +87,16 @@ def test_every_agent_refuses_a_learning_rate_or_discount_it_cannot_learn_with(ag
             resolve_config(agent, "CartPole-v1", None, {name: value})
 
 
+@pytest.mark.parametrize("flags", [["--eval-episodes", "0"], ["--eval-every", "-5"]])
+def test_an_evaluation_of_no_episodes_or_a_negative_period_is_refused(flags, capsys, tmp_path):
+    """Evaluations of no episodes wrote NaN rows, and a negative period silently meant none."""
+    argv = ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "100", "--no-progress"]
+    assert main([*argv, "--run-dir", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "eval_every must be >= 0 and eval_episodes >= 1" in err, err
+    assert not (tmp_path / "run").exists()
+
+
 def test_csv_columns_grow(tmp_path):
     log = CSVLogger(tmp_path / "m.csv")
     log.write(dict(actor_steps=1, a=1))
