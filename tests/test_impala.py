@@ -222,6 +222,10 @@ def test_eval_video_and_plot(tmp_path, capsys):
     image = tmp_path / "curves.png"
     assert main(["plot", str(run_dir), str(run_dir), "-o", str(image)]) == 0
     assert image.read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    assert main(["plot", str(run_dir), "-o", str(tmp_path / "curves.txt")]) == 2
+    err = capsys.readouterr().err.strip()  # a suffix matplotlib cannot write: one line
+    assert err.count("\n") == 0 and "curves.txt: matplotlib writes" in err and "png" in err, err
 
 
 def test_atari_pong_smoke_through_mono(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rlherd.errors import ConfigError
 from rlherd.run.statistics import CURVE_REPS, aggregate_curves, find_runs, group_runs
 
 
@@ -51,6 +52,12 @@ def plot_runs(
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    formats = fig.canvas.get_supported_filetypes()
+    suffix = Path(output).suffix.lstrip(".").lower()
+    if suffix and suffix not in formats:  # before any run is read, not matplotlib's traceback
+        plt.close(fig)
+        raise ConfigError(f"-o {output}: matplotlib writes {', '.join(sorted(formats))}; give "
+                          f"one of those suffixes (e.g. curves.png)")  # fmt: skip
     if aggregate is None:
         for run in find_runs(run_dirs):
             steps, curves = load_curves(run.path)
