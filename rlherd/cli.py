@@ -5,6 +5,7 @@ each command."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -20,8 +21,10 @@ from rlherd.runtime import RUNTIMES, settings
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlherd", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Flags are never abbreviated: argparse would read `train --agent ppo` as --agent-index.
+    strict = functools.partial(argparse.ArgumentParser, allow_abbrev=False)
+    parser = strict(prog="rlherd", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=strict)
 
     train = sub.add_parser("train", help="train an agent; writes a run directory")
     train.add_argument("agent", nargs="?", choices=sorted(AGENTS), help="agent to train")
@@ -372,7 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "serve-env":
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        agent = "; the agent is train's first argument: rlherd train AGENT --env ENV"
+        parser.error(f"unrecognized arguments: {' '.join(rest)}"
+                     + (agent if args.command == "train" and "--agent" in rest else ""))
     try:
         if getattr(args, "seed", None) is not None:
             check_seed(args.seed, "--seed")

@@ -75,3 +75,19 @@ def test_train_help_lists_agents_runtimes_and_setting_flags(capsys):
     assert "{single,mono,poly,distributed,device,offline}" in text
     for name in settings.all_fields():
         assert f"--{name.replace('_', '-')}" in text
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["train", "--agent", "ppo", "--env", "CartPole-v1"], "the agent is train's first argument"),
+    (["train", "ppo", "--env", "CartPole-v1", "--total-step", "5"], "--total-step"),
+    (["serve-env", "--env", "CartPole-v1"], "--env"),
+])  # fmt: skip
+def test_flags_are_never_abbreviated(argv, said, capsys):
+    """argparse reads a prefix of a flag as the flag: ``train --agent ppo`` set --agent-index
+    (and then asked for an agent), ``serve-env --env`` was 'ambiguous'. Each is refused by name."""
+    from rlherd import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "unrecognized arguments" in err and said in err, err

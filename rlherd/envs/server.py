@@ -658,7 +658,8 @@ def _client_monitor(step_timeout: float) -> StreamMonitor:
 # ------------------------------------------------------------------------------ command line
 def main(argv: list[str] | None = None) -> int:
     """``rlherd serve-env`` (also ``python -m rlherd.envs.server``)."""
-    parser = argparse.ArgumentParser(prog="rlherd serve-env", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="rlherd serve-env", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)  # fmt: skip
     parser.add_argument("env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
     parser.add_argument(
         "--address",
