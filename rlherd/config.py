@@ -7,6 +7,7 @@ import dataclasses
 import difflib
 import json
 import math
+import numbers
 import types
 import typing
 from pathlib import Path
@@ -71,6 +72,28 @@ def _coerce(name: str, text: str, hint: Any) -> Any:
         raise ConfigError(f"{name}={text!r}: expected {getattr(hint, '__name__', hint)}") from None
 
 
+def as_type(name: str, value: Any, hint: Any) -> Any:
+    """A keyword (or JSON) value as the field's type: any whole number where an int goes (1e6
+    too), any real where a float goes, a list where a tuple goes; any other type is one line
+    naming the field, not an error from inside the network or the runtime that reads it."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    origin = typing.get_origin(hint)
+    if origin is tuple and isinstance(value, (list, tuple)):
+        return tuple(as_type(name, v, typing.get_args(hint)[0]) for v in value)
+    if not isinstance(value, bool):
+        if hint is int and (isinstance(value, numbers.Integral)
+                            or isinstance(value, float) and value.is_integer()):  # fmt: skip
+            return int(value)
+        if hint is float and isinstance(value, numbers.Real):
+            return float(value)
+    if hint not in (int, float) and isinstance(value, origin or hint):
+        return value
+    raise ConfigError(f"{name}={value!r}: expected {getattr(hint, '__name__', hint)}")
+
+
 def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
     """A copy of dataclass ``config`` with ``overrides`` (strings are parsed by field type)."""
     hints = typing.get_type_hints(type(config))
@@ -86,8 +109,8 @@ def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
             )
         if isinstance(value, str) and hints[key] is not str:
             value = _coerce(key, value, hints[key])
-        elif isinstance(value, list):
-            value = tuple(value)
+        else:
+            value = as_type(key, value, hints[key])
         if isinstance(value, float) and math.isnan(value):  # no field means anything by it
             raise ConfigError(f"{key}=nan: give {type(config).__name__}.{key} a number")
         values[key] = value

@@ -4,6 +4,7 @@ import csv
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 import rlherd
@@ -95,6 +96,28 @@ def test_an_evaluation_of_no_episodes_or_a_negative_period_is_refused(flags, cap
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "eval_every must be >= 0 and eval_episodes >= 1" in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_keyword_values_of_another_type_are_one_line(tmp_path):
+    """rlherd.train's keywords are typed as the config's fields: a value of another type is
+    named before the run starts (a string among hidden sizes failed inside torch, a string
+    budget in a comparison), while what a researcher writes for a number is taken (1e6 for
+    an int, numpy's integers, an int for a float, a list for a tuple)."""
+    bad = [dict(hidden_sizes=[32, "x"]), dict(batch_size=4.5), dict(normalize_obs=1),
+           dict(learning_rate=True), dict(total_steps="100")]  # fmt: skip
+    for kwargs in bad:
+        name = next(iter(kwargs))
+        with pytest.raises(ConfigError, match=f"^{name}=.*: expected"):
+            rlherd.train("ppo", "CartPole-v1", **{"total_steps": 64, **kwargs},
+                         run_dir=tmp_path / "bad", progress=False)  # fmt: skip
+    assert not (tmp_path / "bad").exists()
+    run = rlherd.train("ppo", "CartPole-v1", total_steps=64.0, unroll_length=np.int64(16),
+                       learning_rate=1, hidden_sizes=[8, 8], run_dir=tmp_path / "run",
+                       progress=False)  # fmt: skip
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["total_steps"] == 64 and config["config"]["unroll_length"] == 16
+    assert config["config"]["learning_rate"] == 1.0 and config["config"]["hidden_sizes"] == [8, 8]
+    assert run.summary["actor_steps"] >= 64
 
 
 def test_csv_columns_grow(tmp_path):

@@ -19,7 +19,7 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of, run_spec
-from rlherd.config import apply_overrides, check_seed, to_json
+from rlherd.config import apply_overrides, as_type, check_seed, to_json
 from rlherd.envs.bsuite import RESULTS, STEP_BOUND, episode_budget
 from rlherd.errors import ConfigError
 from rlherd.run.callbacks import Callbacks, RunInfo, check_callbacks
@@ -329,6 +329,9 @@ def train(
                            config=to_json(config), settings=to_json(settings),
                            machine=machine())  # fmt: skip
         checkpoint = None
+    record = dataclasses.replace(record, **{name: as_type(name, getattr(record, name), int)
+                                            for name in ("total_steps", "eval_every",
+                                                         "eval_episodes")})  # fmt: skip
     if record.total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {record.total_steps}")
     if record.eval_every < 0 or record.eval_episodes < 1:
