@@ -21,6 +21,7 @@ import rlherd
 from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents.acting import explore
+from rlherd.cli import main
 from rlherd.commands.train import ObservationNotice
 from rlherd.core import EnvSpec
 from rlherd.envs import ids
@@ -552,6 +553,14 @@ def test_check_env_of_an_unknown_id_is_one_line():
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 2 and "Did you mean: Taxi-v3" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("seconds", ["-1", "0", "nan"])
+def test_check_env_refuses_a_timing_of_no_time(seconds, capsys):
+    """A speed timed over no time was reported as if measured."""
+    assert main(["check-env", "CartPole-v1", "--seconds", seconds]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--seconds must be > 0" in err, err
 
 
 class Counter(gym.Env):

@@ -107,6 +107,8 @@ def trainers(spec: EnvSpec) -> dict[str, str | list[str]]:
 def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2.0,
           seed: int = 0) -> dict[str, Any]:  # fmt: skip
     """The report :func:`format_report` prints (a dict, for scripts)."""
+    if not seconds > 0:
+        raise ConfigError(f"--seconds must be > 0 (how long to time raw steps), got {seconds}")
     env_id = rl_envs.resolve(env)
     if env_id in rl_envs.MULTI_AGENT:
         raise ConfigError(
