@@ -50,6 +50,9 @@ def test_seeds_are_parsed_from_ranges_and_lists():
     for bad in ("", "5-1", "a", "1-3,2", "1;2"):
         with pytest.raises(ConfigError, match="--seeds"):
             parse_seeds(bad)
+    for bad in ([1, 1], [2**32], [-1]):  # train_seeds' list, before any process starts
+        with pytest.raises(ConfigError, match="--seeds"):
+            rlherd.train_seeds("ppo", "CartPole-v1", seeds=bad, total_steps=10)
 
 
 def test_seeds_make_runs_that_differ_only_in_seed(tmp_path):

@@ -124,7 +124,8 @@ def train_seeds(
         raise ConfigError("each seed trains in a process of its own, where objects of this one "
                           "cannot go: drop callbacks= (track= works), or call rlherd.train per "
                           "seed")  # fmt: skip
-    seeds = parse_seeds(seeds) if isinstance(seeds, str) else list(seeds)
+    # A list is checked as its text would be: each seed once, each one numpy can take.
+    seeds = parse_seeds(seeds if isinstance(seeds, str) else ",".join(map(str, seeds)))
     agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
     return run_seeds(agent, env, train_argv(agent, env, train_kwargs), seeds, run_dir, jobs,
                      progress)  # fmt: skip
