@@ -323,6 +323,10 @@ def test_the_command_writes_where_it_says_and_refuses_in_one_line(run, workdir, 
     assert main(["export", str(run("feedforward")), "--format", "torchscript"]) == 0
     path = Path(capsys.readouterr().out.strip())
     assert path == run("feedforward") / "policy.pt" and path.stat().st_size > 0
+    elsewhere = workdir / "exports" / "cartpole" / "policy.pt"  # its folders made, as a run's
+    assert main(["export", str(run("feedforward")), "--format", "torchscript", "-o",
+                 str(elsewhere)]) == 0 and elsewhere.stat().st_size > 0  # fmt: skip
+    capsys.readouterr()
     mcts = rlherd.train("mcts", "open_spiel/tic_tac_toe", total_steps=50, progress=False,
                         run_dir=workdir / "mcts").path  # fmt: skip
     assert main(["export", str(mcts)]) == 2

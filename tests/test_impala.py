@@ -214,12 +214,12 @@ def test_eval_video_and_plot(tmp_path, capsys):
     pytest.importorskip("imageio")
     run_dir = tmp_path / "run"
     rlherd.train("impala", "CartPole-v1", total_steps=8_000, run_dir=run_dir, progress=False)
-    video = tmp_path / "episode.gif"
+    video = tmp_path / "videos" / "episode.gif"  # its folder made, as a run directory is
     assert main(["eval", str(run_dir), "--episodes", "2", "--video", str(video)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["eval_episodes"] == 2 and result["eval_return_mean"] > 0
     assert video.stat().st_size > 1000
-    image = tmp_path / "curves.png"
+    image = tmp_path / "figures" / "curves.png"
     assert main(["plot", str(run_dir), str(run_dir), "-o", str(image)]) == 0
     assert image.read_bytes()[:4] == b"\x89PNG"
     capsys.readouterr()

@@ -54,7 +54,7 @@ from rlherd.networks.distributions import (
 )
 from rlherd.run.package import is_package
 from rlherd.run.provenance import machine
-from rlherd.run.rundir import atomic_write_bytes
+from rlherd.run.rundir import atomic_write_bytes, make_folder
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}  # format: the default file's suffix
 METADATA = "rlherd"  # the ONNX metadata key; TorchScript's extra file is METADATA + ".json"
@@ -328,5 +328,5 @@ def export(
         raise ConfigError(f"{run_dir} is a package, which rlherd export does not write into; "
                           f"say where the file goes: -o {name}")  # fmt: skip
     path = Path(output) if output is not None else Path(run_dir) / name
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(make_folder(path.parent, "-o") / path.name, data)
     return path

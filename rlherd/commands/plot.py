@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from rlherd.errors import ConfigError
+from rlherd.run.rundir import make_folder
 from rlherd.run.statistics import CURVE_REPS, aggregate_curves, find_runs, group_runs
 
 
@@ -76,7 +77,7 @@ def plot_runs(
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    output = Path(output)
+    output = make_folder(Path(output).parent, "-o") / Path(output).name
     fig.savefig(output, dpi=120)
     plt.close(fig)
     return output

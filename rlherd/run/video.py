@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from rlherd.errors import ConfigError, MissingExtra
+from rlherd.run.rundir import make_folder
 
 MIN_SIDE = 256  # pixels on a video's short side, at least: MinAtar's 10x10 frames become 260x260
 MACRO_BLOCK = 16  # an MP4's sides are multiples of this
@@ -48,6 +49,7 @@ def write_video(path: Path, frames: Sequence[np.ndarray], fps: int = 30) -> None
     """Write ``frames`` (any dtype, size and channel count :func:`as_video` reads) to ``path``,
     a .gif or an .mp4."""
     check_writable(path)
+    make_folder(path.parent, "--video")
     import imageio.v3 as iio
 
     gif = path.suffix.lower() == ".gif"
