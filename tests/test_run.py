@@ -88,13 +88,17 @@ def test_every_agent_refuses_a_learning_rate_or_discount_it_cannot_learn_with(ag
             resolve_config(agent, "CartPole-v1", None, {name: value})
 
 
-@pytest.mark.parametrize("flags", [["--eval-episodes", "0"], ["--eval-every", "-5"]])
-def test_an_evaluation_of_no_episodes_or_a_negative_period_is_refused(flags, capsys, tmp_path):
-    """Evaluations of no episodes wrote NaN rows, and a negative period silently meant none."""
+@pytest.mark.parametrize("flags", [["--eval-episodes", "0"], ["--eval-every", "-5"],
+                                   ["--log-interval-s", "-1"], ["--checkpoint-interval-s", "-0.5"],
+                                   ["--runtime", "poly", "--stall-timeout-s", "-1"]])
+def test_no_evaluation_episodes_and_negative_periods_are_refused(flags, capsys, tmp_path):
+    """Evaluations of no episodes wrote NaN rows, a negative period silently meant none, and a
+    negative interval between logs or checkpoints was taken as 'every step'."""
     argv = ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "100", "--no-progress"]
     assert main([*argv, "--run-dir", str(tmp_path / "run"), *flags]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "eval_every must be >= 0 and eval_episodes >= 1" in err, err
+    name = flags[-2].lstrip("-").replace("-", "_")
+    assert err.count("\n") == 0 and f"{name} must be >= " in err, err
     assert not (tmp_path / "run").exists()
 
 

@@ -334,9 +334,9 @@ def train(
                                                          "eval_episodes")})  # fmt: skip
     if record.total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {record.total_steps}")
-    if record.eval_every < 0 or record.eval_episodes < 1:
-        raise ConfigError(f"eval_every must be >= 0 and eval_episodes >= 1, got "
-                          f"{record.eval_every} and {record.eval_episodes}")  # fmt: skip
+    for name, least in (("eval_every", 0), ("eval_episodes", 1)):
+        if getattr(record, name) < least:
+            raise ConfigError(f"{name} must be >= {least}, got {getattr(record, name)}")
     check_callbacks(callbacks, record.eval_every)
     if checkpoint is not None and _counted(checkpoint, runtime) >= record.total_steps:
         rundir.unlock()

@@ -44,6 +44,7 @@ class Common:
         """Raise :class:`ConfigError` for values this runtime cannot run with (subclasses add
         their fields' checks to their bases')."""
         at_least_one(self, "torch_threads", "opponent_every", "opponent_pool")
+        at_least_zero(self, "checkpoint_interval_s", "log_interval_s")  # 0: as often as may be
         if self.total_episodes < 0:
             raise ConfigError(f"total_episodes must be >= 0 (0: no limit), got "
                               f"{self.total_episodes}")  # fmt: skip
@@ -128,7 +129,7 @@ class Poly(Demonstrations):
     def check(self) -> None:
         super().check()
         at_least_one(self, "num_actors", "envs_per_actor", "num_servers", "inference_min_batch")
-        at_least_zero(self, "num_buffers")
+        at_least_zero(self, "num_buffers", "inference_timeout_ms", "stall_timeout_s")
 
 
 @dataclass
@@ -167,7 +168,7 @@ class Distributed(Demonstrations):
         super().check()
         at_least_one(self, "num_actors", "envs_per_actor", "insert_chunk", "sample_prefetch")
         at_least_zero(self, "num_buffers", "rollouts_per_call")
-        if self.actor_cpus <= 0:
+        if not self.actor_cpus > 0:  # NaN too
             raise ConfigError(f"actor_cpus must be > 0, got {self.actor_cpus}")
         for name in ("actor_resources", "learner_resources"):
             asked = getattr(self, name)
@@ -286,11 +287,11 @@ def resolve(
 def at_least_one(settings: Any, *names: str) -> None:
     for name in names:
         value = getattr(settings, name)
-        if value is not None and value < 1:
+        if value is not None and not value >= 1:  # NaN too
             raise ConfigError(f"{name} must be >= 1, got {value}")
 
 
 def at_least_zero(settings: Any, *names: str) -> None:
     for name in names:
-        if getattr(settings, name) < 0:
+        if not getattr(settings, name) >= 0:  # NaN too
             raise ConfigError(f"{name} must be >= 0, got {getattr(settings, name)}")
