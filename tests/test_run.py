@@ -92,8 +92,9 @@ def test_every_agent_refuses_a_learning_rate_or_discount_it_cannot_learn_with(ag
                                    ["--log-interval-s", "-1"], ["--checkpoint-interval-s", "-0.5"],
                                    ["--runtime", "poly", "--stall-timeout-s", "-1"]])
 def test_no_evaluation_episodes_and_negative_periods_are_refused(flags, capsys, tmp_path):
-    """Evaluations of no episodes wrote NaN rows, a negative period silently meant none, and a
-    negative interval between logs or checkpoints was taken as 'every step'."""
+    """Evaluations of no episodes wrote NaN rows, a negative period silently meant none, a
+    negative interval between logs or checkpoints meant 'every step', and a negative stall
+    timeout would stop a poly run at once."""
     argv = ["train", "ppo", "--env", "CartPole-v1", "--total-steps", "100", "--no-progress"]
     assert main([*argv, "--run-dir", str(tmp_path / "run"), *flags]) == 2
     err = capsys.readouterr().err.strip()
