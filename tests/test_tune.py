@@ -126,6 +126,11 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     assert "--set bogus" in err
     err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--set", "num_actors=4", *out])
     assert "the single runtime does not use: num_actors" in err  # before any worker starts
+    err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--storage", "nope://x", *out])
+    assert "--storage nope://x: Optuna cannot open it" in err and "sqlite:///" in err
+    err = _error(capsys, ["tune", "ppo", "--env", "CartPole-v1", "--total-steps", "-5",
+                          "--trials", "1", *out])  # fmt: skip
+    assert "--total-steps must be >= 1, got -5" in err
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if it were not installed
     err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", *out])
     assert "pip install 'rlherd[tune]'" in err

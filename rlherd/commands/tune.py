@@ -228,6 +228,8 @@ def _plan(agent, env, trials, jobs, storage, study_name, space, total_steps, eva
                          BUILDERS[agent].dataflow)  # fmt: skip
     searched = {k: v for k, v in load_space(agent, space).items() if k not in fixed}
     total_steps = total_steps or BUILDERS[agent].default_total_steps[preset]
+    if total_steps < 1:
+        raise ConfigError(f"--total-steps must be >= 1, got {total_steps}")
     eval_every = eval_every or max(1, total_steps // 10)
     if not 0 < eval_every <= total_steps:
         raise ConfigError(f"--eval-every ({eval_every}) must be in 1..--total-steps "
@@ -436,11 +438,18 @@ def _open_study(optuna, plan: Plan) -> None:
 
 
 def _storage(optuna, url: str):
-    """SQLite lets one writer in at a time: the workers wait for each other (up to a minute)
-    instead of failing on a locked database."""
-    if url.startswith("sqlite"):
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-    return url
+    """The study's database. SQLite lets one writer in at a time: the workers wait for each
+    other (up to a minute) instead of failing on a locked database. A URL that SQLAlchemy
+    cannot open (no such dialect, driver or server) is one line naming it."""
+    import sqlalchemy.exc
+
+    wait = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else None
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=wait)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError) as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"--storage {url}: Optuna cannot open it ({why}); give a database "
+                          "URL such as sqlite:///study.db") from None
 
 
 def _load_study(optuna, plan: Plan, **options: Any):
