@@ -583,3 +583,13 @@ def test_valuing_untried_arms_as_their_node_finds_a_bandits_best_arm(tmp_path):
         best[untried] = float(np.mean(np.isclose(returns, 1.0)))
     assert best["zero"] < 0.5 and best["parent"] > 0.9, best
 
+
+
+def test_an_openspiel_game_for_another_agent_names_mcts_and_an_unknown_one_is_named():
+    """OpenSpiel games are played by MCTS's two-player self-play; a game OpenSpiel does not have
+    is named as such, not sent to MCTS (which would refuse it in turn)."""
+    pytest.importorskip("pyspiel")
+    with pytest.raises(ConfigError, match="train it with mcts"):
+        rlherd.train("ppo", "open_spiel/tic_tac_toe", total_steps=10, progress=False)
+    with pytest.raises(ConfigError, match="OpenSpiel has no game 'nogame'"):
+        rlherd.train("ppo", "open_spiel/nogame", total_steps=10, progress=False)

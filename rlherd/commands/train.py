@@ -311,6 +311,7 @@ def train(
         check_runtime(agent, runtime)
         check_environment(agent, env, runtime)
         if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
+            rl_envs.check_id(env)  # a game OpenSpiel does not have is named as such first
             raise ConfigError(
                 f"{env} is a two-player game, played by self-play with values negated between "
                 "players; train it with mcts (its openspiel preset sets two_player=True)"
