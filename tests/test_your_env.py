@@ -195,6 +195,8 @@ def test_factories_travel_as_import_paths_and_bad_ones_are_clear_errors():
         rl_envs.make(ONE_LEGAL, colour="blue")
     with pytest.raises(ConfigError, match="registered no environment 'nothing_here'"):
         rl_envs.make(f"{__name__}:nothing_here")
+    with pytest.raises(ConfigError, match="math:sqrt cannot be called without arguments"):
+        rl_envs.make("math:sqrt")  # a function, but not an environment factory
 
 
 @pytest.mark.parametrize("runtime", ["single", "mono"])

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copyreg
 import dataclasses
 import functools
+import inspect
 import io
 import pickle
 from collections.abc import Callable
@@ -162,6 +163,16 @@ def _call_factory(
 ) -> gym.Env:
     """The environment ``factory`` returns (``render_mode`` passed only where one is asked)."""
     options = dict(kwargs, render_mode=render_mode) if render_mode else kwargs
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as e:  # the call itself cannot be made: not an error inside the factory
+        if options:
+            raise ConfigError(f"{env_id} does not take the options {options}: {e}") from None
+        raise ConfigError(f"{env_id} cannot be called without arguments ({e}); an environment "
+                          "factory takes the environment's options (--env-kwargs) as "
+                          "keywords") from None
+    except ValueError:  # a callable without a signature to check: the call will say
+        pass
     try:
         env = factory(**options)
     except TypeError as e:
