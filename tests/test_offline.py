@@ -234,14 +234,20 @@ def test_collect_records_a_runs_greedy_policy(minari_root, tmp_path):
     assert summary["return_mean"] == pytest.approx(ret)  # the same greedy policy
 
 
-def test_collect_errors_name_the_fix(minari_root, tmp_path):
+def test_collect_errors_name_the_fix(minari_root, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="--env ENV for a random policy"):
         collect(None, "test/taken-v0", 2, progress=False)
     collect(None, "test/taken-v0", 2, env=CORRIDOR, progress=False)
+
+    def recorded(*args, **kwargs):
+        raise AssertionError("episodes were played before the dataset id was checked")
+
+    monkeypatch.setattr("rlherd.commands.collect.record_episodes", recorded)
     with pytest.raises(ConfigError, match="minari delete"):
         collect(None, "test/taken-v0", 2, env=CORRIDOR, progress=False)
-    with pytest.raises(ConfigError, match="ids look like"):
-        collect(None, "no version", 2, env=CORRIDOR, progress=False)
+    for malformed in ("no version", "noversion", "ns/name-v"):  # Minari raised TypeError on two
+        with pytest.raises(ConfigError, match="ids look like"):
+            collect(None, malformed, 2, env=CORRIDOR, progress=False)
     with pytest.raises(ConfigError, match="epsilon"):
         collect(None, "test/eps-v0", 2, env=CORRIDOR, epsilon=1.5, progress=False)
 

@@ -17,7 +17,7 @@ from rlherd import envs as rl_envs
 from rlherd.commands.evaluate import load_run
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError
-from rlherd.replay.offline import write_dataset
+from rlherd.replay.offline import check_free, write_dataset
 from rlherd.replay.recording import Act, record_episodes
 from rlherd.run.evaluation import eval_actor
 from rlherd.types import batch_of_one
@@ -40,6 +40,7 @@ def collect(
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if not 0.0 <= epsilon <= 1.0:
         raise ConfigError(f"epsilon must be in [0, 1], got {epsilon}")
+    check_free(out)  # before any episode is played
     act = None
     env = None if env is None else rl_envs.resolve(env)  # as a run records it
     if run_dir is not None:

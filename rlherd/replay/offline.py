@@ -104,8 +104,9 @@ def check_free(dataset_id: str) -> None:
 
     try:
         parse_dataset_id(dataset_id)
-    except ValueError as e:
-        raise ConfigError(f"{e} (ids look like name-v0 or namespace/name-v0)") from None
+    except (ValueError, TypeError):  # Minari's TypeError: an id without a version
+        raise ConfigError(f"malformed dataset id {dataset_id!r}: ids look like name-v0 or "
+                          "namespace/name-v0") from None
     if get_dataset_path(dataset_id).exists():
         raise ConfigError(f"dataset {dataset_id!r} exists; choose another id, or remove it with "
                           f"`minari delete {dataset_id}`")  # fmt: skip
