@@ -16,7 +16,7 @@ from pathlib import Path
 # without loading torch, Ray or an environment family.
 from rlherd.agents import AGENTS
 from rlherd.config import check_seed, parse_set
-from rlherd.errors import ConfigError, NodeDied, TrainingDiverged
+from rlherd.errors import ConfigError, NodeDied, Stalled, TrainingDiverged
 from rlherd.runtime import RUNTIMES, settings
 
 
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         # Anything else is a bug, and keeps its traceback.
         print(f"rlherd: error: {e}", file=sys.stderr)
         return 2
-    except NodeDied as e:
+    except (NodeDied, Stalled) as e:  # a fault the run reported, with how to continue
         print(f"rlherd: {e}", file=sys.stderr)
         return 1
     return 0

@@ -31,6 +31,11 @@ class TrainingDiverged(ValueError):
     )
 
 
+class Stalled(RuntimeError):
+    """Nothing the learner needs arrived for the run's stall timeout (its environment servers
+    are out of reach); the message names them, their last errors and how to continue."""
+
+
 class NodeDied(RuntimeError):
     """A node of a distributed program that the run cannot go on without (learner, replay,
     counter) is gone; the message names it and how to continue."""

@@ -6,6 +6,7 @@ import os
 import queue as queue_mod
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -933,3 +934,25 @@ def test_bad_data_stops_a_poly_run_instead_of_being_retried_forever():
     assert stopped_by_itself, f"retried {actors.reconnects[0]} times"
     assert actors.reconnects == [0]
     assert isinstance(actors.fatal[0], ProtocolError) and stop.is_set()
+
+
+def test_a_server_no_one_answers_at_is_one_line_and_a_bad_address_is_refused(tmp_path, capsys):
+    """A run whose servers never answer stops at its stall timeout with one line that names them
+    and the --resume that continues it (it ended in a traceback); an address that is not one
+    (no port) is refused before the run starts, where it was dialled until the timeout."""
+    from rlherd.cli import main
+
+    argv = ["train", "impala", "--env", "CartPole-v1", "--runtime", "poly", "--total-steps",
+            "1000", "--num-actors", "1", "--envs-per-actor", "2", "--no-progress"]  # fmt: skip
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    run = tmp_path / "run"
+    assert main([*argv, "--env-servers", f"127.0.0.1:{port}", "--stall-timeout-s", "2",
+                 "--run-dir", str(run)]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "the learner got nothing for 2s" in err, err
+    assert f"rlherd train --resume {run}" in err
+    assert main([*argv, "--env-servers", "bogus", "--run-dir", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'bogus' is not a server's address" in err, err

@@ -40,7 +40,7 @@ import torch
 from rlherd import types as F
 from rlherd.core import EnvSpec, VariableClient
 from rlherd.envs.ids import child_env
-from rlherd.errors import ConfigError, exit_status
+from rlherd.errors import ConfigError, Stalled, exit_status
 from rlherd.replay.rollouts import RolloutWriter, allocate_rollout, rollout_layout
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.runtime import (
@@ -396,10 +396,12 @@ def run(ctx: RunContext) -> None:
                 metrics = learner.step()
             except TimeoutError:
                 if time.monotonic() - waited_since >= settings.stall_timeout_s:
-                    raise RuntimeError(
+                    raise Stalled(
                         f"the learner got nothing for {settings.stall_timeout_s:.0f}s from the "
                         f"environment servers {', '.join(addresses)}; last errors: "
-                        f"{actors.last_errors or 'none'}"
+                        f"{actors.last_errors or 'none'}. Once they answer, continue from the "
+                        f"last checkpoint with `rlherd train --resume "
+                        f"{ctx.recorder.rundir.path}`."
                     ) from None
                 ctx.tick(state)
                 continue

@@ -130,6 +130,11 @@ class Poly(Demonstrations):
         super().check()
         at_least_one(self, "num_actors", "envs_per_actor", "num_servers", "inference_min_batch")
         at_least_zero(self, "num_buffers", "inference_timeout_ms", "stall_timeout_s")
+        for address in filter(None, (a.strip() for a in self.env_servers.split(","))):
+            host, _, port = address.rpartition(":")
+            if not (address.startswith("unix:") and address[5:] or host and port.isdigit()):
+                raise ConfigError(f"--env-servers: {address!r} is not a server's address; give "
+                                  "host:port or unix:/path/to/socket, separated by commas")
 
 
 @dataclass
