@@ -226,6 +226,9 @@ def test_eval_video_and_plot(tmp_path, capsys):
     assert main(["plot", str(run_dir), "-o", str(tmp_path / "curves.txt")]) == 2
     err = capsys.readouterr().err.strip()  # a suffix matplotlib cannot write: one line
     assert err.count("\n") == 0 and "curves.txt: matplotlib writes" in err and "png" in err, err
+    for window in ("0", "-3"):  # a mean over no episodes: NaN curves, or an IndexError
+        assert main(["plot", str(run_dir), "-o", str(image), "--window", window]) == 2
+        assert "--window must be at least 1 episode" in capsys.readouterr().err
 
 
 def test_atari_pong_smoke_through_mono(tmp_path):

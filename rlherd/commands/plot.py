@@ -47,6 +47,8 @@ def plot_runs(
     folders of runs, such as the parent of ``--seeds`` runs), or with ``aggregate`` (``iqm``
     or ``mean``) each experiment's aggregate over its seeds with a 95% bootstrap band
     (``reps`` resamples at each of 40 steps) over its seeds' own curves."""
+    if not window >= 1:
+        raise ConfigError(f"--window must be at least 1 episode, got {window}")
     import matplotlib
 
     matplotlib.use("Agg")
