@@ -50,11 +50,16 @@ class Common:
                               f"{self.total_episodes}")  # fmt: skip
         if not 0.0 <= self.opponent_latest <= 1.0:
             raise ConfigError(f"opponent_latest is a probability, got {self.opponent_latest}")
-        if self.device.startswith("cuda") and not self.learner_may_be_elsewhere():
-            import torch
+        import torch
 
-            if not torch.cuda.is_available():
-                raise ConfigError(f"device={self.device!r} but CUDA is not available; use cpu")
+        try:
+            torch.device(self.device)
+        except RuntimeError:
+            raise ConfigError(f"device={self.device!r} is not a torch device; give cpu, cuda or "
+                              "cuda:N") from None
+        cuda_here = self.device.startswith("cuda") and not self.learner_may_be_elsewhere()
+        if cuda_here and not torch.cuda.is_available():
+            raise ConfigError(f"device={self.device!r} but CUDA is not available; use cpu")
 
     def learner_may_be_elsewhere(self) -> bool:
         """Whether the learner may run on another machine (with the GPU this one lacks)."""
