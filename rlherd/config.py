@@ -15,15 +15,17 @@ from typing import Any
 
 from rlherd.errors import ConfigError
 
-SEEDS = range(2**32)  # the seeds numpy's legacy seeding (np.random.seed, which a run calls) takes
+SEED_BOUND = 2**32  # numpy's legacy seeding (np.random.seed, which a run calls) takes 0 to this - 1
 
 
-def check_seed(seed: int, what: str = "seed") -> None:
-    """One line naming the range, for a seed a run cannot be seeded with (rather than numpy's
-    traceback once the run has started)."""
-    if seed not in SEEDS:
-        raise ConfigError(f"{what} must be from 0 to 2**32 - 1 (what numpy's seeding takes), "
-                          f"got {seed}")  # fmt: skip
+def check_seed(seed: Any, what: str = "seed") -> int:
+    """``seed`` as an int, or one line naming the range for a seed a run cannot be seeded with
+    (rather than numpy's traceback once the run has started). Any integer type (numpy's too)."""
+    whole = isinstance(seed, numbers.Integral) and not isinstance(seed, bool)
+    if not (whole and 0 <= seed < SEED_BOUND):
+        raise ConfigError(f"{what} must be a whole number from 0 to 2**32 - 1 (what numpy's "
+                          f"seeding takes), got {seed!r}")  # fmt: skip
+    return int(seed)
 
 
 def parse_set(items: list[str]) -> dict[str, str]:

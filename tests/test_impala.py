@@ -219,6 +219,10 @@ def test_eval_video_and_plot(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["eval_episodes"] == 2 and result["eval_return_mean"] > 0
     assert video.stat().st_size > 1000
+    (tmp_path / "blocked").write_text("a file where the video's folder would go")
+    assert main(["eval", str(run_dir), "--episodes", "2", "--video",
+                 str(tmp_path / "blocked" / "episode.gif")]) == 2  # fmt: skip
+    assert "blocked is a file" in capsys.readouterr().err
     image = tmp_path / "figures" / "curves.png"
     assert main(["plot", str(run_dir), str(run_dir), "-o", str(image)]) == 0
     assert image.read_bytes()[:4] == b"\x89PNG"

@@ -937,9 +937,10 @@ def test_bad_data_stops_a_poly_run_instead_of_being_retried_forever():
 
 
 def test_a_server_no_one_answers_at_is_one_line_and_a_bad_address_is_refused(tmp_path, capsys):
-    """A run whose servers never answer stops at its stall timeout with one line that names them
-    and the --resume that continues it (it ended in a traceback); an address that is not one
-    (no port) is refused before the run starts, where it was dialled until the timeout."""
+    """A run whose servers never answer stops at its stall timeout with a checkpoint and one line
+    that names them and the --resume that continues it (it ended in a traceback); an address
+    that is not one (no port) is refused before the run starts, where it was dialled until the
+    timeout."""
     from rlherd.cli import main
 
     argv = ["train", "impala", "--env", "CartPole-v1", "--runtime", "poly", "--total-steps",
@@ -953,6 +954,8 @@ def test_a_server_no_one_answers_at_is_one_line_and_a_bad_address_is_refused(tmp
     err = capsys.readouterr().err
     assert "Traceback" not in err and "the learner got nothing for 2s" in err, err
     assert f"rlherd train --resume {run}" in err
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 1  # resumed, stalls again
+    assert "the learner got nothing for 2s" in capsys.readouterr().err
     assert main([*argv, "--env-servers", "bogus", "--run-dir", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "'bogus' is not a server's address" in err, err

@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import json
+import typing
 
 import numpy as np
 import pytest
@@ -67,12 +68,21 @@ def test_a_seed_numpy_cannot_take_is_one_line(argv, capsys, tmp_path, monkeypatc
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "from 0 to 2**32 - 1" in err, err
     assert not list(tmp_path.iterdir())  # nothing was made
-    with pytest.raises(ConfigError, match="from 0 to 2"):
-        rlherd.train("ppo", "CartPole-v1", seed=-1, total_steps=10, run_dir=tmp_path / "run")
+
+
+def test_rlherd_train_takes_any_whole_seed_numpy_can(tmp_path):
+    """A seed of numpy's integer types is a seed (drawn from a Generator, say); a fraction, a
+    bool or one out of range is refused at once (a range test on a float walked the range)."""
+    for bad in (-1, 2**32, np.int64(-1), 2.5, True):
+        with pytest.raises(ConfigError, match="whole number from 0 to 2"):
+            rlherd.train("ppo", "CartPole-v1", seed=bad, total_steps=10, run_dir=tmp_path / "run")
+    run = rlherd.train("ppo", "CartPole-v1", seed=np.int64(7), total_steps=64, unroll_length=16,
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.config.seed == 7 and type(run.config.seed) is int
 
 
 RATES = ("learning_rate", "policy_learning_rate", "critic_learning_rate", "value_learning_rate",
-         "adam_eps")  # fmt: skip
+         "adam_eps", "rmsprop_eps")  # fmt: skip
 
 
 @pytest.mark.parametrize("agent", sorted(BUILDERS))
@@ -86,6 +96,15 @@ def test_every_agent_refuses_a_learning_rate_or_discount_it_cannot_learn_with(ag
     for name, value in bad:
         with pytest.raises(ConfigError, match=name):
             resolve_config(agent, "CartPole-v1", None, {name: value})
+    config_class = BUILDERS[agent].config_class
+    for name, value in bad:  # built in Python, past --set's parsing: the config's own checks
+        with pytest.raises(ValueError, match=name):
+            config_class(**{name: float(value)})
+    for name in RATES:  # None is a rate left out only where the field's type allows it
+        optional = type(None) in typing.get_args(typing.get_type_hints(config_class).get(name))
+        if name in fields and not optional:
+            with pytest.raises(ValueError, match=name):
+                config_class(**{name: None})
 
 
 @pytest.mark.parametrize(("flags", "said"), [

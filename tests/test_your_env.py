@@ -125,6 +125,11 @@ def not_an_env() -> str:
     return "a string"
 
 
+def buggy_env(size: int = 3) -> gym.Env:
+    """Takes its option, then fails inside: the factory's bug, not the user's option."""
+    return gym.make("CartPole-v1", size=size)  # CartPole takes no size: a TypeError
+
+
 ONE_LEGAL = f"{__name__}:one_legal_action"
 
 
@@ -197,6 +202,9 @@ def test_factories_travel_as_import_paths_and_bad_ones_are_clear_errors():
         rl_envs.make(f"{__name__}:nothing_here")
     with pytest.raises(ConfigError, match="math:sqrt cannot be called without arguments"):
         rl_envs.make("math:sqrt")  # a function, but not an environment factory
+    with pytest.raises(TypeError, match="size") as inside:  # keeps its traceback
+        rl_envs.make(f"{__name__}:buggy_env", size=4)
+    assert not isinstance(inside.value, ConfigError)
 
 
 @pytest.mark.parametrize("runtime", ["single", "mono"])

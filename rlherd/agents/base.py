@@ -4,6 +4,7 @@ uses. Runtimes reach agents only through the builder methods of :mod:`rlherd.cor
 from __future__ import annotations
 
 import math
+import typing
 from typing import Any
 
 from rlherd import envs as rl_envs
@@ -34,11 +35,14 @@ def check_at_least_one(config: Any, *names: str) -> None:
 
 
 def check_positive(config: Any, *names: str) -> None:
-    """Learning rates, averaging rates: above 0 (NaN is not), or None where the field allows it
-    (a rate of its own left out)."""
+    """Learning rates, averaging rates: above 0 (NaN is not), or None where the field's type
+    allows it (``float | None``: a rate of its own left out, a clip turned off)."""
+    hints = typing.get_type_hints(type(config))
     for name in names:
         value = getattr(config, name)
-        if value is not None and not value > 0:
+        if value is None and type(None) in typing.get_args(hints[name]):
+            continue
+        if value is None or not value > 0:
             raise ValueError(f"{name} must be > 0, got {value}")
 
 

@@ -301,8 +301,7 @@ def train(
         checkpoint = rundir.load_checkpoint()
     else:
         agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
-        seed = 0 if seed is None else seed
-        check_seed(seed)
+        seed = 0 if seed is None else check_seed(seed)
         eval_episodes_given = eval_episodes is not None
         eval_episodes = 10 if eval_episodes is None else eval_episodes
         agent_overrides, given = split_overrides(agent, overrides)

@@ -161,22 +161,30 @@ def _gym_make(env_id: str, render_mode: str | None, kwargs: dict[str, Any]) -> g
 def _call_factory(
     factory: Callable[..., Any], env_id: str, render_mode: str | None, kwargs: dict[str, Any]
 ) -> gym.Env:
-    """The environment ``factory`` returns (``render_mode`` passed only where one is asked)."""
+    """The environment ``factory`` returns (``render_mode`` passed only where one is asked).
+    Options the factory's signature cannot take are one line; a ``TypeError`` from inside the
+    call is the factory's own bug and keeps its traceback, unless the factory passes options on
+    unseen (``**kwargs``, or no signature to read), where it may be theirs."""
     options = dict(kwargs, render_mode=render_mode) if render_mode else kwargs
     try:
-        inspect.signature(factory).bind(**options)
-    except TypeError as e:  # the call itself cannot be made: not an error inside the factory
+        signature = inspect.signature(factory)
+    except ValueError:  # a callable without a signature to read
+        signature = None
+    try:
+        if signature is not None:
+            signature.bind(**options)
+    except TypeError as e:  # the call itself cannot be made
         if options:
             raise ConfigError(f"{env_id} does not take the options {options}: {e}") from None
         raise ConfigError(f"{env_id} cannot be called without arguments ({e}); an environment "
                           "factory takes the environment's options (--env-kwargs) as "
                           "keywords") from None
-    except ValueError:  # a callable without a signature to check: the call will say
-        pass
+    passes_on = signature is None or any(
+        p.kind is p.VAR_KEYWORD for p in signature.parameters.values())  # fmt: skip
     try:
         env = factory(**options)
     except TypeError as e:
-        if options:
+        if options and passes_on:
             raise ConfigError(f"{env_id} does not take the options {options}: {e}") from e
         raise
     if not isinstance(env, gym.Env):

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from rlherd.errors import ConfigError, MissingExtra
-from rlherd.run.rundir import make_folder
+from rlherd.run.rundir import check_folder, make_folder
 
 MIN_SIDE = 256  # pixels on a video's short side, at least: MinAtar's 10x10 frames become 260x260
 MACRO_BLOCK = 16  # an MP4's sides are multiples of this
@@ -31,6 +31,7 @@ def check_writable(path: Path) -> None:
     name or a missing extra never costs them."""
     if path.suffix.lower() not in (".gif", ".mp4"):
         raise ConfigError(f"--video writes a .gif or an .mp4; got {path} (name it e.g. run.gif)")
+    check_folder(path.parent, "--video")  # a file in the way of its folder
     try:
         import imageio.v3  # noqa: F401
     except ImportError as e:

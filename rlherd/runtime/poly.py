@@ -396,11 +396,12 @@ def run(ctx: RunContext) -> None:
                 metrics = learner.step()
             except TimeoutError:
                 if time.monotonic() - waited_since >= settings.stall_timeout_s:
+                    ctx.write_checkpoint(state)  # between learner steps, as a stop's is
                     raise Stalled(
                         f"the learner got nothing for {settings.stall_timeout_s:.0f}s from the "
                         f"environment servers {', '.join(addresses)}; last errors: "
-                        f"{actors.last_errors or 'none'}. Once they answer, continue from the "
-                        f"last checkpoint with `rlherd train --resume "
+                        f"{actors.last_errors or 'none yet (streams still connecting)'}. Once "
+                        f"they answer, continue with `rlherd train --resume "
                         f"{ctx.recorder.rundir.path}`."
                     ) from None
                 ctx.tick(state)

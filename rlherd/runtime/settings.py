@@ -22,6 +22,8 @@ from rlherd.errors import ConfigError
 
 # Where a run runs, not what it is: a run's record is portable without them, and a resumed run
 # may be given its own (another GPU, the cluster's new address and its machines' resources).
+# The address schemes gRPC's name resolution knows (host:port needs none).
+GRPC_SCHEMES = ("unix", "unix-abstract", "dns", "ipv4", "ipv6", "vsock")
 MACHINE_SETTINGS = ("device", "cuda_graph", "env_servers", "ray_address", "actor_resources",
                     "learner_resources")  # fmt: skip
 
@@ -136,8 +138,9 @@ class Poly(Demonstrations):
         at_least_one(self, "num_actors", "envs_per_actor", "num_servers", "inference_min_batch")
         at_least_zero(self, "num_buffers", "inference_timeout_ms", "stall_timeout_s")
         for address in filter(None, (a.strip() for a in self.env_servers.split(","))):
+            scheme, _, rest = address.partition(":")  # gRPC's named schemes, else host:port
             host, _, port = address.rpartition(":")
-            if not (address.startswith("unix:") and address[5:] or host and port.isdigit()):
+            if not (scheme in GRPC_SCHEMES and rest or host and port.isdigit()):
                 raise ConfigError(f"--env-servers: {address!r} is not a server's address; give "
                                   "host:port or unix:/path/to/socket, separated by commas")
 

@@ -70,7 +70,7 @@ class DQNConfig(ObservationConfig):
     def __post_init__(self) -> None:
         check_replay(self)
         check_at_least_one(self, "variable_update_period")
-        check_positive(self, "learning_rate", "adam_eps")
+        check_positive(self, "learning_rate", "adam_eps", "rmsprop_eps")
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError(f"discount must be in [0, 1], got {self.discount}")
         if self.train_every < 0 or self.gradient_steps < 1:

@@ -59,7 +59,7 @@ class ImpalaConfig(ObservationConfig):
             raise ValueError(f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        check_positive(self, "learning_rate")
+        check_positive(self, "learning_rate", "rmsprop_eps")
         if self.reward_tanh_scale is not None and (
             self.reward_tanh_scale <= 0 or self.reward_clip is not None
         ):
