@@ -93,6 +93,8 @@ def as_type(name: str, value: Any, hint: Any) -> Any:
             return float(value)
     if hint not in (int, float) and isinstance(value, origin or hint):
         return value
+    if (origin or hint) is dict:
+        raise ConfigError(f'{name}={value!r}: expected a dict, e.g. {{"key": 1}}')
     raise ConfigError(f"{name}={value!r}: expected {getattr(hint, '__name__', hint)}")
 
 

@@ -150,7 +150,7 @@ UNRUNNABLE = [
     ("dqn", dict(learner_resources={"gpu_box": "1"}, ray_address="auto"),
      "learner_resources maps Ray resource names"),
     ("dqn", dict(actor_resources=["actors"], ray_address="auto"),
-     "actor_resources maps Ray resource names"),
+     r"actor_resources=\['actors'\]: expected a dict, e.g."),
     ("dqn", dict(actor_resources={"CPU": 2}, ray_address="auto"),
      "asked for by --actor-cpus and --device"),
     ("impala", dict(rollouts_per_call=-1), "rollouts_per_call must be >= 0"),
