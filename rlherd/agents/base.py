@@ -53,6 +53,12 @@ def check_non_negative(config: Any, *names: str) -> None:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
 
 
+def check_discount(config: Any) -> None:
+    """A discount in [0, 1] (NaN is not): the one check every agent's config makes of it."""
+    if not 0.0 <= config.discount <= 1.0:
+        raise ValueError(f"discount must be in [0, 1], got {config.discount}")
+
+
 def check_replay(config: Any) -> None:
     """The fields :class:`TransitionReplayBuilder` reads."""
     check_at_least_one(config, "n_step", "batch_size", "replay_size", "min_replay_size")
@@ -73,8 +79,7 @@ def check_critic(config: Any) -> None:
     a categorical critic's support: ``vmin`` and ``vmax`` both set or both derived, in order,
     2+ atoms."""
     check_positive(config, "learning_rate", "critic_learning_rate", "grad_norm_clip")
-    if not 0.0 <= config.discount <= 1.0:
-        raise ValueError(f"discount must be in [0, 1], got {config.discount}")
+    check_discount(config)
     if config.distributional and config.vmin is None and config.discount == 1.0:
         raise ValueError("a derived support needs discount < 1; set vmin and vmax")
     if (config.vmin is None) != (config.vmax is None):

@@ -334,9 +334,8 @@ def train(
                                                          "eval_episodes")})  # fmt: skip
     if record.total_steps <= 0:
         raise ConfigError(f"total_steps must be positive, got {record.total_steps}")
-    for name, least in (("eval_every", 0), ("eval_episodes", 1)):
-        if getattr(record, name) < least:
-            raise ConfigError(f"{name} must be >= {least}, got {getattr(record, name)}")
+    settings_mod.at_least_zero(record, "eval_every")
+    settings_mod.at_least_one(record, "eval_episodes")
     check_callbacks(callbacks, record.eval_every)
     if checkpoint is not None and _counted(checkpoint, runtime) >= record.total_steps:
         rundir.unlock()

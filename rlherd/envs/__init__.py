@@ -170,15 +170,15 @@ def _call_factory(
         signature = inspect.signature(factory)
     except ValueError:  # a callable without a signature to read
         signature = None
-    try:
-        if signature is not None:
+    if signature is not None:
+        try:
             signature.bind(**options)
-    except TypeError as e:  # the call itself cannot be made
-        if options:
-            raise ConfigError(f"{env_id} does not take the options {options}: {e}") from None
-        raise ConfigError(f"{env_id} cannot be called without arguments ({e}); an environment "
-                          "factory takes the environment's options (--env-kwargs) as "
-                          "keywords") from None
+        except TypeError as e:  # the call itself cannot be made
+            if options:
+                raise ConfigError(f"{env_id} does not take the options {options}: {e}") from None
+            raise ConfigError(f"{env_id} cannot be called without arguments ({e}); an "
+                              "environment factory takes the environment's options "
+                              "(--env-kwargs) as keywords") from None
     passes_on = signature is None or any(
         p.kind is p.VAR_KEYWORD for p in signature.parameters.values())  # fmt: skip
     try:

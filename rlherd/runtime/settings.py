@@ -22,10 +22,10 @@ from rlherd.errors import ConfigError
 
 # Where a run runs, not what it is: a run's record is portable without them, and a resumed run
 # may be given its own (another GPU, the cluster's new address and its machines' resources).
-# The address schemes gRPC's name resolution knows (host:port needs none).
-GRPC_SCHEMES = ("unix", "unix-abstract", "dns", "ipv4", "ipv6", "vsock")
 MACHINE_SETTINGS = ("device", "cuda_graph", "env_servers", "ray_address", "actor_resources",
                     "learner_resources")  # fmt: skip
+# The address schemes gRPC's name resolution knows (host:port needs none).
+GRPC_SCHEMES = ("unix", "unix-abstract", "dns", "ipv4", "ipv6", "vsock")
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_positive
+from rlherd.agents.base import check_at_least_one, check_discount, check_positive
 from rlherd.networks import ObservationConfig
 
 __all__ = ["CQLConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
@@ -49,8 +49,7 @@ class CQLConfig(ObservationConfig):
         check_positive(self, "policy_learning_rate", "critic_learning_rate", "learning_rate", "tau")
         if self.cql_coefficient is not None and self.cql_coefficient < 0:
             raise ValueError(f"cql_coefficient must be >= 0 (or None), got {self.cql_coefficient}")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_discount(self)
 
 
 # Small tasks (Pendulum, the toys) learn in thousands of steps, not a million: the policy's

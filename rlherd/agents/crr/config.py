@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_positive
+from rlherd.agents.base import check_at_least_one, check_discount, check_positive
 
 __all__ = ["CRRConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
 
@@ -40,8 +40,7 @@ class CRRConfig:
             raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, "
                              f"got {self.weighting!r}")  # fmt: skip
         check_positive(self, "learning_rate", "beta", "ratio_upper_bound")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_discount(self)
 
 
 PRESETS: dict[str, dict] = {"classic": {}}

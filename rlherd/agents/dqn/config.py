@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_positive, check_replay
+from rlherd.agents.base import check_at_least_one, check_discount, check_positive, check_replay
 from rlherd.networks import ObservationConfig
 
 
@@ -71,8 +71,7 @@ class DQNConfig(ObservationConfig):
         check_replay(self)
         check_at_least_one(self, "variable_update_period")
         check_positive(self, "learning_rate", "adam_eps", "rmsprop_eps")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_discount(self)
         if self.train_every < 0 or self.gradient_steps < 1:
             raise ValueError(
                 f"train_every must be >= 0 and gradient_steps >= 1, got {self.train_every} and "

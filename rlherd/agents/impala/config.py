@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_positive
+from rlherd.agents.base import check_discount, check_positive
 from rlherd.networks import PRECISIONS, ObservationConfig
 
 
@@ -53,8 +53,7 @@ class ImpalaConfig(ObservationConfig):
         for name in ("unroll_length", "batch_size", "lstm_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_discount(self)
         if self.optimizer not in ("rmsprop", "adam"):
             raise ValueError(f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
         if self.precision not in PRECISIONS:

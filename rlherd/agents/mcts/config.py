@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_non_negative, check_positive, check_replay
+from rlherd.agents.base import (
+    check_at_least_one,
+    check_discount,
+    check_non_negative,
+    check_positive,
+    check_replay,
+)
 from rlherd.agents.mcts.search import UNTRIED_VALUES, SearchSettings
 from rlherd.networks import ObservationConfig
 
@@ -56,8 +62,7 @@ class MCTSConfig(ObservationConfig):
                 "two-player games are searched with the game itself, which knows the legal moves; "
                 "set model=simulator"
             )
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_discount(self)
         if self.temperature < 0 or not 0.0 <= self.dirichlet_fraction <= 1.0:
             raise ValueError(
                 f"temperature must be >= 0 and dirichlet_fraction in [0, 1], got "

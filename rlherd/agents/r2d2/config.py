@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_positive, check_replay
+from rlherd.agents.base import check_at_least_one, check_discount, check_positive, check_replay
 from rlherd.networks import ObservationConfig
 
 
@@ -67,8 +67,7 @@ class R2D2Config(ObservationConfig):
             raise ValueError(
                 f"max_priority_weight must be in [0, 1], got {self.max_priority_weight}"
             )
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_discount(self)
         check_positive(self, "learning_rate", "adam_eps")
 
     @property

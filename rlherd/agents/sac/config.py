@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from rlherd.agents.base import (
     check_at_least_one,
+    check_discount,
     check_positive,
     check_replay,
 )
@@ -61,8 +62,7 @@ class SACConfig:
             raise ValueError(
                 f"entropy_coefficient must be >= 0 (or None: tuned), got {self.entropy_coefficient}"
             )
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_discount(self)
 
 
 # The preset names and budgets are the continuous agents' (rlherd/agents/continuous.py).

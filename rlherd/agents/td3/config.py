@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from rlherd.agents.base import (
     check_at_least_one,
+    check_discount,
     check_non_negative,
     check_positive,
     check_replay,
@@ -59,8 +60,7 @@ class TD3Config:
         check_non_negative(self, "policy_noise", "noise_clip", "sigma")
         if self.tau > 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError(f"discount must be in [0, 1], got {self.discount}")
+        check_discount(self)
 
 
 # The preset names and budgets are the continuous agents' (rlherd/agents/continuous.py).
