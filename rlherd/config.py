@@ -13,6 +13,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlherd.errors import ConfigError
 
 SEED_BOUND = 2**32  # numpy's legacy seeding (np.random.seed, which a run calls) takes 0 to this - 1
@@ -78,6 +80,8 @@ def as_type(name: str, value: Any, hint: Any) -> Any:
     """A keyword (or JSON) value as the field's type: any whole number where an int goes (1e6
     too), any real where a float goes, a list where a tuple goes; any other type is one line
     naming the field, not an error from inside the network or the runtime that reads it."""
+    if isinstance(value, np.generic | np.ndarray):  # numpy's scalars and arrays, as Python's
+        value = value.tolist()
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         if value is None:
             return None

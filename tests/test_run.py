@@ -13,7 +13,7 @@ from rlherd.agents import BUILDERS
 from rlherd.agents.impala import ImpalaConfig
 from rlherd.cli import main
 from rlherd.commands.train import resolve_config
-from rlherd.config import apply_overrides, parse_set
+from rlherd.config import apply_overrides, as_type, parse_set
 from rlherd.errors import ConfigError
 from rlherd.run.rundir import CSVLogger, RunDir
 
@@ -130,7 +130,7 @@ def test_keyword_values_of_another_type_are_one_line(tmp_path):
     """rlherd.train's keywords are typed as the config's fields: a value of another type is
     named before the run starts (a string among hidden sizes failed inside torch, a string
     budget in a comparison), while what a researcher writes for a number is taken (1e6 for
-    an int, numpy's integers, an int for a float, a list for a tuple)."""
+    an int, numpy's scalars and arrays, an int for a float, a list for a tuple)."""
     bad = [dict(hidden_sizes=[32, "x"]), dict(batch_size=4.5), dict(normalize_obs=1),
            dict(learning_rate=True), dict(total_steps="100")]  # fmt: skip
     for kwargs in bad:
@@ -140,11 +140,16 @@ def test_keyword_values_of_another_type_are_one_line(tmp_path):
                          run_dir=tmp_path / "bad", progress=False)  # fmt: skip
     assert not (tmp_path / "bad").exists()
     run = rlherd.train("ppo", "CartPole-v1", total_steps=64.0, unroll_length=np.int64(16),
-                       learning_rate=1, hidden_sizes=[8, 8], run_dir=tmp_path / "run",
+                       learning_rate=1, hidden_sizes=[8, 8], normalize_obs=np.bool_(False),
+                       clip=np.float32(0.25), run_dir=tmp_path / "run",
                        progress=False)  # fmt: skip
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["total_steps"] == 64 and config["config"]["unroll_length"] == 16
     assert config["config"]["learning_rate"] == 1.0 and config["config"]["hidden_sizes"] == [8, 8]
+    assert config["config"]["normalize_obs"] is False and config["config"]["clip"] == 0.25
+    assert as_type("hidden_sizes", np.array([64, 64]), tuple[int, ...]) == (64, 64)
+    with pytest.raises(ConfigError, match="expected int"):
+        as_type("hidden_sizes", np.array([[64, 64]]), tuple[int, ...])
     assert run.summary["actor_steps"] >= 64
 
 

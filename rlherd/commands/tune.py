@@ -299,9 +299,10 @@ def _checked(name: str, distribution: Any, where: str) -> Distribution:
     if kind == "categorical":
         if len(rest) != 1 or not isinstance(rest[0], list | tuple) or not rest[0]:
             raise ConfigError(f"{where}: {forms}")
-        if not all(v is None or isinstance(v, bool | int | float | str) for v in rest[0]):
-            raise ConfigError(f"{where}: {name}'s choices must be numbers, strings, booleans or "
-                              "null (write a tuple field as a string: '64 64')")  # fmt: skip
+        if not all(v is None or isinstance(v, bool | int | str)
+                   or isinstance(v, float) and math.isfinite(v) for v in rest[0]):  # fmt: skip
+            raise ConfigError(f"{where}: {name}'s choices must be finite numbers, strings, "
+                              "booleans or null (a tuple field as a string: '64 64')")  # fmt: skip
         return ("categorical", list(rest[0]))
     if kind not in KINDS or len(rest) != 2:
         raise ConfigError(f"{where}: {forms}")
@@ -310,8 +311,9 @@ def _checked(name: str, distribution: Any, where: str) -> Distribution:
         low, high = number(rest[0]), number(rest[1])
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: {name}'s bounds must be numbers, got {rest}") from None
-    if low > high or (kind.startswith("log") and low <= 0):
-        raise ConfigError(f"{where}: {name} needs low <= high (and low > 0 for {kind})")
+    if not math.isfinite(low) or not math.isfinite(high) or low > high or (
+            kind.startswith("log") and low <= 0):  # fmt: skip
+        raise ConfigError(f"{where}: {name} needs finite low <= high (and low > 0 for {kind})")
     return (kind, low, high)
 
 
