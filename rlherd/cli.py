@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 
 # Building the parsers reads only torch-free tables (agent and runtime names, the runtime
@@ -371,7 +372,20 @@ def _env_kwargs(text: str | None) -> dict | None:
     return value
 
 
+def _one_line(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001
+    """rlherd's own notices as the one line they are at a terminal: where in rlherd's code one
+    was raised, and that line of code, say nothing to the person who reads it. Other packages'
+    warnings keep Python's form, which points at their source."""
+    if category.__module__.startswith("rlherd."):
+        return f"rlherd: {message}\n"
+    return _python_format(message, category, filename, lineno, line)
+
+
+_python_format = warnings.formatwarning
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.formatwarning = _one_line
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "serve-env":

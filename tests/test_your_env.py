@@ -295,6 +295,14 @@ def test_a_leaf_that_is_not_an_array_is_left_out_with_one_notice(tmp_path):
                      progress=False)  # fmt: skip
     spec = rl_envs.spec_for("minigrid:MiniGrid-Empty-5x5-v0")
     assert spec.dropped == ("mission",) and "mission" not in spec.obs
+    # At a terminal the notice is its one line, not where in rlherd it was raised
+    out = subprocess.run([sys.executable, "-m", "rlherd.cli", "train", "ppo", "--env",
+                          "MiniGrid-Empty-5x5-v0", "--total-steps", "64", "--no-progress",
+                          "--run-dir", str(tmp_path / "cli")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    notice = [line for line in out.stderr.splitlines() if not line.startswith("run directory")]
+    assert len(notice) == 1 and notice[0].startswith("rlherd: minigrid:MiniGrid-Empty-5x5-v0: "
+                                                     "left out of the observation: mission"), notice
 
 
 @pytest.mark.parametrize("agent", ["ppo", "impala", "dqn"])
