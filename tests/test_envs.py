@@ -127,6 +127,17 @@ def test_a_control_suite_action_repeat_holds_each_action_and_sums_its_rewards():
         envs.make(env_id, action_repeat=1.5)
 
 
+def test_a_time_limit_option_that_is_not_a_step_count_is_one_line():
+    """``max_episode_steps`` goes to ``gym.make``, which asserts it is positive: an
+    AssertionError from inside Gymnasium, not a line naming the option."""
+    for steps in (-5, 0, 2.5, "100"):
+        with pytest.raises(ConfigError, match="CartPole-v1: max_episode_steps must be a whole"):
+            envs.make("CartPole-v1", max_episode_steps=steps)
+    env = envs.make("CartPole-v1", max_episode_steps=3)
+    env.reset(seed=0)
+    assert [env.step(0)[3] for _ in range(3)] == [False, False, True]
+
+
 @pytest.mark.parametrize("env_id", ["Hopper-v5", "pettingzoo/pettingzoo.classic.connect_four_v3"])
 def test_a_snapshot_goes_on_with_the_episode_of_an_environment_that_ezpickles(env_id):
     """MuJoCo's environments and PettingZoo's games are Gymnasium ``EzPickle`` objects, whose own

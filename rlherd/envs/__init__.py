@@ -127,7 +127,8 @@ def make(env_id: str, /, *, render_mode: str | None = None, **kwargs: Any) -> gy
         if family(named) == "nethack":
             kwargs.setdefault("observation_keys", NETHACK_KEYS)
         control = named.startswith("dm_control/")
-        repeat = _action_repeat(env_id, kwargs.pop("action_repeat", 1)) if control else 1
+        repeat = kwargs.pop("action_repeat", 1) if control else 1
+        repeat = _at_least_one(env_id, "action_repeat", repeat)
         env = _gym_make(named, render_mode, kwargs)
         if named.startswith("MinAtar/"):
             env = _ChannelsFirst(env)
@@ -138,14 +139,17 @@ def make(env_id: str, /, *, render_mode: str | None = None, **kwargs: Any) -> gy
     return env
 
 
-def _action_repeat(env_id: str, repeat: Any) -> int:
-    """A Control Suite task's ``action_repeat`` option: a whole number of steps, 1 or more."""
-    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
-        raise ConfigError(f"{env_id}: action_repeat must be a whole number >= 1, got {repeat!r}")
-    return repeat
+def _at_least_one(env_id: str, name: str, steps: Any) -> int:
+    """A count of steps given as an option (a Control Suite task's ``action_repeat``, Gymnasium's
+    ``max_episode_steps``): a whole number, 1 or more."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigError(f"{env_id}: {name} must be a whole number >= 1, got {steps!r}")
+    return steps
 
 
 def _gym_make(env_id: str, render_mode: str | None, kwargs: dict[str, Any]) -> gym.Env:
+    if kwargs.get("max_episode_steps") is not None:  # Gymnasium asserts it, deep in gym.make
+        _at_least_one(env_id, "max_episode_steps", kwargs["max_episode_steps"])
     try:
         with no_display_warning():
             return gym.make(env_id, render_mode=render_mode, **kwargs)
