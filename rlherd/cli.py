@@ -170,7 +170,8 @@ def _parser() -> argparse.ArgumentParser:
     export = sub.add_parser("export", help="write a run's policy, with its preprocessing, as "
                             "an ONNX or TorchScript file to act with outside rlherd")  # fmt: skip
     export.add_argument("run_dir")
-    export.add_argument("--format", choices=("onnx", "torchscript"), default="onnx")
+    export.add_argument("--format", choices=("onnx", "torchscript"),
+                        help="default: as -o's suffix says (.onnx, .pt or .pth), else onnx")
     export.add_argument("--stochastic", action="store_true",
                         help="sample actions (from a noise input) instead of the greedy one")
     export.add_argument("-o", "--output", metavar="FILE",

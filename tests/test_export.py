@@ -319,14 +319,23 @@ def test_the_guides_script_acts_as_rlherd_for_an_episode(exported, run, name, tm
 
 def test_the_command_writes_where_it_says_and_refuses_in_one_line(run, workdir, capsys):
     """``rlherd export`` prints the file it wrote (by default in the run directory); a search
-    agent and a missing format are one line each, exit 2."""
+    agent and a format its file's name contradicts are one line each, exit 2."""
     assert main(["export", str(run("feedforward")), "--format", "torchscript"]) == 0
     path = Path(capsys.readouterr().out.strip())
     assert path == run("feedforward") / "policy.pt" and path.stat().st_size > 0
     elsewhere = workdir / "exports" / "cartpole" / "policy.pt"  # its folders made, as a run's
     assert main(["export", str(run("feedforward")), "--format", "torchscript", "-o",
                  str(elsewhere)]) == 0 and elsewhere.stat().st_size > 0  # fmt: skip
+    # Without --format, -o's suffix says which; a --format the suffix contradicts is refused
+    named = workdir / "exports" / "named.pt"
+    assert main(["export", str(run("feedforward")), "-o", str(named)]) == 0
+    assert torch.jit.load(named) is not None
     capsys.readouterr()
+    assert main(["export", str(run("feedforward")), "--format", "onnx", "-o",
+                 str(workdir / "exports" / "other.pth")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "names a torchscript file, and --format is onnx" in err
+    assert not (workdir / "exports" / "other.pth").exists()
     mcts = rlherd.train("mcts", "open_spiel/tic_tac_toe", total_steps=50, progress=False,
                         run_dir=workdir / "mcts").path  # fmt: skip
     assert main(["export", str(mcts)]) == 2

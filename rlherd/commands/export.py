@@ -57,6 +57,7 @@ from rlherd.run.provenance import machine
 from rlherd.run.rundir import atomic_write_bytes, make_folder
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}  # format: the default file's suffix
+SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript"}  # suffix: its format
 METADATA = "rlherd"  # the ONNX metadata key; TorchScript's extra file is METADATA + ".json"
 ONNX_MODULES = ("onnx", "onnxruntime", "onnxscript")  # what torch's exporter and the check use
 STATE, NEXT = F.CORE_STATE, "next_"  # state inputs core_state.K, outputs next_core_state.K
@@ -292,20 +293,35 @@ def check_file(graph: PolicyGraph, data: bytes, fmt: str) -> None:
                                f"{have} against {want}")  # fmt: skip
 
 
+def file_format(fmt: str | None, output: str | Path | None) -> str:
+    """The format asked for, else the one ``output``'s suffix names, else ONNX. A format and a
+    suffix that disagree are refused: a ``policy.pt`` holding ONNX would fail only when it is
+    loaded, far from here."""
+    named = SUFFIXES.get(Path(output).suffix.lower()) if output is not None else None
+    if fmt is None:
+        return named or "onnx"
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown format {fmt!r}; choose {' or '.join(FORMATS)}")
+    if named not in (None, fmt):
+        raise ConfigError(f"-o {output} names a {named} file, and --format is {fmt}: drop "
+                          f"--format, or write to a {FORMATS[fmt]} file")  # fmt: skip
+    return fmt
+
+
 def export(
     run_dir: str | Path,
-    fmt: str = "onnx",
+    fmt: str | None = None,
     stochastic: bool = False,
     output: str | Path | None = None,
     best: bool = False,
 ) -> Path:
     """Write the latest policy of the run in ``run_dir`` (``best``: its best evaluation's, kept
     by ``--save-best``) as an ONNX or TorchScript file
-    (``fmt``; see the module docstring) to ``output`` (default: ``policy.onnx`` or ``policy.pt``
-    in the run directory, ``policy-best.*`` with ``best``, ``policy-stochastic.*`` with
-    ``stochastic``; a package's must be given); its path."""
-    if fmt not in FORMATS:
-        raise ConfigError(f"unknown format {fmt!r}; choose {' or '.join(FORMATS)}")
+    (``fmt``, or as ``output``'s suffix says: :func:`file_format`; see the module docstring) to
+    ``output`` (default: ``policy.onnx`` or ``policy.pt`` in the run directory,
+    ``policy-best.*`` with ``best``, ``policy-stochastic.*`` with ``stochastic``; a package's
+    must be given); its path."""
+    fmt = file_format(fmt, output)
     if fmt == "onnx":
         require_onnx()
     trained = load_policy(run_dir, best=best)
