@@ -494,3 +494,26 @@ def test_bc_clones_a_ppo_expert_on_cartpole(minari_root, tmp_path):
                        eval_every=6_000, seed=0, run_dir=tmp_path / "bc",
                        progress=False)  # fmt: skip
     assert run.summary["eval_return_mean"] >= 475, run.summary
+
+
+def test_the_lagrange_coefficient_moves_when_both_losses_are_summed_as_the_learner_sums_them():
+    """CQL's learner backpropagates ``td + penalty + alpha_loss`` at once. The penalty must hold
+    alpha fixed, or its gradient on log alpha cancels the alpha loss's and the coefficient never
+    moves: with a gap of 15 against a target of 10, d(alpha_loss)/d(log alpha) = -(15 - 10)."""
+    log_alpha = torch.zeros((), requires_grad=True)
+    penalty, alpha_loss = cql_lagrange_loss(log_alpha, torch.full((8,), 15.0), 10.0)
+    (penalty + alpha_loss).backward()
+    assert log_alpha.grad.item() == pytest.approx(-5.0)
+
+
+def test_the_discrete_gap_counts_only_legal_actions():
+    """logsumexp over the legal actions only, minus the data action's value."""
+    q = torch.tensor([[1.0, 2.0, 10.0]])
+    gap = cql_gap_discrete(q, torch.tensor([0]), torch.tensor([[True, True, False]]))
+    assert gap.item() == pytest.approx(math.log(math.e + math.e**2) - 1.0)
+
+
+def test_crr_exponential_weights_stop_at_their_bound():
+    """exp(5 / 0.5) is 22,026; the bound holds it at 20."""
+    weight = crr_weights(torch.tensor([5.0]), torch.zeros(4, 1), "exp", beta=0.5, upper_bound=20.0)
+    assert weight.tolist() == [20.0]

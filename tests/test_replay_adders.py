@@ -215,3 +215,52 @@ def test_a_sequence_adder_restored_mid_episode_writes_what_it_would_have():
     expected = [rows_of(i) for i in drain(straight_table)]
     assert [rows_of(i) for i in drain(table)] == expected == [[0, 1, 2], [2, 3, 4], [4, 5, 6],
                                                               [6, 7, 8], [8, 9]]  # fmt: skip
+
+
+def test_a_new_episode_forgets_the_steps_of_one_left_unfinished():
+    """``add_first`` without the last episode's end (a resume whose environments could not be
+    restored starts new episodes while the restored adder holds the old one's steps): no item
+    may join the old episode's observations to the new one's."""
+    table, adder = nstep(3)
+    adder.add_first(obs(0))
+    adder.add(np.int64(0), 1.0, obs(1), False, False)
+    adder.add(np.int64(1), 2.0, obs(2), False, False)
+    adder.add_first(obs(10))
+    adder.add(np.int64(0), 3.0, obs(11), True, False)
+    items = drain(table)
+    assert [(int(i["obs"][0]), int(i["next_obs"][0]), float(i["reward"])) for i in items] == [
+        (10, 11, 3.0)
+    ]
+    table = _sequence_table(3)
+    adder = SequenceAdder(table, length=3, period=2, end_of_episode="pad")
+    adder.add_first(obs(0))
+    adder.add(np.int64(1), 0.0, obs(1), False, False, {"h": np.float32(0)})
+    adder.add_first(obs(10))
+    for t in range(2):
+        adder.add(np.int64(1), 1.0, obs(11 + t), t == 1, False, {"h": np.float32(t)})
+    assert [_rows(i) for i in drain(table)] == [[10, 11, 12]]
+
+
+def _sequence_table(length):
+    signature = SequenceAdder.signature(SPEC, length, extras={"h": ((), np.float32)})
+    return Table.queue("q", signature, 100)
+
+
+def _rows(item):
+    return [int(o[0]) for o, m in zip(item["obs"], item["mask"], strict=True) if m]
+
+
+def test_a_sequence_cut_by_the_time_limit_is_written_and_its_last_row_is_a_reset():
+    """A truncated episode is flushed as a terminated one is (its tail would be lost), and its
+    final observation's row is marked ``reset`` (nothing was taken there, so R2D2's learner
+    must not train on it), ``truncated`` and not ``terminated`` on the step before."""
+    table = _sequence_table(3)
+    adder = SequenceAdder(table, length=3, period=2, end_of_episode="pad")
+    adder.add_first(obs(0))
+    for t in range(3):
+        adder.add(np.int64(1), float(t), obs(t + 1), False, t == 2, {"h": np.float32(t)})
+    items = drain(table)
+    assert [_rows(i) for i in items] == [[0, 1, 2], [2, 3]]
+    assert items[1]["truncated"].tolist() == [True, False, False]
+    assert items[1]["terminated"].tolist() == [False, False, False]
+    assert items[1]["reset"].tolist() == [False, True, False]

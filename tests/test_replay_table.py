@@ -443,3 +443,126 @@ def test_a_run_checkpoint_holds_a_tables_items_in_one_copy(tmp_path):
     restored.load_state_dict(from_plain(torch.load(tmp_path / "ckpt.pt", weights_only=True)))
     assert restored.info() == table.info()
     np.testing.assert_array_equal(restored.sample(32).data["obs"], table.sample(32).data["obs"])
+
+
+@pytest.mark.parametrize("cls", [MaxHeap, MinHeap])
+def test_the_heaps_agree_with_a_naive_reference(cls):
+    """Random inserts, deletes of any slot and priority updates up and down: the top is always
+    the naive best (ties: the older key), and taking the top out repeatedly, as a sampler with
+    ``max_times_sampled=1`` does, gives each next best in turn."""
+    rng = np.random.default_rng(0)
+    heap, live, capacity, key = cls(), {}, 32, 0  # slot -> (priority, key)
+    heap.reset(capacity)
+    sign = -1.0 if cls is MaxHeap else 1.0
+
+    def best():
+        return min(live, key=lambda s: (sign * live[s][0], live[s][1]))
+
+    for _ in range(3000):
+        u = rng.random()
+        free = [s for s in range(capacity) if s not in live]
+        if free and (u < 0.4 or not live):
+            slot, p = int(rng.choice(free)), float(rng.integers(0, 20))
+            heap.insert(slot, key, p)
+            live[slot] = (p, key)
+            key += 1
+        elif u < 0.7:
+            slot = int(rng.choice(list(live)))
+            heap.delete(slot)
+            del live[slot]
+        else:
+            slot, p = int(rng.choice(list(live))), float(rng.integers(0, 20))
+            heap.update(np.array([slot]), np.array([p]))
+            live[slot] = (p, live[slot][1])
+        if live:
+            assert int(heap.sample(1, rng)[0][0]) == best()
+        if len(live) > 20:
+            while len(live) > 3:
+                top = best()
+                assert int(heap.sample(1, rng)[0][0]) == top
+                heap.delete(top)
+                del live[top]
+
+
+class _ZeroDraws:
+    """Uniform draws of exactly 0.0, which numpy's ``random()`` can return."""
+
+    def random(self, n):
+        return np.zeros(n)
+
+
+def test_a_draw_of_zero_never_lands_on_a_zero_priority():
+    sampler = Prioritized(1.0)
+    sampler.reset(128)
+    for slot in range(128):  # the first block all zero, and slot 64 too
+        sampler.insert(slot, slot, 1.0 if slot == 65 else 0.0)
+    slots, probabilities = sampler.sample(3, _ZeroDraws())
+    assert slots.tolist() == [65, 65, 65] and probabilities.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_filling_up_to_the_minimum_size_is_never_blocked():
+    """Inserts up to ``min_size_to_sample`` are free whatever the error buffer, or a table whose
+    buffer ends below ``spi * min_size`` could never be sampled."""
+    limiter = SampleToInsertRatio(1.0, 10, error_buffer=(-5.0, 8.0))
+    for _ in range(10):
+        assert limiter.can_insert(1)
+        limiter.inserts += 1
+    assert limiter.can_sample(1)
+
+
+def test_samples_allowed_is_the_most_samples_the_limiter_lets_out_at_fractional_ratios():
+    for limiter in (RateLimiter(0.5, 1, 0.0, 100.0), SampleToInsertRatio(0.25, 4, 10.0)):
+        for _ in range(40):
+            most = max(n for n in range(100) if n == 0 or limiter.can_sample(n))
+            assert limiter.samples_allowed() == most, limiter.state_dict()
+            limiter.inserts += 1
+            if limiter.can_sample(1):
+                limiter.samples += 1
+
+
+def test_the_first_burst_comes_when_the_table_first_holds_the_minimum_at_a_multiple():
+    """Stable-Baselines3's rule: with ``train_freq=4`` and ``learning_starts=3``, the first
+    update is at step 4 (a minimum size of 4 items), the next at 8."""
+    limiter = Bursts(train_every=4, samples_per_burst=6, min_size_to_sample=4)
+    for inserts, allowed in ((3, 0), (4, 6), (8, 12)):
+        limiter.inserts = inserts
+        assert limiter.samples_allowed() == allowed
+
+
+def test_times_sampled_counts_each_draw_and_starts_at_zero_in_a_reused_slot():
+    table = Table("t", SIG, 10, Uniform())
+    table.insert(item(0))
+    assert table.sample(4).times_sampled.tolist() == [4, 4, 4, 4]  # repeats in one batch
+    assert table.sample(1).times_sampled.tolist() == [5]
+    table = Table("t", SIG, 1, Uniform(), max_times_sampled=2)
+    table.insert(item(0))
+    table.sample(1)
+    table.insert(item(1))  # removes item 0 and takes its slot
+    sample = table.sample(1)
+    assert sample.data["i"].tolist() == [1] and sample.times_sampled.tolist() == [1]
+    assert table.size == 1
+
+
+def test_the_last_of_a_key_repeated_in_one_update_wins():
+    table = Table("t", SIG, 10, Prioritized(1.0))
+    k0, _ = table.insert(item(0)), table.insert(item(1))
+    table.update_priorities(np.array([k0, k0]), np.array([1.0, 3.0]))
+    sample = table.sample(2000)
+    np.testing.assert_allclose(sample.probabilities[sample.data["i"] == 0], 0.75)
+
+
+def test_an_item_removed_by_its_sample_comes_back_with_its_key_and_the_size_it_was_drawn_at():
+    queue = Table.queue("q", SIG, 4)
+    k0 = queue.insert(item(0))
+    queue.insert(item(1))
+    sample = queue.sample(1)
+    assert sample.keys.tolist() == [k0] and sample.table_size.tolist() == [2]
+
+
+def test_batches_that_do_not_divide_what_is_allowed_never_take_more():
+    """Two samples per insert and ten inserts allow 20: batches of 3 take six, 18."""
+    table = Table("t", SIG, 100, Uniform(), rate_limiter=SampleToInsertRatio(2.0, 1, (0.0, 100.0)))
+    for i in range(10):
+        table.insert(item(i))
+    batch = table.sample(3, timeout=1.0, batches=8)
+    assert len(batch.keys) == 18 and table.limiter.samples == 18

@@ -224,3 +224,16 @@ def test_networks_saved_before_the_warm_up_flag_load_as_learning():
 def test_bad_configs_name_the_field(agent, overrides, message):
     with pytest.raises(ValueError, match=message):
         resolve_config(agent, REACH, None, overrides)
+
+
+def test_the_policy_loss_reaches_the_value_and_the_critic_target_stays_fixed():
+    """SAC's policy climbs the critics' value: its loss's gradient on ``value`` is -1/B per
+    sample (a detached value leaves the policy only maximising entropy, with gradients still
+    flowing through ``log_pi``). The critics regress toward a fixed target."""
+    value = torch.randn(5, requires_grad=True)
+    sac_policy_loss(value, torch.randn(5), 0.2).backward()
+    torch.testing.assert_close(value.grad, torch.full((5,), -1 / 5))
+    q1, q2 = torch.randn(5, requires_grad=True), torch.randn(5, requires_grad=True)
+    target = torch.randn(5, requires_grad=True)
+    twin_critic_loss(q1, q2, target).backward()
+    assert target.grad is None and q1.grad is not None

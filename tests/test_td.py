@@ -61,3 +61,20 @@ def test_value_rescaling_round_trip_and_transformed_target():
         best = int(q_select[i].argmax())
         inner = r[i] + d[i] * signed_parabolic(q_value[i, best])
         assert td[i].item() == pytest.approx(h(inner.item()) - q_tm1[i, a[i]].item(), rel=1e-5)
+
+
+def test_the_targets_carry_no_gradient():
+    """A target is a fixed regression point: the loss must not move the target network's
+    estimates toward the online ones (the learners build targets under no_grad, so only this
+    test sees a target that is not detached)."""
+    g = torch.Generator().manual_seed(0)
+    q_tm1 = torch.randn(4, 3, generator=g, requires_grad=True)
+    q_t = torch.randn(4, 3, generator=g, requires_grad=True)
+    selector = torch.randn(4, 3, generator=g)
+    a, r, d = torch.tensor([0, 1, 2, 0]), torch.ones(4), torch.full((4,), 0.9)
+    for td in (q_learning_td(q_tm1, a, r, d, q_t),
+               double_q_learning_td(q_tm1, a, r, d, q_t, selector),
+               transformed_double_q_td(q_tm1, a, r, d, q_t, selector)):  # fmt: skip
+        q_t.grad = None
+        td.sum().backward()
+        assert q_t.grad is None and q_tm1.grad is not None
