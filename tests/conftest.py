@@ -124,12 +124,14 @@ def reach_expert(obs):
     return np.clip([(obs[1] - obs[0]) / 0.5], -1.0, 1.0).astype(np.float32)  # goal in one step
 
 
-def random_transitions(builder, env_id: str, steps: int, seed: int = 0) -> list:
-    """``builder``'s replay tables (inserts never wait) holding ``steps`` of uniformly random
-    actions in ``env_id``, written by its adder: a real batch for a learner's unit test."""
+def random_transitions(builder, env_id: str, steps: int, seed: int = 0, **table_options) -> list:
+    """``builder``'s replay tables (made with ``table_options``; by default inserts never wait)
+    holding ``steps`` of uniformly random actions in ``env_id``, written by its adder: a real
+    batch for a learner's unit test (an offline agent's tables take ``dataset_size=steps``)."""
     from rlherd import envs as rl_envs
 
-    tables = builder.make_replay_tables(rl_envs.spec_for(env_id), insert_blocking=False)
+    table_options = table_options or dict(insert_blocking=False)
+    tables = builder.make_replay_tables(rl_envs.spec_for(env_id), **table_options)
     adder = builder.make_adder(tables, 1)
     env = rl_envs.make(env_id)
     obs, _ = env.reset(seed=seed)
@@ -138,7 +140,7 @@ def random_transitions(builder, env_id: str, steps: int, seed: int = 0) -> list:
     for _ in range(steps):
         action = env.action_space.sample()
         obs, reward, term, trunc, _ = env.step(action)
-        adder.add(action[None], np.array([reward]), obs[None], np.array([term]),
+        adder.add(np.asarray(action)[None], np.array([reward]), obs[None], np.array([term]),
                   np.array([trunc]), np.zeros(1, dtype=bool))  # fmt: skip
         if term or trunc:
             obs, _ = env.reset()

@@ -100,7 +100,7 @@ def test_dqn_learns_cartpole(tmp_path):
     assert reached, run.summary
 
 
-def _batch(spec, n=16, seed=0):
+def transition_batch(spec, n=16, seed=0):
     g = torch.Generator().manual_seed(seed)
     obs = torch.randn((2 * n, *spec.obs_shape), generator=g)
     return dict(obs=obs[:n], next_obs=obs[n:],
@@ -137,7 +137,7 @@ def test_dqn_loss_matches_a_naive_per_row_reference(double_q):
     target = copy.deepcopy(net)
     for p in target.parameters():
         p.data.add_(0.1 * torch.randn_like(p))
-    data, weights = _batch(spec), torch.rand(16)
+    data, weights = transition_batch(spec), torch.rand(16)
     loss, td = dqn_loss(net, target, data, weights, config)
     loss.backward()
     got = [p.grad.clone() for p in net.parameters()]
@@ -176,7 +176,7 @@ def test_dqfd_adds_the_large_margin_loss_on_demonstrations_only():
     plain, dqfd = DQNConfig(), DQNConfig(margin_loss_weight=2.0, margin=0.8)
     net = QNetwork(spec, plain)
     target = copy.deepcopy(net)
-    data = _batch(spec)
+    data = transition_batch(spec)
     demo = torch.zeros(16, dtype=torch.bool)
     demo[[1, 4, 9]] = True
     base, _ = dqn_loss(net, target, data, None, plain)
@@ -219,7 +219,7 @@ def test_compiled_learner_step_gives_the_eager_numbers(optimizer):
     assert compiled.compiled is not None and eager.compiled is None
     before = [p.detach().clone() for p in eager.net.parameters()]
     for step in range(8):
-        data = _batch(spec, seed=step)
+        data = transition_batch(spec, seed=step)
         if optimizer == "rmsprop":
             data["obs"] = (data["obs"] > 1).to(torch.uint8)
             data["next_obs"] = (data["next_obs"] > 1).to(torch.uint8)
@@ -239,7 +239,8 @@ def test_compiled_learner_step_gives_the_eager_numbers(optimizer):
     assert any((p != q).any() for p, q in zip(eager.target_net.parameters(), before, strict=True))
     # The compiled learner continues from the eager one's checkpoint as the eager one does.
     compiled.load_state_dict(copy.deepcopy(eager.state_dict()))  # as if read from a file
-    sample = ReplaySample(_batch(spec, seed=9) if optimizer == "adam" else data, None, weights)
+    batch = transition_batch(spec, seed=9) if optimizer == "adam" else data
+    sample = ReplaySample(batch, None, weights)
     a, b = eager.learn(sample), compiled.learn(sample)
     assert b["loss"].item() == pytest.approx(a["loss"].item(), rel=1e-4, abs=1e-6)
     for p, q in zip(eager.net.parameters(), compiled.net.parameters(), strict=True):

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import random_transitions
+from test_dqn import transition_batch as dqn_batch
+from test_r2d2 import batch as r2d2_batch
 
 from rlherd import envs as rl_envs
 from rlherd import types as F
@@ -28,64 +30,13 @@ def _builder(agent, env_id, **overrides):
     return BUILDERS[agent](config), rl_envs.spec_for(env_id)
 
 
-def _offline_tables(builder, env_id, steps, seed=0):
-    """An offline agent's table holding ``steps`` uniformly random transitions (a dataset)."""
-    tables = builder.make_replay_tables(rl_envs.spec_for(env_id), dataset_size=steps)
-    adder = builder.make_adder(tables, 1)
-    env = rl_envs.make(env_id)
-    obs, _ = env.reset(seed=seed)
-    env.action_space.seed(seed)
-    adder.add_first(obs[None], np.ones(1, dtype=bool))
-    for _ in range(steps):
-        action = env.action_space.sample()
-        obs, reward, term, trunc, _ = env.step(action)
-        adder.add(np.asarray(action)[None], np.array([reward]), obs[None], np.array([term]),
-                  np.array([trunc]), np.zeros(1, dtype=bool))  # fmt: skip
-        if term or trunc:
-            obs, _ = env.reset()
-            adder.add_first(obs[None], np.ones(1, dtype=bool))
-    return tables
-
-
 def _learner(agent, env_id, steps=64, **overrides):
     builder, spec = _builder(agent, env_id, **overrides)
-    if agent in ("crr", "cql", "bc"):
-        tables = _offline_tables(builder, env_id, steps)
-    else:
-        tables = random_transitions(builder, env_id, steps)
+    offline = dict(dataset_size=steps) if agent in ("crr", "cql", "bc") else {}
+    tables = random_transitions(builder, env_id, steps, **offline)
     torch.manual_seed(0)
     net = builder.make_networks(spec)
     return builder.make_learner(net, builder.make_dataset(tables), 1_000, tables)
-
-
-def _dqn_batch(spec, n=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    obs = torch.randn((2 * n, *spec.obs_shape), generator=g)
-    return dict(obs=obs[:n], next_obs=obs[n:],
-                action=torch.randint(spec.num_actions, (n,), generator=g),
-                reward=torch.randn(n, generator=g),
-                discount=torch.rand(n, generator=g).round() * 0.99)  # fmt: skip
-
-
-def _r2d2_batch(spec, config, starts, seed=0):
-    """As tests/test_r2d2.py's ``batch``."""
-    g = torch.Generator().manual_seed(seed)
-    B, T = len(starts), config.sequence_length
-    first = torch.zeros(B, T, dtype=torch.bool)
-    first[:, 0] = torch.tensor(starts)
-    state = torch.randn(B, 1, config.lstm_size, generator=g) * (~first[:, :1, None])
-    return dict(
-        obs=torch.randn(B, T, *spec.obs_shape, generator=g),
-        action=torch.randint(0, spec.num_actions, (B, T), generator=g),
-        reward=torch.randn(B, T, generator=g),
-        terminated=torch.zeros(B, T, dtype=torch.bool),
-        truncated=torch.zeros(B, T, dtype=torch.bool),
-        reset=torch.zeros(B, T, dtype=torch.bool),
-        first=first,
-        mask=torch.ones(B, T, dtype=torch.bool),
-        core_h=state,
-        core_c=state.flip(-1),
-    )
 
 
 R2D2_SMALL = dict(burn_in=3, trace_length=5, sequence_period=4, batch_size=4, replay_size=200,
@@ -122,7 +73,7 @@ def _dqn_learner(period):
     config = DQNConfig(target_update_period=period, hidden_sizes=(16,), learning_rate=1e-2)
     torch.manual_seed(0)
     learner = DQNLearner(QNetwork(spec, config), config, 1000, None, None)
-    batches = (ReplaySample(_dqn_batch(spec, seed=s), None, None) for s in range(100))
+    batches = (ReplaySample(dqn_batch(spec, seed=s), None, None) for s in range(100))
     return learner, lambda: learner.learn(next(batches))
 
 
@@ -134,7 +85,7 @@ def _r2d2_learner(period):
     config = R2D2Config(**R2D2_SMALL, target_update_period=period)
     torch.manual_seed(0)
     learner = R2D2Learner(R2D2Builder(config).make_networks(spec), config, None, None)
-    batches = (ReplaySample(_r2d2_batch(spec, config, [False, True, False], seed=s), None, None)
+    batches = (ReplaySample(r2d2_batch(spec, config, [False, True, False], seed=s), None, None)
                for s in range(100))  # fmt: skip
     return learner, lambda: learner.learn(next(batches))
 
@@ -174,7 +125,7 @@ def test_dqn_writes_back_the_absolute_td_errors_plus_eps_as_priorities():
     config = DQNConfig(prioritized=True, priority_eps=1e-3, hidden_sizes=(16,))
     table = _PriorityTable()
     learner = DQNLearner(QNetwork(spec, config), config, 1000, None, table)
-    data, keys = _dqn_batch(spec), np.arange(16) * 7 + 3
+    data, keys = dqn_batch(spec), np.arange(16) * 7 + 3
     with torch.no_grad():
         _, td = dqn_loss(learner.net, learner.target_net, data, None, config)
     learner.learn(ReplaySample(data, SimpleNamespace(keys=keys), torch.ones(16)))
@@ -194,7 +145,7 @@ def test_r2d2_writes_back_each_sequences_priority():
     config = R2D2Config(**R2D2_SMALL)
     table = _PriorityTable()
     learner = R2D2Learner(R2D2Builder(config).make_networks(spec), config, None, table)
-    data, keys = _r2d2_batch(spec, config, [False, True, False]), np.array([5, 9, 2])
+    data, keys = r2d2_batch(spec, config, [False, True, False]), np.array([5, 9, 2])
     with torch.no_grad():
         _, expected, _ = r2d2_loss(learner.net, learner.target_net, data, None, config)
     learner.learn(ReplaySample(data, SimpleNamespace(keys=keys), None))
@@ -230,7 +181,7 @@ def test_r2d2_importance_weights_scale_each_sequences_loss():
     config = R2D2Config(**R2D2_SMALL)
     builder = R2D2Builder(config)
     net, target = builder.make_networks(spec), builder.make_networks(spec)
-    data = _r2d2_batch(spec, config, [False, True, False])
+    data = r2d2_batch(spec, config, [False, True, False])
     weights = torch.tensor([0.2, 1.0, 0.5])
     loss, _, td = r2d2_loss(net, target, data, weights, config)
     per_sequence = 0.5 * td.square().sum(0)
@@ -251,7 +202,7 @@ def test_burn_in_changes_no_number_of_the_rows_learned_from():
     builder = R2D2Builder(burned)
     torch.manual_seed(0)
     net, target = builder.make_networks(spec), builder.make_networks(spec)
-    data = _r2d2_batch(spec, burned, [False, False, False])
+    data = r2d2_batch(spec, burned, [False, False, False])
     _, _, td_burned = r2d2_loss(net, target, data, None, burned)
     _, _, td_plain = r2d2_loss(net, target, data, None, plain)
     torch.testing.assert_close(td_burned[3:], td_plain[3:])
