@@ -8,12 +8,11 @@ import difflib
 import json
 import math
 import numbers
+import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from rlherd.errors import ConfigError
 
@@ -80,7 +79,8 @@ def as_type(name: str, value: Any, hint: Any) -> Any:
     """A keyword (or JSON) value as the field's type: any whole number where an int goes (1e6
     too), any real where a float goes, a list where a tuple goes; any other type is one line
     naming the field, not an error from inside the network or the runtime that reads it."""
-    if isinstance(value, np.generic | np.ndarray):  # numpy's scalars and arrays, as Python's
+    np = sys.modules.get("numpy")  # not imported for it: `rlherd --help` stays quick
+    if np is not None and isinstance(value, np.generic | np.ndarray):  # as Python's values
         value = value.tolist()
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         if value is None:

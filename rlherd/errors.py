@@ -31,6 +31,12 @@ class TrainingDiverged(ValueError):
     )
 
 
+class Notice(UserWarning):
+    """Something a run's user should know that does not stop it (a leaf left out of the
+    observation, a snapshot not loaded, a tracker that could not log). The ``rlherd`` command
+    prints each as the one line it is; from Python it is a warning, to filter by this class."""
+
+
 class Stalled(RuntimeError):
     """Nothing the learner needs arrived for the run's stall timeout (its environment servers
     are out of reach); the message names them, their last errors and how to continue."""

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
+from rlherd.errors import Notice
+
 AGENT_GROUP = "rlherd.agents"
 RUNTIME_GROUP = "rlherd.runtimes"
 
@@ -37,7 +39,7 @@ def table(group: str, own: dict[str, str]) -> dict[str, str]:
         if entry.name in own:
             if entry.value != own[entry.name]:
                 warnings.warn(f"{entry.value} ({group} entry point) is ignored: {entry.name!r} is "
-                              "rlherd's own", stacklevel=2)  # fmt: skip
+                              "rlherd's own", Notice, stacklevel=2)  # fmt: skip
             continue
         out[entry.name] = entry.value
     return out
@@ -49,7 +51,7 @@ def load(path: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
-class RegistryNotice(UserWarning):
+class RegistryNotice(Notice):
     """An installed package's agent or runtime is left out (it fails to load, or is not one)."""
 
 

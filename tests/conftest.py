@@ -125,13 +125,13 @@ def reach_expert(obs):
 
 
 def random_transitions(builder, env_id: str, steps: int, seed: int = 0, **table_options) -> list:
-    """``builder``'s replay tables (made with ``table_options``; by default inserts never wait)
-    holding ``steps`` of uniformly random actions in ``env_id``, written by its adder: a real
-    batch for a learner's unit test (an offline agent's tables take ``dataset_size=steps``)."""
+    """``builder``'s replay tables (inserts never wait; ``table_options``, e.g. an offline
+    agent's ``dataset_size``, go to its ``make_replay_tables``) holding ``steps`` of uniformly
+    random actions in ``env_id``, written by its adder: a real batch for a learner's unit test."""
     from rlherd import envs as rl_envs
 
-    table_options = table_options or dict(insert_blocking=False)
-    tables = builder.make_replay_tables(rl_envs.spec_for(env_id), **table_options)
+    options = dict(insert_blocking=False, **table_options)
+    tables = builder.make_replay_tables(rl_envs.spec_for(env_id), **options)
     adder = builder.make_adder(tables, 1)
     env = rl_envs.make(env_id)
     obs, _ = env.reset(seed=seed)

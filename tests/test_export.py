@@ -24,7 +24,7 @@ import rlherd
 from rlherd import types as F
 from rlherd.agents.ppo.networks import PPONet
 from rlherd.cli import main
-from rlherd.commands.export import export
+from rlherd.commands.export import export, file_format
 from rlherd.errors import ConfigError
 from rlherd.networks.distributions import DiagGaussian
 
@@ -334,7 +334,7 @@ def test_the_command_writes_where_it_says_and_refuses_in_one_line(run, workdir, 
     assert main(["export", str(run("feedforward")), "--format", "onnx", "-o",
                  str(workdir / "exports" / "other.pth")]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "names a torchscript file, and --format is onnx" in err
+    assert len(err.splitlines()) == 1 and "suffix is torchscript's, and --format is onnx" in err
     assert not (workdir / "exports" / "other.pth").exists()
     mcts = rlherd.train("mcts", "open_spiel/tic_tac_toe", total_steps=50, progress=False,
                         run_dir=workdir / "mcts").path  # fmt: skip
@@ -349,3 +349,18 @@ def test_a_missing_extra_names_it(run, monkeypatch):
                         lambda name, *a: None if name == "onnxruntime" else real(name, *a))
     with pytest.raises(ConfigError, match=r'needs onnxruntime: pip install "rlherd\[export\]"'):
         export(run("feedforward"), "onnx")
+
+
+@pytest.mark.parametrize("fmt, output, chosen", [
+    (None, None, "onnx"), (None, "policy", "onnx"), (None, "p.onnx", "onnx"),
+    (None, "p.pt", "torchscript"), (None, "dir/P.PTH", "torchscript"),
+    ("torchscript", "policy", "torchscript"), ("onnx", "p.ONNX", "onnx"),
+    ("torchscript", "p.onnx", "suffix is onnx's"), ("onnx", "p.pt", "suffix is torchscript's"),
+    ("tflite", None, "unknown format"),
+])  # fmt: skip
+def test_the_format_is_the_one_asked_for_or_the_one_the_files_suffix_names(fmt, output, chosen):
+    if " " not in chosen:
+        assert file_format(fmt, output) == chosen
+    else:
+        with pytest.raises(ConfigError, match=chosen):
+            file_format(fmt, output)

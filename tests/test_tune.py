@@ -120,13 +120,15 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     space = _write(tmp_path / "space.yaml", {"learning_rate": ["log", 1e-5, 1e-3]})
     err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--space", str(space), *out])
     assert "KIND one of float, log_float" in err
-    for bounds in (["log_float", float("nan"), 1e-3], ["float", 0.0, float("inf")]):
-        space = _write(tmp_path / "space.yaml", {"learning_rate": bounds})
+    for name, bounds, said in (("learning_rate", ["log_float", float("nan"), 1e-3], "finite"),
+                               ("learning_rate", ["float", 0.0, float("inf")], "finite"),
+                               ("epochs", ["int", 1, float("inf")], "must be numbers"),
+                               ("clip", ["categorical", [0.2, float("nan")]], "not NaN")):
+        space = _write(tmp_path / "space.yaml", {name: bounds})
         err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--space", str(space), *out])
-        assert "learning_rate needs finite low <= high" in err
-    space = _write(tmp_path / "space.yaml", {"clip": ["categorical", [0.2, float("nan")]]})
-    err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--space", str(space), *out])
-    assert "clip's choices must be finite numbers" in err
+        assert name in err and said in err, err
+    space = _write(tmp_path / "space.yaml", {"max_grad_norm": ["categorical", [0.5, float("inf")]]})
+    assert load_space("ppo", space)["max_grad_norm"] == ("categorical", [0.5, float("inf")])
     err = _error(capsys, ["tune", "mcts", *TINY, "--trials", "1", *out])
     assert "no search space for mcts" in err and "dqn, impala, ppo" in err and "--space" in err
     err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--set", "bogus=1", *out])

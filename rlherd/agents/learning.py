@@ -31,7 +31,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from rlherd.core import copy_tensors
-from rlherd.errors import ConfigError, TrainingDiverged
+from rlherd.errors import ConfigError, Notice, TrainingDiverged
 from rlherd.run.divergence import DivergenceWatch, parameter_norm
 
 
@@ -503,6 +503,7 @@ class SupportPlacer:
                 f"[{float(atoms[0]):g}, {float(atoms[-1]):g}] at learner step {step}: the "
                 "task's returns exceed it. Widen it with --set vmin=... vmax=... "
                 "(metrics: support_overflow)",
+                Notice,
                 stacklevel=3,
             )
             self.warned = True

@@ -303,7 +303,7 @@ def file_format(fmt: str | None, output: str | Path | None) -> str:
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}; choose {' or '.join(FORMATS)}")
     if named not in (None, fmt):
-        raise ConfigError(f"-o {output} names a {named} file, and --format is {fmt}: drop "
+        raise ConfigError(f"-o {output}'s suffix is {named}'s, and --format is {fmt}: drop "
                           f"--format, or write to a {FORMATS[fmt]} file")  # fmt: skip
     return fmt
 

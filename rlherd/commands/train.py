@@ -21,7 +21,7 @@ from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of, run_spec
 from rlherd.config import apply_overrides, as_type, check_seed, to_json
 from rlherd.envs.bsuite import RESULTS, STEP_BOUND, episode_budget
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, Notice
 from rlherd.run.callbacks import Callbacks, RunInfo, check_callbacks
 from rlherd.run.evaluation import Evaluator, Snapshots
 from rlherd.run.package import is_package
@@ -40,7 +40,7 @@ from rlherd.runtime import (
 from rlherd.runtime import settings as settings_mod
 
 
-class ObservationNotice(UserWarning):
+class ObservationNotice(Notice):
     """Part of an environment's observation is left out (it is not an array)."""
 
 
@@ -176,7 +176,7 @@ def _new_run_dir(run_dir: str | Path | None, agent: str, env: str, overwrite: bo
     path = Path(run_dir)
     if (path / "config.json").exists() and not overwrite and _never_checkpointed(path):
         warnings.warn(f"replacing the run in {path}, which stopped before its first checkpoint",
-                      stacklevel=3)  # fmt: skip
+                      Notice, stacklevel=3)  # fmt: skip
         overwrite = True
     if (path / "config.json").exists():
         if not overwrite:

@@ -299,9 +299,10 @@ def _checked(name: str, distribution: Any, where: str) -> Distribution:
     if kind == "categorical":
         if len(rest) != 1 or not isinstance(rest[0], list | tuple) or not rest[0]:
             raise ConfigError(f"{where}: {forms}")
+        # inf is a choice (samples_per_insert=inf: no rate limit); NaN means nothing
         if not all(v is None or isinstance(v, bool | int | str)
-                   or isinstance(v, float) and math.isfinite(v) for v in rest[0]):  # fmt: skip
-            raise ConfigError(f"{where}: {name}'s choices must be finite numbers, strings, "
+                   or isinstance(v, float) and not math.isnan(v) for v in rest[0]):  # fmt: skip
+            raise ConfigError(f"{where}: {name}'s choices must be numbers (not NaN), strings, "
                               "booleans or null (a tuple field as a string: '64 64')")  # fmt: skip
         return ("categorical", list(rest[0]))
     if kind not in KINDS or len(rest) != 2:
@@ -309,7 +310,7 @@ def _checked(name: str, distribution: Any, where: str) -> Distribution:
     number = int if kind in ("int", "log_int") else float
     try:
         low, high = number(rest[0]), number(rest[1])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(inf) overflows
         raise ConfigError(f"{where}: {name}'s bounds must be numbers, got {rest}") from None
     if not math.isfinite(low) or not math.isfinite(high) or low > high or (
             kind.startswith("log") and low <= 0):  # fmt: skip

@@ -31,7 +31,7 @@ def twin_critic_loss(q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor) -
     """Both critics' squared errors toward one target: ``0.5 (Q1 - y)^2 + 0.5 (Q2 - y)^2``,
     averaged over the batch, as SAC's reference code and Stable-Baselines3's SAC write it.
     TD3's reference code (and Stable-Baselines3's TD3) sums the two errors without the halves;
-    Adam's step does not see a constant factor on a loss, but for its ``eps``."""
+    Adam's step is unchanged by a constant factor on a loss, except through its ``eps``."""
     target = target.detach()
     return 0.5 * ((q1 - target).square().mean() + (q2 - target).square().mean())
 

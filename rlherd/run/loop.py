@@ -29,12 +29,13 @@ import numpy as np
 from rlherd import types as F
 from rlherd.core import Actor, BatchedAlgorithm
 from rlherd.envs import continue_envs, env_progress, save_envs
+from rlherd.errors import Notice
 from rlherd.run.counting import EpisodeTracker
 from rlherd.run.plain import key_path, seal, unseal
 from rlherd.run.recorder import Recorder
 
 
-class SnapshotNotice(UserWarning):
+class SnapshotNotice(Notice):
     """A run resumes without its environments' snapshot (it was written on another machine, or
     does not load)."""
 

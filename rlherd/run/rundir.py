@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, Notice
 from rlherd.run.plain import from_plain, to_plain
 
 KEEP_CHECKPOINTS = 2
@@ -217,6 +217,7 @@ class RunDir:
                 warnings.warn(
                     "tensorboard is not installed, so no event files are written; "
                     "pip install 'rlherd[tb]' to get them",
+                    Notice,
                     stacklevel=2,
                 )
         return self._tb
@@ -353,7 +354,7 @@ class RunDir:
                         "code: train the run again"
                     ) from None
                 warnings.warn(f"checkpoint {path} is unreadable ({e}); trying an older one",
-                              stacklevel=2)  # fmt: skip
+                              Notice, stacklevel=2)  # fmt: skip
             else:
                 if not isinstance(state, dict):
                     raise ConfigError(f"{path} holds a {type(state).__name__}, not an rlherd "

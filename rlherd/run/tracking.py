@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, Notice
 from rlherd.run.callbacks import Callback, RunInfo
 from rlherd.run.rundir import atomic_write_json, read_json
 
@@ -86,7 +86,7 @@ class _Tracker(Callback):
             if not self.failed:  # once: an outage would say it at every log
                 warnings.warn(f"{type(self).__name__} could not log ({type(e).__name__}: {e}); "
                               "the run goes on, and its own files have everything",
-                              stacklevel=2)  # fmt: skip
+                              Notice, stacklevel=2)  # fmt: skip
             self.failed = True
 
     def artifacts(self) -> list[Path]:
@@ -98,7 +98,8 @@ class _Tracker(Callback):
         checkpoint = self.checkpoint
         if checkpoint is not None and checkpoint.stat().st_size > MAX_ARTIFACT_BYTES:
             warnings.warn(f"{checkpoint} ({checkpoint.stat().st_size / 2**20:,.0f} MiB) is not "
-                          "sent to the tracker; it stays in the run directory", stacklevel=2)
+                          "sent to the tracker; it stays in the run directory", Notice,
+                          stacklevel=2)  # fmt: skip
             checkpoint = None
         return ([checkpoint] if checkpoint is not None else []) + videos
 
