@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd import envs as rl_envs
-from rlherd.agents.base import check_positive
+from rlherd.agents.base import check_discount, check_positive
 from rlherd.networks import ObservationConfig
 
 
@@ -90,8 +90,9 @@ class PPOConfig(ObservationConfig):
                 "shared_network=False"
             )
         check_positive(self, "learning_rate", "value_learning_rate", "adam_eps")
-        if not 0.0 <= self.discount <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError("discount and gae_lambda must be in [0, 1]")
+        check_discount(self)
+        if not 0.0 <= self.gae_lambda <= 1.0:
+            raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
 
 
 # RL Zoo's tuned MuJoCo settings share this network and normalisation. SB3's value loss is the
