@@ -559,6 +559,26 @@ def test_killing_a_server_mid_run_is_survived_and_counted(tmp_path):
     assert _server_pids() == []  # every server, restarted ones included, was stopped
 
 
+def test_poly_actors_stop_at_the_step_budget_while_the_learner_is_slow(tmp_path, monkeypatch):
+    """The actors, not only the learner's loop, watch the budget: a learner slowed (as by a
+    loaded machine) must not let them fill the batching queue with steps past it. At most each
+    actor's step in flight when the budget is reached goes over."""
+    from rlherd.agents.impala.learning import ImpalaLearner
+
+    step = ImpalaLearner.step
+
+    def slow_step(self):
+        time.sleep(0.5)
+        return step(self)
+
+    monkeypatch.setattr(ImpalaLearner, "step", slow_step)
+    run = rlherd.train(
+        "impala", "rlherd/Corridor-v0", runtime="poly", total_steps=2_000, seed=0,
+        run_dir=tmp_path, progress=False, num_servers=1, num_actors=2, envs_per_actor=4,
+    )  # fmt: skip
+    assert 2_000 <= run.summary["actor_steps"] < 2_000 + 2 * 4
+
+
 def test_poly_carries_the_lstm_state_through_the_batcher(tmp_path):
     """Recurrent inference through the dynamic batcher: each stream's core state travels with
     its request and the learner gets the state at each rollout's start."""

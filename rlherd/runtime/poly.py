@@ -301,6 +301,8 @@ class Actors:
                 loop = EnvironmentLoop(envs, actor, ctx.recorder, seed)
                 backoff = 0.1
                 while not ctx.stop.is_set():
+                    if ctx.recorder.done():  # the budget is spent: steps past it go unlearned
+                        return
                     loop.step()
             except Closed:
                 return
