@@ -547,6 +547,9 @@ def _check_env(*args: str) -> subprocess.CompletedProcess:
                          "glyphs: (21, 79) int16 box (5977 values) -> embed",
                          "blstats: (27,) int64 box -> flat",
                          "impala: single, mono, poly, distributed",
+                         # MCTS's simulator copies the environment, which NetHack's files stop
+                         "mcts: no: model=simulator copies the environment at every node, and "
+                         "NetHackScore-v0 cannot be copied",
                          "--resume (single runtime): new episodes (the environment does not "
                          "pickle: TypeError"]),
     ("Blackjack-v1", ["env checker: passed", "0: () int64 discrete (32 values) -> onehot",
@@ -554,6 +557,7 @@ def _check_env(*args: str) -> subprocess.CompletedProcess:
     ("Taxi-v3", ["env checker: passed", "observation: () int64 discrete (500 values) -> onehot",
                  "action mask: yes, obs['action_mask']",
                  "d4pg: no: d4pg acts in continuous (Box) action spaces",
+                 "mcts: single, mono, distributed",
                  "--resume (single runtime): mid-episode (a copy restored from its snapshot "
                  "steps as it does)"]),
 ])  # fmt: skip

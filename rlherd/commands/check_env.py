@@ -86,16 +86,19 @@ def steps_per_second(env: gym.Env | gym.vector.VectorEnv, seconds: float, seed: 
     return steps / (time.perf_counter() - start)
 
 
-def trainers(spec: EnvSpec) -> dict[str, str | list[str]]:
+def trainers(spec: EnvSpec, envs: gym.vector.VectorEnv) -> dict[str, str | list[str]]:
     """Each agent's verdict: the runtimes it trains the environment on, or why it cannot (its
-    networks are built for the environment, with its preset for it, as a run would)."""
+    networks are built for the environment, with its preset for it, and it checks ``envs``,
+    the environment as the ``single`` runtime steps it, as a run would)."""
     from rlherd.commands.train import environment_needs, resolve_config
 
     out: dict[str, str | list[str]] = {}
     for name, builder_class in sorted(BUILDERS.items()):
         try:
             config, _ = resolve_config(name, spec.env_id, None, {})
-            builder_class(config).make_networks(spec)
+            builder = builder_class(config)
+            builder.make_networks(spec)
+            builder.check_environments(envs)
         except (ConfigError, TypeError, ValueError) as e:
             out[name] = str(e).split("\n")[0]
             continue
@@ -130,8 +133,23 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
         action_mask=spec.has_action_mask,
         steps_per_second=round(sps, 1),
         resume=resumes(env_id, env_kwargs or {}, seed),
-        agents=trainers(spec),
+        agents=_with_single_envs(env_id, env_kwargs or {}, lambda envs: trainers(spec, envs)),
     )
+
+
+def _with_single_envs(env_id: str, env_kwargs: dict[str, Any], use: Any) -> Any:
+    """``use(envs)`` on the environment as the ``single`` runtime steps it (one of it, or the
+    rows of one game), closed afterwards."""
+    from rlherd.envs.pettingzoo import one_game
+
+    if rl_envs.family(env_id) == "pettingzoo":
+        envs = one_game(env_id, **env_kwargs)  # what a run's rows of one game are
+    else:
+        envs = rl_envs.make_vector(env_id, 1, **env_kwargs)
+    try:
+        return use(envs)
+    finally:
+        envs.close()
 
 
 def resumes(env_id: str, env_kwargs: dict[str, Any], seed: int, steps: int = 10) -> str:
@@ -140,24 +158,19 @@ def resumes(env_id: str, env_kwargs: dict[str, Any], seed: int, steps: int = 10)
     else with new episodes, and why. Stepping the copy beside the original catches what a run
     cannot see: pickling that keeps too little of the episode (a ``__getstate__`` that drops
     it), from which a resume would go on all the same."""
-    from rlherd.envs.pettingzoo import one_game
+    return _with_single_envs(env_id, env_kwargs, lambda envs: _resumes(envs, seed, steps))
 
-    if rl_envs.family(env_id) == "pettingzoo":
-        envs = one_game(env_id, **env_kwargs)  # what a run's rows of one game are
-    else:
-        envs = rl_envs.make_vector(env_id, 1, **env_kwargs)  # what the single runtime steps
+
+def _resumes(envs: gym.vector.VectorEnv, seed: int, steps: int) -> str:
+    envs.single_action_space.seed(seed)
+    obs, _ = envs.reset(seed=seed)
+    for _ in range(steps):
+        obs = envs.step(_random_actions(envs, obs))[0]
     try:
-        envs.single_action_space.seed(seed)
-        obs, _ = envs.reset(seed=seed)
-        for _ in range(steps):
-            obs = envs.step(_random_actions(envs, obs))[0]
-        try:
-            snapshot = rl_envs.pickle_envs(envs)
-        except Exception as e:  # what a checkpoint's save_envs turns into new episodes
-            return f"new episodes (the environment does not pickle: {type(e).__name__}: {e})"
-        departs = _how_a_copy_departs(envs, obs, snapshot, steps)
-    finally:
-        envs.close()
+        snapshot = rl_envs.pickle_envs(envs)
+    except Exception as e:  # what a checkpoint's save_envs turns into new episodes
+        return f"new episodes (the environment does not pickle: {type(e).__name__}: {e})"
+    departs = _how_a_copy_departs(envs, obs, snapshot, steps)
     if departs:
         return f"mid-episode, but NOT exactly: a copy restored from its snapshot {departs}"
     return "mid-episode (a copy restored from its snapshot steps as it does)"

@@ -3,6 +3,9 @@ n-step transitions carrying the search policy, the searching actor and the learn
 
 from __future__ import annotations
 
+from typing import Any
+
+import gymnasium as gym
 import numpy as np
 
 from rlherd.agents.base import TransitionReplayBuilder
@@ -37,6 +40,11 @@ class MCTSBuilder(TransitionReplayBuilder):
             extras.update(step_next_obs=(spec.obs_shape, spec.obs_dtype),
                           step_reward=((), np.float32), step_terminated=((), np.bool_))  # fmt: skip
         return extras
+
+    def check_environments(self, envs: Any) -> None:
+        """The simulator copies the environments it plays: try it, as a run's first step would."""
+        if self.config.model == "simulator":
+            Simulator().bind(envs.envs if isinstance(envs, gym.vector.SyncVectorEnv) else None)
 
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> MCTSNetworks:
         return MCTSNetworks(spec, self.config).to(device)
