@@ -17,7 +17,7 @@ from pathlib import Path
 # without loading torch, Ray or an environment family.
 from rlherd.agents import AGENTS
 from rlherd.config import check_seed, parse_set
-from rlherd.errors import ConfigError, NodeDied, Notice, Stalled, TrainingDiverged
+from rlherd.errors import ConfigError, NodeDied, Stalled, TrainingDiverged, one_line
 from rlherd.runtime import RUNTIMES, settings
 
 
@@ -373,21 +373,9 @@ def _env_kwargs(text: str | None) -> dict | None:
     return value
 
 
-_python_format = warnings.formatwarning
-
-
-def _one_line(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001
-    """rlherd's notices as the one line they are at a terminal: where in rlherd's code one was
-    raised, and that line of code, say nothing to the person who reads it. Other packages'
-    warnings keep Python's form, which points at their source."""
-    if issubclass(category, Notice):
-        return f"rlherd: {message}\n"
-    return _python_format(message, category, filename, lineno, line)
-
-
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the rlherd command itself; a caller's own process keeps its format
-        warnings.formatwarning = _one_line
+        warnings.formatwarning = one_line
     parser = _parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "serve-env":

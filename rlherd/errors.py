@@ -5,6 +5,7 @@ network or a replay table can raise the same error the CLI turns into one line
 from __future__ import annotations
 
 import signal
+import warnings
 
 
 class ConfigError(ValueError):
@@ -35,6 +36,19 @@ class Notice(UserWarning):
     """Something a run's user should know that does not stop it (a leaf left out of the
     observation, a snapshot not loaded, a tracker that could not log). The ``rlherd`` command
     prints each as the one line it is; from Python it is a warning, to filter by this class."""
+
+
+_python_format = warnings.formatwarning
+
+
+def one_line(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001
+    """``warnings.formatwarning`` for the rlherd command and its worker processes: rlherd's
+    notices as the one line they are at a terminal, since where in rlherd's code one was raised,
+    and that line of code, say nothing to the person who reads it. Other packages' warnings keep
+    Python's form, which points at their source."""
+    if issubclass(category, Notice):
+        return f"rlherd: {message}\n"
+    return _python_format(message, category, filename, lineno, line)
 
 
 class Stalled(RuntimeError):

@@ -78,6 +78,19 @@ def test_four_trials_on_two_workers_finish_and_the_best_config_trains(tmp_path, 
         assert trained[field] == pytest.approx(value), field
 
 
+def test_a_workers_notices_are_one_line_as_the_commands_are(tmp_path, capfd):
+    """A worker (with --jobs 2) is a spawned process, which starts with Python's warning format:
+    it sets the command's, so a notice (MiniGrid's mission left out) is not printed with
+    rlherd's source."""
+    code = main(["tune", "ppo", "--env", "MiniGrid-Empty-5x5-v0", "--total-steps", "256",
+                 "--eval-every", "256", "--eval-episodes", "1", "--trials", "2", "--jobs", "2",
+                 "--out", str(tmp_path / "study")])  # fmt: skip
+    err = capfd.readouterr().err
+    assert code == 0, err
+    assert "rlherd: minigrid:MiniGrid-Empty-5x5-v0: left out of the observation: mission" in err
+    assert "ObservationNotice" not in err and "run = train(" not in err, err
+
+
 def test_a_bad_space_gets_its_trial_pruned_and_the_study_continues(tmp_path, capsys):
     """A study of one finished trial at a working learning rate, continued (the same
     storage) with a space whose learning rates cannot move the policy: the new trial's

@@ -21,12 +21,12 @@ import rlherd
 from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents.acting import explore
-from rlherd.cli import _one_line, main
+from rlherd.cli import main
 from rlherd.commands.train import ObservationNotice
 from rlherd.core import EnvSpec
 from rlherd.envs import ids
 from rlherd.envs.wrappers import sample_action
-from rlherd.errors import ConfigError, MissingExtra
+from rlherd.errors import ConfigError, MissingExtra, one_line
 from rlherd.losses.td import double_q_learning_td, greedy_action, large_margin, q_learning_td
 from rlherd.networks import make_torso
 from rlherd.networks.distributions import (
@@ -304,7 +304,7 @@ def test_a_leaf_that_is_not_an_array_is_left_out_with_one_notice(tmp_path):
     assert any(line.startswith("rlherd: minigrid:MiniGrid-Empty-5x5-v0: left out of the "
                                "observation: mission") for line in lines), lines  # fmt: skip
     assert not any("ObservationNotice" in line or "run = train(" in line for line in lines), lines
-    other = _one_line("from elsewhere", DeprecationWarning, "lib.py", 7, "old()")
+    other = one_line("from elsewhere", DeprecationWarning, "lib.py", 7, "old()")
     assert other == "lib.py:7: DeprecationWarning: from elsewhere\n  old()\n"  # Python's form
 
 

@@ -51,7 +51,7 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.commands.train import default_run_dir, default_runtime, resolve_config, train
 from rlherd.config import check_seed, to_json
-from rlherd.errors import ConfigError, TrainingDiverged, exit_status
+from rlherd.errors import ConfigError, TrainingDiverged, exit_status, one_line
 from rlherd.run.callbacks import STOP, Callback, RunInfo
 from rlherd.run.rundir import make_folder
 from rlherd.runtime import settings as settings_mod
@@ -554,6 +554,7 @@ def _worker_main(plan: Plan, worker: int, trials: int) -> None:
     """A worker process: its errors as the CLI reports them (one line for what a user can fix,
     a traceback for a bug), its exit code saying which (2, 1; 130 interrupted)."""
     signal.signal(signal.SIGTERM, _interrupt)  # between runs; a run handles it as Ctrl-C does
+    warnings.formatwarning = one_line  # a spawned process starts with Python's
     try:
         _work(plan, worker, trials)
     except KeyboardInterrupt:
