@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -628,8 +629,10 @@ class AmnesiacCounter(Counter):
                                      "snapshot steps differently"),
     (f"{__name__}:AmnesiacCounter", "mid-episode, but NOT exactly: a copy restored from its "
                                     "snapshot raises AttributeError"),
-    ("pettingzoo/mpe2.simple_spread_v3", "new episodes (the environment does not pickle: "
-                                         "TypeError: cannot pickle 'pygame.surface.Surface'"),
+    # MPE holds a pygame surface and font, which go as fresh ones
+    ("pettingzoo/mpe2.simple_spread_v3", "mid-episode (a copy restored"),
+    ("NetHackScore-v0", "new episodes (the environment does not pickle: TypeError: cannot "
+                        "pickle '_io.TextIOWrapper'"),
 ])  # fmt: skip
 def test_check_env_says_whether_a_resume_goes_on_mid_episode(env, says):
     """A copy restored from the environments' snapshot is stepped beside them, which catches
@@ -637,6 +640,21 @@ def test_check_env_says_whether_a_resume_goes_on_mid_episode(env, says):
     from rlherd.commands.check_env import resumes
 
     assert resumes(env, {}, seed=0).startswith(says)
+
+
+def test_a_restored_mpe_game_renders_the_frame_it_would_have():
+    """The snapshot's fresh surface and reopened font draw as the originals do (a resumed run's
+    videos)."""
+    from mpe2 import simple_spread_v3
+
+    game = simple_spread_v3.parallel_env(render_mode="rgb_array")
+    game.reset(seed=0)
+    for _ in range(5):
+        game.step({a: game.action_space(a).sample() for a in game.agents})
+    copy = pickle.loads(rl_envs.pickle_envs(game))
+    frame = game.render()
+    assert frame.shape == (700, 700, 3) and frame.std() > 0
+    assert np.array_equal(copy.render(), frame)
 
 
 def test_a_mask_of_the_wrong_length_is_refused_naming_it():

@@ -424,15 +424,33 @@ class _StatePickler(pickle.Pickler):
     new simulator or an empty board under an episode that goes on. A class that pickles its own
     way (its own ``__getstate__`` or ``__setstate__``, slots, a ``copyreg`` entry) keeps its way
     (``typing.Generic``'s empty ``__slots__``, in every Gymnasium environment's classes, is none).
+    Pygame's rendering objects, which do not pickle, go as fresh ones (:func:`_pygame_reduction`).
     """
 
     def reducer_override(self, obj: Any) -> Any:
         cls = type(obj)
+        if cls.__module__.startswith("pygame"):
+            return _pygame_reduction(obj)
         if (isinstance(obj, EzPickle) and cls.__getstate__ is EzPickle.__getstate__
                 and cls.__setstate__ is EzPickle.__setstate__ and cls not in copyreg.dispatch_table
                 and not any(vars(base).get("__slots__") for base in cls.__mro__)):  # fmt: skip
             return copyreg.__newobj__, (cls,), obj.__dict__, None, None, _set_attributes
         return NotImplemented
+
+
+def _pygame_reduction(obj: Any) -> Any:
+    """A rendering surface as a blank one of its size, and a font as the same file opened again
+    (MPE's games hold both): an environment redraws its whole frame at each render, so neither
+    carries the episode, and without them a game would resume with new episodes. Other pygame
+    objects (a window's display surface among them) do not pickle, as before."""
+    import pygame
+    import pygame.freetype
+
+    if isinstance(obj, pygame.Surface) and obj is not pygame.display.get_surface():
+        return pygame.Surface, (obj.get_size(), obj.get_flags(), obj.get_bitsize())
+    if isinstance(obj, pygame.freetype.Font) and obj.path:
+        return pygame.freetype.Font, (obj.path, obj.size)
+    return NotImplemented
 
 
 def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
