@@ -24,6 +24,7 @@ from rlherd.envs.pettingzoo import AgentRows, assign_policies
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import run_episodes
 from rlherd.run.loop import EnvironmentLoop
+from rlherd.run.rundir import RunDir
 
 GAME = "pettingzoo/scripted_game"
 
@@ -141,6 +142,28 @@ def test_ppo_learns_simple_spread_with_one_shared_policy(tmp_path):
                             eval_every=50_000, eval_episodes=30, run_dir=tmp_path / "run",
                             progress=False)  # fmt: skip
     assert reached, run.summary
+
+
+def test_an_interrupted_mpe_run_resumes_mid_game_exactly(interrupt_at, tmp_path):
+    """MPE's games pickle into checkpoints (their pygame surface and font as fresh ones): a run
+    stopped mid-game goes on with the same games, to the parameters and episodes of a run never
+    stopped (with new games at the resume, its episodes and parameters part)."""
+    kw = dict(total_steps=3_000, seed=0, progress=False, num_envs=3)
+    env = "pettingzoo/mpe2.simple_spread_v3"
+    straight = rlherd.train("dqn", env, run_dir=tmp_path / "a", **kw)
+    interrupt_at(1_510)  # games are 25 steps: the stop falls inside one
+    stopped = rlherd.train("dqn", env, run_dir=tmp_path / "b", **kw)
+    assert stopped.stopped and stopped.summary["actor_steps"] % 25
+    resumed = rlherd.train(resume=tmp_path / "b", progress=False)
+    assert resumed.summary["episodes"] == straight.summary["episodes"]
+    a, b = (RunDir(tmp_path / run).load_checkpoint() for run in ("a", "b"))
+    for name, tensor in a["learner"]["net"].items():
+        torch.testing.assert_close(b["learner"]["net"][name], tensor, rtol=0, atol=0)
+    episodes = []
+    for run in ("a", "b"):
+        with open(tmp_path / run / "metrics" / "train.csv", newline="") as f:
+            episodes.append([(r["episode_return"], r["episode_length"]) for r in csv.DictReader(f)])
+    assert episodes[0] == episodes[1]
 
 
 def test_learners_schedules_span_the_whole_run_of_a_game(tmp_path):
