@@ -111,6 +111,15 @@ def test_a_bare_number_is_that_id_of_each_experiment_given():
         sweeps.select(["memory_len"], ["30"])
 
 
+@pytest.mark.parametrize("episodes", [0, -3])
+def test_a_sweep_of_no_episodes_is_refused_before_it_starts(episodes, tmp_path):
+    """train's 0 means no episode limit, which would play an id past bsuite's budget."""
+    with pytest.raises(ConfigError, match=f"--total-episodes must be >= 1.*got {episodes}"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "out", progress=False,
+                     total_episodes=episodes)  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrupt_at):
     out = tmp_path / "sweep"
     result, done = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False,

@@ -274,6 +274,10 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
+    episodes = settings.get("total_episodes")
+    if episodes is not None and episodes < 1:  # train's 0 (no limit) would run past the budget
+        raise ConfigError(f"--total-episodes must be >= 1 (each id's episodes; leave it out "
+                          f"for bsuite's budget), got {episodes}")  # fmt: skip
     for env_id in env_ids:
         check_seed(id_seed(seed, env_id), f"{env_id}'s seed, 1000 * --seed + its number,")
     request = _request(agent, env_ids[0], seed, settings)
