@@ -6,6 +6,7 @@ import time
 import numpy as np
 import pytest
 
+from rlherd.errors import ConfigError
 from rlherd.replay import (
     Bursts,
     Fifo,
@@ -210,6 +211,19 @@ def test_wrong_items_are_rejected_naming_the_field():
         table.insert({"x": np.zeros(2, np.float32), "i": 1.5})
     with pytest.raises(ValueError, match="missing \\['i'\\]"):
         table.insert({"x": np.zeros(2, np.float32)})
+
+
+def test_a_table_larger_than_the_machines_memory_is_refused_with_a_size_that_fits(monkeypatch):
+    """Storage is preallocated: DQN's Atari replay (1M items of two 4x84x84 frame stacks, 53
+    GiB) once failed deep in numpy, or on a larger machine only once it filled."""
+    import rlherd.replay.table as table_mod
+
+    monkeypatch.setattr(table_mod, "available_memory", lambda: 2**30)  # 1 GiB
+    atari = {"obs": ((4, 84, 84), np.uint8), "next_obs": ((4, 84, 84), np.uint8)}
+    with pytest.raises(ConfigError, match=r"1,000,000 items of 56,448 bytes need 52\.6 GiB, and "
+                       r"this machine has 1\.0 GiB available.*--set replay_size=9510 takes"):
+        Table("replay", atari, 1_000_000, Uniform())
+    assert Table("replay", atari, 9_510, Uniform()).item_nbytes == 56_448  # what it said fits
 
 
 def test_update_priorities_ignores_removed_items():

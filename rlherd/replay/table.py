@@ -19,10 +19,38 @@ from typing import Any
 
 import numpy as np
 
+from rlherd.errors import ConfigError
 from rlherd.replay.rate_limiters import MinSize, Queue, RateLimiter
 from rlherd.replay.selectors import Fifo, Lifo, Selector
 
 Signature = dict[str, tuple[tuple[int, ...], Any]]
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can give now (Linux's MemAvailable, counting the page cache
+    it would reclaim; elsewhere, all of its memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _check_fits(name: str, max_size: int, item_nbytes: int) -> None:
+    """Storage is preallocated, and a table larger than the machine's memory fails, at once or
+    once it fills (Atari's 1M stacked frames, twice over with the next observations, are 53 GiB):
+    say so before a run starts, with a size that fits."""
+    need, have = max_size * item_nbytes, available_memory()
+    if need > have:
+        fits = max(1, int(0.5 * have) // item_nbytes)
+        raise ConfigError(
+            f"replay table {name!r}: {max_size:,} items of {item_nbytes:,} bytes need "
+            f"{need / 2**30:.1f} GiB, and this machine has {have / 2**30:.1f} GiB available; "
+            f"lower the agent's replay_size (--set replay_size={fits} takes about half of it)"
+        )
 
 
 class RateLimiterTimeout(TimeoutError):
@@ -90,10 +118,12 @@ class Table:
         self.max_times_sampled = max_times_sampled
         self.limiter = rate_limiter if rate_limiter is not None else MinSize(1)
         self.rng = np.random.default_rng(seed)
+        self.item_nbytes = sum(int(np.prod(shape)) * dt.itemsize
+                               for shape, dt in self.signature.values())  # fmt: skip
+        _check_fits(name, max_size, self.item_nbytes)
         self.storage = {
             k: np.zeros((max_size, *shape), dtype=dt) for k, (shape, dt) in self.signature.items()
         }
-        self.item_nbytes = sum(v.itemsize * v[0].size for v in self.storage.values())
         self._cond = threading.Condition(threading.Lock())
         self._clear()
 
