@@ -138,6 +138,22 @@ def test_a_time_limit_option_that_is_not_a_step_count_is_one_line():
     assert [env.step(0)[3] for _ in range(3)] == [False, False, True]
 
 
+def test_a_render_mode_the_environment_does_not_have_is_one_line():
+    """Gymnasium fails on a mode that is not a string deep inside ``gym.make`` and only logs an
+    unknown one, whose frames are then None; ale-py raises its own error."""
+    with pytest.raises(ConfigError, match="CartPole-v1: render_mode must be a name such as "
+                                          "'rgb_array', got 3"):  # fmt: skip
+        envs.make("CartPole-v1", render_mode=3)
+    with pytest.raises(ConfigError, match="CartPole-v1 renders as human, rgb_array; "
+                                          "render_mode 'bogus' is not one of them"):  # fmt: skip
+        envs.make("CartPole-v1", render_mode="bogus")
+    with pytest.raises(ConfigError, match="ALE/Pong-v5: Render mode bogus not supported"):
+        envs.make("ALE/Pong-v5", render_mode="bogus")
+    env = envs.make("CartPole-v1", render_mode="rgb_array_list")  # Gymnasium's own wrapper's
+    env.reset(seed=0)
+    assert env.render()[0].shape == (400, 600, 3)
+
+
 @pytest.mark.parametrize("env_id", ["Hopper-v5", "pettingzoo/pettingzoo.classic.connect_four_v3"])
 def test_a_snapshot_goes_on_with_the_episode_of_an_environment_that_ezpickles(env_id):
     """MuJoCo's environments and PettingZoo's games are Gymnasium ``EzPickle`` objects, whose own

@@ -115,6 +115,9 @@ def make(env_id: str, /, *, render_mode: str | None = None, **kwargs: Any) -> gy
         from rlherd.envs import reference
 
         return getattr(reference, MULTI_AGENT[env_id])(**kwargs)
+    if render_mode is not None and not isinstance(render_mode, str):
+        raise ConfigError(f"{env_id}: render_mode must be a name such as 'rgb_array', got "
+                          f"{render_mode!r}")  # fmt: skip
     kind, named = target(env_id) if ":" in env_id else ("id", env_id)
     if kind == "factory":
         env = _call_factory(named, env_id, render_mode, kwargs)
@@ -134,9 +137,20 @@ def make(env_id: str, /, *, render_mode: str | None = None, **kwargs: Any) -> gy
             env = _ChannelsFirst(env)
         if control:
             env = _FlatVector(env if repeat == 1 else ActionRepeat(env, repeat))
+    _check_render_mode(env, env_id, render_mode)
     env = _standard_observations(env, f"{env_id} {sorted(kwargs.items())}")
     spec_of(env, env_id)  # fail here, with the space named, rather than inside an agent
     return env
+
+
+def _check_render_mode(env: gym.Env, env_id: str, render_mode: str | None) -> None:
+    """A render mode the environment does not name among its own: Gymnasium only logs it, and
+    every frame would then be None (a video of nothing)."""
+    modes = env.metadata.get("render_modes")
+    if render_mode is not None and modes and render_mode not in modes:
+        env.close()
+        raise ConfigError(f"{env_id} renders as {', '.join(map(str, modes))}; render_mode "
+                          f"{render_mode!r} is not one of them")  # fmt: skip
 
 
 def _at_least_one(env_id: str, name: str, steps: Any) -> int:

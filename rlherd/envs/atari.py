@@ -57,13 +57,16 @@ def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
 def make_atari(env_id: str, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
     _import_ale()
     o = _options(kwargs)
-    env = gym.make(
-        env_id,
-        frameskip=1,  # AtariPreprocessing does the skipping (with max-pooling)
-        repeat_action_probability=o["repeat_action_probability"],
-        max_num_frames_per_episode=o["max_num_frames_per_episode"],
-        render_mode=render_mode,
-    )
+    try:
+        env = gym.make(
+            env_id,
+            frameskip=1,  # AtariPreprocessing does the skipping (with max-pooling)
+            repeat_action_probability=o["repeat_action_probability"],
+            max_num_frames_per_episode=o["max_num_frames_per_episode"],
+            render_mode=render_mode,
+        )
+    except gym.error.Error as e:  # ale-py's refusal of an option's value (a render mode)
+        raise UnsupportedEnv(f"{env_id}: {e}") from None
     env = gym.wrappers.AtariPreprocessing(
         env,
         noop_max=o["noop_max"],
