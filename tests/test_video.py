@@ -169,3 +169,15 @@ def test_ffmpeg_is_spawned_without_a_preexec_fn(tmp_path, monkeypatch):
     write_video(tmp_path / "v.mp4", [np.zeros((16, 16, 3), np.uint8)] * 2)
     assert seen and all(fn is None for fn in seen)
     assert "IMAGEIO_FFMPEG_NO_PREVENT_SIGINT" not in os.environ  # restored
+
+
+def test_a_run_trained_with_a_render_mode_of_its_own_records_its_video(tmp_path):
+    """Its options already name a render mode: --video's rgb_array takes its place (both were
+    passed, and make_one got render_mode twice)."""
+    import rlherd
+    from rlherd.commands.evaluate import evaluate
+
+    rlherd.train("dqn", "CartPole-v1", total_steps=50, run_dir=tmp_path / "run", progress=False,
+                 env_kwargs=dict(render_mode="rgb_array"))  # fmt: skip
+    evaluate(tmp_path / "run", episodes=1, video=tmp_path / "episode.gif")
+    assert iio.imread(tmp_path / "episode.gif").shape[1:] == (400, 600, 3)

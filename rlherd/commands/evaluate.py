@@ -210,8 +210,9 @@ def evaluate(
     if video and rl_envs.family(record.env) == "pettingzoo":
         raise ConfigError(f"--video records one agent's episode; {record.env} is a multi-agent "
                           "game, which rlherd does not record yet: drop --video")  # fmt: skip
-    render = dict(render_mode="rgb_array") if video else {}
-    env = rl_envs.make_one(record.env, spec.agent_index, **render, **record.env_kwargs)
+    # A run trained with a render mode of its own among its options records in rgb_array.
+    kwargs = dict(record.env_kwargs, render_mode="rgb_array") if video else record.env_kwargs
+    env = rl_envs.make_one(record.env, spec.agent_index, **kwargs)
     actor = eval_actor(builder, spec, net, greedy, seed)
     if opponent is not None and turns:
         env.close()
