@@ -7,7 +7,7 @@ from gymnasium.utils.ezpickle import EzPickle
 
 from rlherd import envs
 from rlherd.core import EnvSpec
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, UnsupportedEnv
 
 
 def test_make_gymnasium_and_spec():
@@ -73,6 +73,24 @@ def test_atari_deepmind_preprocessing():
     env.close()
     with pytest.raises(TypeError, match="unknown Atari options"):
         envs.make("ALE/Pong-v5", frame_skipp=3)
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("stack", 0, "stack must be a whole number >= 1, got 0"),  # Gymnasium's ValueError
+    ("screen_size", -1, "screen_size must be a whole number >= 1"),  # its AssertionError
+    ("frame_skip", 0, "frame_skip must be a whole number >= 1"),  # its bare AssertionError
+    ("noop_max", 1.5, "noop_max must be a whole number >= 0, got 1.5"),
+    ("repeat_action_probability", 2.0, "repeat_action_probability must be in \\[0, 1\\], got 2"),
+    ("episodic_life", 1, "episodic_life must be true or false"),
+])  # fmt: skip
+def test_a_bad_atari_option_is_one_line_on_either_path(option, value, says):
+    """One check for both ways an Atari game is made: Gymnasium's wrappers and ale-py's
+    vector env."""
+    pytest.importorskip("ale_py")
+    with pytest.raises(UnsupportedEnv, match=f"Atari option {says}"):
+        envs.make("ALE/Pong-v5", **{option: value})
+    with pytest.raises(UnsupportedEnv, match=f"Atari option {says}"):
+        envs.make_vector("ALE/Pong-v5", 2, **{option: value})
 
 
 def test_atari_native_vector_env_autoreset():

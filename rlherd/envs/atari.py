@@ -45,13 +45,31 @@ def game_name(env_id: str) -> str:
     return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
+LEAST = dict(noop_max=0, frame_skip=1, screen_size=1, stack=1, max_num_frames_per_episode=0)
+
+
 def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The options with the defaults, each checked here: Gymnasium's wrappers assert theirs
+    deep inside, and ale-py takes a sticky-action probability above 1."""
     unknown = set(kwargs) - set(DEFAULTS)
     if unknown:
         raise UnsupportedEnv(
             f"unknown Atari options {sorted(unknown)}; known options: {sorted(DEFAULTS)}"
         )
-    return {**DEFAULTS, **kwargs}
+    options = {**DEFAULTS, **kwargs}
+    for name, least in LEAST.items():
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UnsupportedEnv(f"Atari option {name} must be a whole number >= {least}, got "
+                                 f"{value!r}")  # fmt: skip
+    sticky = options["repeat_action_probability"]
+    if isinstance(sticky, bool) or not isinstance(sticky, int | float) or not 0 <= sticky <= 1:
+        raise UnsupportedEnv(f"Atari option repeat_action_probability must be in [0, 1], got "
+                             f"{sticky!r}")  # fmt: skip
+    if not isinstance(options["episodic_life"], bool):
+        raise UnsupportedEnv(f"Atari option episodic_life must be true or false, got "
+                             f"{options['episodic_life']!r}")  # fmt: skip
+    return options
 
 
 def make_atari(env_id: str, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
