@@ -400,7 +400,7 @@ def test_continuous_actions_and_poly_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="runs on: single, mono, distributed"):
         rlherd.train("mcts", DEEP_SEA, runtime="poly", run_dir=tmp_path / "b",
                      progress=False)  # fmt: skip
-    with pytest.raises(ConfigError, match="env_workers 0"):
+    with pytest.raises(ConfigError, match="--env-workers 0"):
         rlherd.train("mcts", DEEP_SEA, total_steps=10, run_dir=tmp_path / "c",
                      env_workers=1, progress=False)  # fmt: skip
 

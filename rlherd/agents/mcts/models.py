@@ -77,8 +77,8 @@ class Simulator:
                 "model=simulator searches with copies of the environments it plays, and these "
                 "are out of its reach here (a PettingZoo game's agents' rows, BatchEnv "
                 "processes with env_workers > 0, or ale-py's native vector env): "
-                "--set model=learned, or for a single-agent environment set env_workers 0 and "
-                "native_vector_env false"
+                "--set model=learned, or for a single-agent environment --env-workers 0 and "
+                "--native-vector-env false"
             )
         self.envs, self.memos = list(envs), [_shared(env) for env in envs]
         for env, memo in zip(self.envs, self.memos, strict=True):
