@@ -322,6 +322,15 @@ def _train_arguments(args: argparse.Namespace) -> dict:
             **_setting_flags(args)}
 
 
+def _dataset_needs_env(dataset_id: str) -> str:
+    """An offline run still evaluates its policy in the environment: the line naming it."""
+    from rlherd.replay.offline import recorded_env
+
+    env = recorded_env(dataset_id)
+    where = f": --env {env}, where it was recorded" if env else ""
+    return f"--dataset {dataset_id} needs --env, the environment its policy is evaluated in{where}"
+
+
 def _recorded(path: Path) -> bool:
     """Whether ``path`` is a run's (or a package's) own config.json: a record of another
     machine, maybe someone else's."""
@@ -396,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             if seeds.GROUP_VARIABLE in os.environ:  # one seed of a `train --seeds` group
                 seeds.stop_with_group()
             given = _train_arguments(args)
+            if args.resume is None and given["env"] is None and given.get("dataset"):
+                raise ConfigError(_dataset_needs_env(given["dataset"]))
             if args.resume is None and (given["agent"] is None or given["env"] is None):
                 parser.error("train needs an agent and --env (or --config FILE, or --resume "
                              "RUN_DIR)")  # fmt: skip

@@ -418,6 +418,10 @@ def test_the_command_line_collects_and_trains_offline(minari_root, tmp_path, cap
     assert summary["runtime"] == "offline"
     assert summary["eval_return_mean"] == pytest.approx(0.95)  # cloned the expert
     assert evaluate(tmp_path / "run", episodes=2)["eval_return_mean"] == pytest.approx(0.95)
+    # Without --env: the one line names the environment the dataset was recorded on.
+    assert main(["train", "bc", "--dataset", "corridor/random-v0", "--no-progress"]) == 2
+    assert ("--dataset corridor/random-v0 needs --env, the environment its policy is evaluated "
+            f"in: --env {CORRIDOR}, where it was recorded") in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------- dict observations

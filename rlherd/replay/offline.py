@@ -151,6 +151,14 @@ def about(dataset: Any) -> dict[str, Any]:
     return json.loads(dataset.storage.metadata.get(ABOUT_KEY, "{}"))
 
 
+def recorded_env(dataset_id: str) -> str | None:
+    """The environment ``dataset_id`` was recorded on, as ``--env`` takes it: rlherd's record,
+    else Minari's environment spec; None where neither says."""
+    dataset = load_dataset(dataset_id)
+    env_spec = dataset.spec.env_spec
+    return about(dataset).get("env") or (env_spec.id if env_spec is not None else None)
+
+
 def episodes(dataset: Any) -> Iterator[Episode]:
     """The dataset's episodes, in order."""
     space = dataset.observation_space
