@@ -410,6 +410,32 @@ def test_serve_env_command_binds_loopback_and_stops_on_sigterm(tmp_path):
         proc.stdout.close()
 
 
+def test_a_port_holds_one_server():
+    """gRPC's default SO_REUSEPORT let a second server bind a port in use, and the kernel dealt
+    each new stream to either of them."""
+    first, address = serve("CartPole-v1", "127.0.0.1:0")
+    try:
+        with pytest.raises(OSError, match=f"could not bind {address}: the port is in use"):
+            serve("CartPole-v1", address)
+    finally:
+        first.stop(grace=None)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--address", "127.0.0.1:99999"], "a port from 0 to 65535"),  # gRPC bound 34463
+    (["--address", "nope"], "give host:port"),  # gRPC's RuntimeError
+    (["--address", "192.0.2.1:5000"], "could not bind 192.0.2.1:5000"),  # not this machine's
+    (["--max-streams", "0"], "--max-streams must be >= 1"),  # the thread pool's ValueError
+    (["--first-message-timeout", "nan"], "--first-message-timeout must be a number of seconds"),
+    (["--idle-timeout", "-5"], "--idle-timeout must be a number of seconds > 0"),
+])  # fmt: skip
+def test_serve_env_refuses_bad_flags_in_one_line(args, says):
+    from rlherd.envs.server import main as serve_env
+
+    with pytest.raises(ConfigError, match=says):
+        serve_env(["CartPole-v1", *args])
+
+
 # ------------------------------------------------------------------------------ batching
 def test_dynamic_batcher_never_mixes_up_callers():
     sizes = []

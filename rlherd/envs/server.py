@@ -462,6 +462,9 @@ def serve(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # gRPC's default lets a second server bind a port in use, and the kernel then
+            # deals each new stream to either: a port holds one server.
+            ("grpc.so_reuseport", 0),
         ],
         maximum_concurrent_rpcs=max_streams,
     )
@@ -473,9 +476,13 @@ def serve(
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("rlherd.env.EnvServer", {"Stream": handler}),)
     )
-    port = server.add_insecure_port(address)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:  # gRPC's "Failed to bind": not an address of this machine, or in use
+        port = 0
     if port == 0 and not address.startswith("unix:"):
-        raise OSError(f"could not bind {address}; is the port in use?")
+        raise OSError(f"could not bind {address}: the port is in use, or the host is not an "
+                      "address of this machine")  # fmt: skip
     server.start()
     if address.startswith("unix:"):
         return server, address
@@ -683,17 +690,26 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.die_with_parent:  # the parent holds our stdin open while it lives
         threading.Thread(target=_exit_at_eof, daemon=True, name="die-with-parent").start()
-    if args.envs_per_stream < 1:
-        raise ConfigError(f"--envs-per-stream must be >= 1, got {args.envs_per_stream}")
+    if args.envs_per_stream < 1 or args.max_streams < 1:
+        raise ConfigError(f"--envs-per-stream and --max-streams must be >= 1, got "
+                          f"{args.envs_per_stream} and {args.max_streams}")  # fmt: skip
+    for flag, seconds in (("--first-message-timeout", args.first_message_timeout),
+                          ("--idle-timeout", args.idle_timeout)):  # fmt: skip
+        if not 0 < seconds < math.inf:
+            raise ConfigError(f"{flag} must be a number of seconds > 0, got {seconds}")
+    check_address(args.address)
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as e:
         raise ConfigError(f"--env-kwargs must be a JSON object: {e}") from None
     if not isinstance(env_kwargs, dict):
         raise ConfigError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
-    server, address = serve(args.env, args.address, args.envs_per_stream, args.max_streams,
-                            first_message_s=args.first_message_timeout,
-                            idle_s=args.idle_timeout, **env_kwargs)  # fmt: skip
+    try:
+        server, address = serve(args.env, args.address, args.envs_per_stream, args.max_streams,
+                                first_message_s=args.first_message_timeout,
+                                idle_s=args.idle_timeout, **env_kwargs)  # fmt: skip
+    except OSError as e:
+        raise ConfigError(f"--address {e}") from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -707,6 +723,17 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         os._exit(1)
     return 0
+
+
+def check_address(address: str) -> None:
+    """``unix:PATH``, or ``host:port`` with a port gRPC can bind: it takes one above 65535
+    modulo 65536, and binds another port than the one asked for."""
+    if address.startswith("unix:"):
+        return
+    host, _, port = address.rpartition(":")
+    if not (host and port.isdigit() and int(port) <= 65535):
+        raise ConfigError(f"--address {address!r}: give host:port (a port from 0 to 65535; 0 "
+                          "picks a free one) or unix:PATH")  # fmt: skip
 
 
 def _exit_at_eof() -> None:
