@@ -1005,3 +1005,6 @@ def test_a_server_no_one_answers_at_is_one_line_and_a_bad_address_is_refused(tmp
     assert main([*argv, "--env-servers", "bogus", "--run-dir", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "'bogus' is not a server's address" in err, err
+    too_high = ["--env-servers", "127.0.0.1:99999", "--run-dir", str(tmp_path / "bad")]
+    assert main([*argv, *too_high]) == 2
+    assert "'127.0.0.1:99999' is not a server's address" in capsys.readouterr().err  # not 34463

@@ -140,7 +140,8 @@ class Poly(Demonstrations):
         for address in filter(None, (a.strip() for a in self.env_servers.split(","))):
             scheme, _, rest = address.partition(":")  # gRPC's named schemes, else host:port
             host, _, port = address.rpartition(":")
-            if not (scheme in GRPC_SCHEMES and rest or host and port.isdigit()):
+            port_ok = port.isdigit() and int(port) <= 65535  # gRPC wraps a larger one
+            if not (scheme in GRPC_SCHEMES and rest or host and port_ok):
                 raise ConfigError(f"--env-servers: {address!r} is not a server's address; give "
                                   "host:port or unix:/path/to/socket, separated by commas")
 
