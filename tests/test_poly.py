@@ -415,16 +415,17 @@ def test_a_port_holds_one_server():
     each new stream to either of them."""
     first, address = serve("CartPole-v1", "127.0.0.1:0")
     try:
-        with pytest.raises(OSError, match=f"could not bind {address}: the port is in use"):
+        with pytest.raises(OSError, match=f"could not bind {address}: a port in use"):
             serve("CartPole-v1", address)
     finally:
         first.stop(grace=None)
+    with pytest.raises(OSError, match="could not bind unix:/nonexistent-dir/env.sock"):
+        serve("CartPole-v1", "unix:/nonexistent-dir/env.sock")  # not a server of nothing
 
 
 @pytest.mark.parametrize("args, says", [
     (["--address", "127.0.0.1:99999"], "a port from 0 to 65535"),  # gRPC bound 34463
     (["--address", "nope"], "give host:port"),  # gRPC's RuntimeError
-    (["--address", "192.0.2.1:5000"], "could not bind 192.0.2.1:5000"),  # not this machine's
     (["--max-streams", "0"], "--max-streams must be >= 1"),  # the thread pool's ValueError
     (["--first-message-timeout", "nan"], "--first-message-timeout must be a number of seconds"),
     (["--idle-timeout", "-5"], "--idle-timeout must be a number of seconds > 0"),
@@ -594,7 +595,7 @@ def test_poly_actors_stop_at_the_step_budget_while_the_learner_is_slow(tmp_path,
     step = ImpalaLearner.step
 
     def slow_step(self):
-        time.sleep(0.5)
+        time.sleep(0.2)
         return step(self)
 
     monkeypatch.setattr(ImpalaLearner, "step", slow_step)

@@ -439,6 +439,10 @@ def _parse_request(data: bytes) -> pb.ClientMessage | object:
         return MALFORMED
 
 
+class BindError(OSError):
+    """The server's address cannot be bound; the environment itself was made."""
+
+
 def serve(
     env_id: str,
     address: str = DEFAULT_ADDRESS,
@@ -478,11 +482,11 @@ def serve(
     )
     try:
         port = server.add_insecure_port(address)
-    except RuntimeError:  # gRPC's "Failed to bind": not an address of this machine, or in use
+    except RuntimeError:  # gRPC's "Failed to bind": a socket path it cannot make, a foreign host
         port = 0
-    if port == 0 and not address.startswith("unix:"):
-        raise OSError(f"could not bind {address}: the port is in use, or the host is not an "
-                      "address of this machine")  # fmt: skip
+    if port == 0:
+        raise BindError(f"could not bind {address}: a port in use, a host that is not an "
+                        "address of this machine, or a socket path that cannot be made")
     server.start()
     if address.startswith("unix:"):
         return server, address
@@ -708,7 +712,7 @@ def run(args: argparse.Namespace) -> int:
         server, address = serve(args.env, args.address, args.envs_per_stream, args.max_streams,
                                 first_message_s=args.first_message_timeout,
                                 idle_s=args.idle_timeout, **env_kwargs)  # fmt: skip
-    except OSError as e:
+    except BindError as e:
         raise ConfigError(f"--address {e}") from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -728,7 +732,7 @@ def run(args: argparse.Namespace) -> int:
 def check_address(address: str) -> None:
     """``unix:PATH``, or ``host:port`` with a port gRPC can bind: it takes one above 65535
     modulo 65536, and binds another port than the one asked for."""
-    if address.startswith("unix:"):
+    if address.startswith(("unix:", "unix-abstract:")):
         return
     host, _, port = address.rpartition(":")
     if not (host and port.isdigit() and int(port) <= 65535):
