@@ -35,7 +35,9 @@ import dataclasses
 import functools
 import inspect
 import io
+import os
 import pickle
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -438,12 +440,12 @@ class _StatePickler(pickle.Pickler):
     new simulator or an empty board under an episode that goes on. A class that pickles its own
     way (its own ``__getstate__`` or ``__setstate__``, slots, a ``copyreg`` entry) keeps its way
     (``typing.Generic``'s empty ``__slots__``, in every Gymnasium environment's classes, is none).
-    Pygame's rendering objects, which do not pickle, go as fresh ones (:func:`_pygame_reduction`).
+    Pygame's surfaces and fonts, which do not pickle, go as plain data (:func:`_pygame_reduction`).
     """
 
     def reducer_override(self, obj: Any) -> Any:
         cls = type(obj)
-        if cls.__module__.startswith("pygame"):
+        if cls.__module__ == "pygame" or cls.__module__.startswith("pygame."):
             return _pygame_reduction(obj)
         if (isinstance(obj, EzPickle) and cls.__getstate__ is EzPickle.__getstate__
                 and cls.__setstate__ is EzPickle.__setstate__ and cls not in copyreg.dispatch_table
@@ -453,18 +455,46 @@ class _StatePickler(pickle.Pickler):
 
 
 def _pygame_reduction(obj: Any) -> Any:
-    """A rendering surface as a blank one of its size, and a font as the same file opened again
-    (MPE's games hold both): an environment redraws its whole frame at each render, so neither
-    carries the episode, and without them a game would resume with new episodes. Other pygame
-    objects (a window's display surface among them) do not pickle, as before."""
+    """Pygame's surfaces and fonts, which do not pickle, rebuilt from plain data: a surface from
+    its pixels (some games draw their observations on one and keep drawing on it), compressed,
+    since a rendering canvas is mostly background; a font by opening its file again. Other
+    pygame objects (a window's display surface among them) do not pickle, as before."""
     import pygame
     import pygame.freetype
 
     if isinstance(obj, pygame.Surface) and obj is not pygame.display.get_surface():
-        return pygame.Surface, (obj.get_size(), obj.get_flags(), obj.get_bitsize())
-    if isinstance(obj, pygame.freetype.Font) and obj.path:
-        return pygame.freetype.Font, (obj.path, obj.size)
+        mode = "RGBA" if obj.get_flags() & pygame.SRCALPHA else "RGB"
+        pixels = zlib.compress(pygame.image.tobytes(obj, mode), 1)
+        return _surface, (obj.get_size(), obj.get_flags(), obj.get_bitsize(), mode, pixels,
+                          obj.get_colorkey(), obj.get_alpha())  # fmt: skip
+    if isinstance(obj, pygame.freetype.Font) and os.path.isfile(obj.path):
+        return _font, (obj.path, obj.size, obj.style)
     return NotImplemented
+
+
+def _surface(size: tuple[int, int], flags: int, bitsize: int, mode: str, pixels: bytes,
+             colorkey: Any, alpha: Any) -> Any:  # fmt: skip
+    """Unpickling's half of :func:`_pygame_reduction` for a surface (snapshots name it)."""
+    import pygame
+
+    surface = pygame.Surface(size, flags, bitsize)
+    surface.blit(pygame.image.frombytes(zlib.decompress(pixels), size, mode), (0, 0))
+    if colorkey is not None:
+        surface.set_colorkey(colorkey)
+    if alpha is not None and not flags & pygame.SRCALPHA:
+        surface.set_alpha(alpha)
+    return surface
+
+
+def _font(path: str, size: Any, style: int) -> Any:
+    """Unpickling's half of :func:`_pygame_reduction` for a font (snapshots name it): FreeType
+    must be started in a process that has not drawn text yet."""
+    import pygame.freetype
+
+    pygame.freetype.init()
+    font = pygame.freetype.Font(path, size)
+    font.style = style
+    return font
 
 
 def _set_attributes(obj: Any, attributes: dict[str, Any]) -> None:
