@@ -218,10 +218,10 @@ def test_a_table_larger_than_the_machines_memory_is_refused_with_a_size_that_fit
     GiB) once failed deep in numpy, or on a larger machine only once it filled."""
     import rlherd.replay.table as table_mod
 
-    monkeypatch.setattr(table_mod, "available_memory", lambda: 2**30)  # 1 GiB
+    monkeypatch.setattr(table_mod, "machine_memory", lambda: 2**30)  # 1 GiB
     atari = {"obs": ((4, 84, 84), np.uint8), "next_obs": ((4, 84, 84), np.uint8)}
-    with pytest.raises(ConfigError, match=r"1,000,000 items of 56,448 bytes need 52\.6 GiB, and "
-                       r"this machine has 1\.0 GiB available.*--set replay_size=9510 takes"):
+    with pytest.raises(ConfigError, match=r"1,000,000 items of 56,448 bytes need 52\.6 GiB, more "
+                       r"than this machine's 1\.0 GiB of memory; 9,510 items.*replay_size=9510"):
         Table("replay", atari, 1_000_000, Uniform())
     assert Table("replay", atari, 9_510, Uniform()).item_nbytes == 56_448  # what it said fits
 

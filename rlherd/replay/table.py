@@ -26,30 +26,24 @@ from rlherd.replay.selectors import Fifo, Lifo, Selector
 Signature = dict[str, tuple[tuple[int, ...], Any]]
 
 
-def available_memory() -> int:
-    """Bytes of memory this machine can give now (Linux's MemAvailable, counting the page cache
-    it would reclaim; elsewhere, all of its memory)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+def machine_memory() -> int:
+    """Bytes of physical memory this machine has."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _check_fits(name: str, max_size: int, item_nbytes: int) -> None:
-    """Storage is preallocated, and a table larger than the machine's memory fails, at once or
-    once it fills (Atari's 1M stacked frames, twice over with the next observations, are 53 GiB):
-    say so before a run starts, with a size that fits."""
-    need, have = max_size * item_nbytes, available_memory()
+    """Storage is preallocated, lazily: a table larger than the machine's memory fails at once
+    or once it fills (Atari's 1M stacked frames, twice over with the next observations, are 53
+    GiB). Say so before a run starts, with a size that fits. A table within the machine's
+    memory goes ahead even where other processes hold much of it now, as it fills slowly."""
+    need, have = max_size * item_nbytes, machine_memory()
     if need > have:
         fits = max(1, int(0.5 * have) // item_nbytes)
         raise ConfigError(
             f"replay table {name!r}: {max_size:,} items of {item_nbytes:,} bytes need "
-            f"{need / 2**30:.1f} GiB, and this machine has {have / 2**30:.1f} GiB available; "
-            f"lower the agent's replay_size (--set replay_size={fits} takes about half of it)"
+            f"{need / 2**30:.1f} GiB, more than this machine's {have / 2**30:.1f} GiB of memory; "
+            f"{fits:,} items take about half of it (a replay agent's replay_size: --set "
+            f"replay_size={fits})"
         )
 
 
