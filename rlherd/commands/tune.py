@@ -209,8 +209,9 @@ def _plan(agent, env, trials, jobs, storage, study_name, space, total_steps, eva
     """Check every argument before any trial starts, and fill in the defaults."""
     if (trials < 1 or jobs < 1 or eval_episodes < 1 or startup_trials < 0
             or warmup_evals is not None and warmup_evals < 0):  # fmt: skip
-        raise ConfigError("--trials, --jobs and --eval-episodes must be >= 1, and "
-                          "--startup-trials and --warmup-evals >= 0")  # fmt: skip
+        raise ConfigError(f"--trials, --jobs and --eval-episodes must be >= 1, and "
+                          f"--startup-trials and --warmup-evals >= 0; got {trials}, {jobs}, "
+                          f"{eval_episodes}, {startup_trials} and {warmup_evals}")  # fmt: skip
     check_seed(seed)
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
