@@ -275,7 +275,11 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
     episodes = settings.get("total_episodes")
-    if episodes is not None and episodes < 1:  # train's 0 (no limit) would run past the budget
+    try:  # train's 0 (no limit) would run past the budget; what is not a count, train names
+        too_few = episodes is not None and int(episodes) < 1
+    except (TypeError, ValueError):
+        too_few = False
+    if too_few:
         raise ConfigError(f"--total-episodes must be >= 1 (each id's episodes; leave it out "
                           f"for bsuite's budget), got {episodes}")  # fmt: skip
     for env_id in env_ids:

@@ -694,9 +694,10 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.die_with_parent:  # the parent holds our stdin open while it lives
         threading.Thread(target=_exit_at_eof, daemon=True, name="die-with-parent").start()
-    if args.envs_per_stream < 1 or args.max_streams < 1:
-        raise ConfigError(f"--envs-per-stream and --max-streams must be >= 1, got "
-                          f"{args.envs_per_stream} and {args.max_streams}")  # fmt: skip
+    for flag, count in (("--envs-per-stream", args.envs_per_stream),
+                        ("--max-streams", args.max_streams)):  # fmt: skip
+        if count < 1:
+            raise ConfigError(f"{flag} must be >= 1, got {count}")
     for flag, seconds in (("--first-message-timeout", args.first_message_timeout),
                           ("--idle-timeout", args.idle_timeout)):  # fmt: skip
         if not 0 < seconds < math.inf:
