@@ -27,7 +27,8 @@ import random
 import re
 import time
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -38,6 +39,8 @@ from rlherd.core import EnvSpec, Leaf
 from rlherd.envs.wrappers import sample_action
 from rlherd.errors import ConfigError
 from rlherd.runtime import runtimes_for
+
+T = TypeVar("T")
 
 
 def gymnasium_check(env: gym.Env) -> tuple[bool, list[str]]:
@@ -137,7 +140,8 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
     )
 
 
-def _with_single_envs(env_id: str, env_kwargs: dict[str, Any], use: Any) -> Any:
+def _with_single_envs(env_id: str, env_kwargs: dict[str, Any],
+                      use: Callable[[gym.vector.VectorEnv], T]) -> T:  # fmt: skip
     """``use(envs)`` on the environment as the ``single`` runtime steps it (one of it, or the
     rows of one game), closed afterwards."""
     from rlherd.envs.pettingzoo import one_game
