@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return serve_env(rest)
         if args.command == "train":
-            from rlherd.commands import seeds
+            from rlherd.commands import bsuite, seeds
             from rlherd.commands.train import train
 
             if seeds.GROUP_VARIABLE in os.environ:  # one seed of a `train --seeds` group
@@ -410,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.resume is None and (given["agent"] is None or given["env"] is None):
                 parser.error("train needs an agent and --env (or --config FILE, or --resume "
                              "RUN_DIR)")  # fmt: skip
+            if args.resume is not None:
+                bsuite.check_not_sweep(args.resume)
             if args.seeds is not None or seeds.is_seed_parent(args.resume):
                 words = argv if argv is not None else sys.argv[1:]
                 return seeds.command(args, words[words.index("train") + 1:], given)

@@ -236,6 +236,20 @@ def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(t
     assert data[data["bsuite_id"] == "catch/0"]["episode"].max() == 3  # the finished one
 
 
+def test_resuming_a_sweeps_folder_names_the_command_that_continues_it(tmp_path, capsys):
+    """A sweep's folder holds one run per id: ``train --resume`` of it names ``rlherd bsuite``
+    with its agent, and one of its runs, where it said only that it was not a run."""
+    from rlherd.cli import main
+
+    out = tmp_path / "sweep"
+    assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(out), "--total-episodes", "2",
+                 "--no-progress"]) == 0  # fmt: skip
+    assert main(["train", "--resume", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"`rlherd bsuite dqn --out {out}`" in err and f"--resume {out / 'catch-0'}" in err
+    assert main(["train", "--resume", str(out / "catch-0"), "--no-progress"]) == 0  # a run is
+
+
 def test_a_kept_folder_holds_one_sweeps_settings(tmp_path, monkeypatch):
     """A kept folder of another sweep, or of runs without a record, is refused before anything
     is copied or run; one kept before an upgrade added a field is the same sweep; a copy cut
@@ -389,6 +403,9 @@ def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
     shutil.copytree(tmp_path / "dqn", tmp_path / "again" / "dqn", symlinks=True)
     table = sweeps.report([tmp_path / "dqn", tmp_path / "again" / "dqn"], tmp_path / "twice")
     assert set(table.experiments.columns) == {f"{tmp_path.name}-dqn", "again-dqn"}
+    # One sweep given twice would be scored as two agents.
+    with pytest.raises(ConfigError, match="given twice; give each sweep once"):
+        sweeps.report([tmp_path / "dqn", tmp_path / "again" / ".." / "dqn"], tmp_path / "same")
 
 
 def test_mnist_without_its_download_is_one_line(monkeypatch):

@@ -222,6 +222,19 @@ def _check_kept(kept: Path, request: dict[str, Any], env_id: str) -> None:
                           "swept; give another --kept folder")  # fmt: skip
 
 
+def check_not_sweep(path: str | Path) -> None:
+    """Refuse ``rlherd train --resume`` of a sweep's folder, which holds one run per id: name
+    the command that continues the sweep, and how to continue one of its runs."""
+    path = Path(path)
+    swept = path / SWEEP_FILE
+    if swept.exists() and not (path / "config.json").exists():
+        run = next((c.parent for c in sorted(path.glob("*/config.json"))), path / "EXPERIMENT-N")
+        raise ConfigError(f"{path} is a bsuite sweep's folder, not a run: `rlherd bsuite "
+                          f"{read_json(swept)['agent']} --out {path}` with the sweep's "
+                          f"--experiments or --ids continues it, and `--resume {run}` one of "
+                          "its runs")  # fmt: skip
+
+
 def upgraded(record: dict[str, Any], env_id: str) -> dict[str, Any]:
     """A folder's sweep record with the config fields and runtime settings that rlherd gained
     since it was written, at their defaults (for its preset and ``env_id``, nothing set). A new
@@ -472,9 +485,11 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
     except ImportError as e:
         raise MissingExtra(f"bsuite-report needs the bsuite package: {bs.INSTALL}") from e
     dirs = [Path(d) for d in dirs]
-    for d in dirs:
+    for k, d in enumerate(dirs):
         if not d.is_dir():
             raise ConfigError(f"{d} is not a directory; give the --out of rlherd bsuite sweeps")
+        if d.resolve() in (e.resolve() for e in dirs[:k]):  # it would be scored as two agents
+            raise ConfigError(f"{d} is given twice; give each sweep once")
     out = make_folder(Path(out), "--output")
     # bsuite's plots ask for serif fonts a bare machine lacks: one warning per text, not news.
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
