@@ -561,6 +561,10 @@ def _check_env(*args: str) -> subprocess.CompletedProcess:
                  "mcts: single, mono, distributed",
                  "--resume (single runtime): mid-episode (a copy restored from its snapshot "
                  "steps as it does)"]),
+    # MCTS's simulator cannot copy ale-py's vector env, but Atari as Gymnasium steps it.
+    ("ALE/Breakout-v5", ["(4, 84, 84) uint8 box (256 values) -> image torso",
+                         "dqn: single, mono, poly, distributed, offline",
+                         "mcts: single, mono, distributed (with --native-vector-env false)"]),
 ])  # fmt: skip
 def test_check_env_prints_the_structure_and_who_trains_it(env, shown):
     out = _check_env(env)

@@ -89,14 +89,20 @@ def steps_per_second(env: gym.Env | gym.vector.VectorEnv, seconds: float, seed: 
     return steps / (time.perf_counter() - start)
 
 
-def trainers(spec: EnvSpec, envs: gym.vector.VectorEnv) -> dict[str, str | list[str]]:
-    """Each agent's verdict: the runtimes it trains the environment on, or why it cannot (its
-    networks are built for the environment, with its preset for it, and it checks ``envs``,
-    the environment as the ``single`` runtime steps it, as a run would)."""
+NOT_NATIVE = "--native-vector-env false"  # Atari as Gymnasium steps it, not ale-py's vector env
+
+
+def trainers(spec: EnvSpec, envs: gym.vector.VectorEnv,
+             names: list[str] | None = None) -> dict[str, str | list[str]]:  # fmt: skip
+    """Each agent's verdict (of ``names``, or all): the runtimes it trains the environment on,
+    or why it cannot (its networks are built for the environment, with its preset for it, and
+    it checks ``envs``, the environment as the ``single`` runtime steps it, as a run would)."""
     from rlherd.commands.train import environment_needs, resolve_config
 
     out: dict[str, str | list[str]] = {}
     for name, builder_class in sorted(BUILDERS.items()):
+        if names is not None and name not in names:
+            continue
         try:
             config, _ = resolve_config(name, spec.env_id, None, {})
             builder = builder_class(config)
@@ -136,20 +142,37 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
         action_mask=spec.has_action_mask,
         steps_per_second=round(sps, 1),
         resume=resumes(env_id, env_kwargs or {}, seed),
-        agents=_with_single_envs(env_id, env_kwargs or {}, lambda envs: trainers(spec, envs)),
+        **_agents(spec, env_kwargs or {}),
     )
 
 
+def _agents(spec: EnvSpec, env_kwargs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The report's ``agents`` (:func:`trainers`) and ``flags``: an agent that cannot train
+    ale-py's vector env (MCTS's simulator copies environments) is tried again on Atari as
+    Gymnasium steps it, and its runtimes then come with the flag that asks for it."""
+    agents = _with_single_envs(spec.env_id, env_kwargs, lambda envs: trainers(spec, envs))
+    flags = {}
+    if rl_envs.native_vector(spec.env_id):
+        refused = [name for name, verdict in agents.items() if isinstance(verdict, str)]
+        plain = _with_single_envs(spec.env_id, env_kwargs, lambda envs: trainers(
+            spec, envs, refused), native=False)  # fmt: skip
+        for name, verdict in plain.items():
+            if isinstance(verdict, list):
+                agents[name], flags[name] = verdict, NOT_NATIVE
+    return dict(agents=agents, flags=flags)
+
+
 def _with_single_envs(env_id: str, env_kwargs: dict[str, Any],
-                      use: Callable[[gym.vector.VectorEnv], T]) -> T:  # fmt: skip
+                      use: Callable[[gym.vector.VectorEnv], T], native: bool = True) -> T:
     """``use(envs)`` on the environment as the ``single`` runtime steps it (one of it, or the
-    rows of one game), closed afterwards."""
+    rows of one game), closed afterwards; ``native=False``: as with ``--native-vector-env
+    false``."""
     from rlherd.envs.pettingzoo import one_game
 
     if rl_envs.family(env_id) == "pettingzoo":
         envs = one_game(env_id, **env_kwargs)  # what a run's rows of one game are
     else:
-        envs = rl_envs.make_vector(env_id, 1, **env_kwargs)
+        envs = rl_envs.make_vector(env_id, 1, native=native, **env_kwargs)
     try:
         return use(envs)
     finally:
@@ -305,6 +328,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append("  agents (runtimes they train it on, or why not):")
     for name, verdict in report["agents"].items():
         text = ", ".join(verdict) if isinstance(verdict, list) else f"no: {verdict}"
+        if name in report["flags"]:
+            text += f" (with {report['flags'][name]})"
         lines.append(f"    {name}: {text}")
     if not trainable(report):
         lines.append("  no agent of rlherd trains this environment")

@@ -285,7 +285,7 @@ def make_vector(
     name = split_id(env_id)[1]
     if ":" not in env_id:
         check_id(env_id)
-    if native and name.startswith("ALE/"):
+    if native and native_vector(env_id):
         return make_atari_vector(name, num_envs, **kwargs)
     if workers > 0:
         from rlherd.envs.vector import BatchEnv
@@ -296,6 +296,12 @@ def make_vector(
         [functools.partial(make, env_id, **kwargs)] * num_envs,
         autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
     )
+
+
+def native_vector(env_id: str) -> bool:
+    """Whether :func:`make_vector` steps ``env_id`` in ale-py's C++ vector environment unless
+    told ``native=False`` (Atari)."""
+    return split_id(env_id)[1].startswith("ALE/")
 
 
 def make_one(
