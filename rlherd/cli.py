@@ -174,8 +174,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="default: as -o's suffix says (.onnx, .pt or .pth), else onnx")
     export.add_argument("--stochastic", action="store_true",
                         help="sample actions (from a noise input) instead of the greedy one")
-    export.add_argument("-o", "--output", metavar="FILE",
-                        help="where to write (default: policy.onnx or policy.pt in the run)")
+    export.add_argument("-o", "--output", metavar="PATH",
+                        help="where to write: a file, or a folder to write it in (default: "
+                        "policy.onnx or policy.pt in the run)")
     export.add_argument("--best", action="store_true",
                         help="the best evaluation's policy (train --save-best), not the latest")
     _add_tune_parser(sub)

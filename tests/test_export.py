@@ -331,6 +331,10 @@ def test_the_command_writes_where_it_says_and_refuses_in_one_line(run, workdir, 
     assert main(["export", str(run("feedforward")), "-o", str(named)]) == 0
     assert torch.jit.load(named) is not None
     capsys.readouterr()
+    # A folder that exists is where the file goes, by its default name (as `cp` takes one).
+    assert main(["export", str(run("feedforward")), "-o", str(workdir / "exports")]) == 0
+    assert capsys.readouterr().out.strip() == str(workdir / "exports" / "policy.onnx")
+    assert (workdir / "exports" / "policy.onnx").stat().st_size > 0
     assert main(["export", str(run("feedforward")), "--format", "onnx", "-o",
                  str(workdir / "exports" / "other.pth")]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip()

@@ -155,7 +155,9 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     assert "--total-steps must be >= 1, got -5" in err
     for flag in ("--startup-trials", "--warmup-evals"):  # Optuna's pruner raised ValueError
         err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", flag, "-2", *out])
-        assert "--startup-trials and --warmup-evals >= 0" in err, err
+        assert f"{flag} must be >= 0, got -2" == err.split("error: ")[-1].strip(), err
+    err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "0", "--jobs", "-1", *out])
+    assert "--trials must be >= 1, got 0; --jobs must be >= 1, got -1" in err, err
     monkeypatch.setitem(sys.modules, "optuna", None)  # as if it were not installed
     err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", *out])
     assert "pip install 'rlherd[tune]'" in err

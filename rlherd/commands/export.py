@@ -318,9 +318,9 @@ def export(
     """Write the latest policy of the run in ``run_dir`` (``best``: its best evaluation's, kept
     by ``--save-best``) as an ONNX or TorchScript file
     (``fmt``, or as ``output``'s suffix says: :func:`file_format`; see the module docstring) to
-    ``output`` (default: ``policy.onnx`` or ``policy.pt`` in the run directory,
-    ``policy-best.*`` with ``best``, ``policy-stochastic.*`` with ``stochastic``; a package's
-    must be given); its path."""
+    ``output`` (a file, or a folder to write it in; default: ``policy.onnx`` or ``policy.pt``
+    in the run directory, ``policy-best.*`` with ``best``, ``policy-stochastic.*`` with
+    ``stochastic``; a package's must be given); its path."""
     fmt = file_format(fmt, output)
     if fmt == "onnx":
         require_onnx()
@@ -343,6 +343,8 @@ def export(
     if output is None and is_package(run_dir):  # a package is read, never written
         raise ConfigError(f"{run_dir} is a package, which rlherd export does not write into; "
                           f"say where the file goes: -o {name}")  # fmt: skip
-    path = Path(output) if output is not None else Path(run_dir) / name
+    path = Path(output) if output is not None else Path(run_dir)
+    if path.is_dir():  # a folder to write the file in, as `cp` takes one
+        path = path / name
     atomic_write_bytes(make_folder(path.parent, "-o") / path.name, data)
     return path

@@ -207,11 +207,12 @@ def _plan(agent, env, trials, jobs, storage, study_name, space, total_steps, eva
           eval_episodes, objective, seed, startup_trials, warmup_evals, out,
           fixed) -> Plan:  # fmt: skip
     """Check every argument before any trial starts, and fill in the defaults."""
-    if (trials < 1 or jobs < 1 or eval_episodes < 1 or startup_trials < 0
-            or warmup_evals is not None and warmup_evals < 0):  # fmt: skip
-        raise ConfigError(f"--trials, --jobs and --eval-episodes must be >= 1, and "
-                          f"--startup-trials and --warmup-evals >= 0; got {trials}, {jobs}, "
-                          f"{eval_episodes}, {startup_trials} and {warmup_evals}")  # fmt: skip
+    counts = {"--trials": (trials, 1), "--jobs": (jobs, 1), "--eval-episodes": (eval_episodes, 1),
+              "--startup-trials": (startup_trials, 0), "--warmup-evals": (warmup_evals, 0)}
+    bad = [f"{flag} must be >= {least}, got {value}" for flag, (value, least) in counts.items()
+           if value is not None and value < least]  # warmup_evals None: a third of the budget
+    if bad:
+        raise ConfigError("; ".join(bad))
     check_seed(seed)
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
