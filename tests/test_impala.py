@@ -230,6 +230,14 @@ def test_eval_video_and_plot(tmp_path, capsys):
     assert main(["plot", str(run_dir), "-o", str(tmp_path / "curves.txt")]) == 2
     err = capsys.readouterr().err.strip()  # a suffix matplotlib cannot write: one line
     assert err.count("\n") == 0 and "curves.txt: matplotlib writes" in err and "png" in err, err
+    # A folder that exists is drawn in, and a name without a format is a PNG: the path printed
+    # is the file written (matplotlib added ".png" to "curves" and it said "curves").
+    for given, written in ((tmp_path / "figures", image), (tmp_path / "bare", "bare.png")):
+        assert main(["plot", str(run_dir), "-o", str(given)]) == 0
+        assert capsys.readouterr().out.strip() == str(tmp_path / written)
+        assert (tmp_path / written).read_bytes()[:4] == b"\x89PNG"
+    assert main(["plot", str(video), "-o", str(image)]) == 2  # a file, not runs: one line
+    assert f"{video} is a file; give run directories" in capsys.readouterr().err
     for window in ("0", "-3"):  # a mean over no episodes: NaN curves, or an IndexError
         assert main(["plot", str(run_dir), "-o", str(image), "--window", window]) == 2
         assert "--window must be at least 1 episode" in capsys.readouterr().err

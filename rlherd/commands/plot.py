@@ -43,7 +43,8 @@ def plot_runs(
     aggregate: str | None = None,
     reps: int = CURVE_REPS,
 ) -> Path:
-    """Draw the runs' learning curves into ``output``: each run's (``run_dirs`` may name
+    """Draw the runs' learning curves into ``output`` (a file, ``.png`` if it names no format,
+    or a folder to write ``curves.png`` in): each run's (``run_dirs`` may name
     folders of runs, such as the parent of ``--seeds`` runs), or with ``aggregate`` (``iqm``
     or ``mean``) each experiment's aggregate over its seeds with a 95% bootstrap band
     (``reps`` resamples at each of 40 steps) over its seeds' own curves."""
@@ -54,10 +55,14 @@ def plot_runs(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    output = Path(output)
+    if output.is_dir():  # a folder to draw in, as `cp` takes one
+        output = output / "curves.png"
+    elif not output.suffix:  # matplotlib's default format, said in the path printed
+        output = output.with_name(f"{output.name}.png")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     formats = fig.canvas.get_supported_filetypes()
-    suffix = Path(output).suffix.lstrip(".").lower()
-    if suffix and suffix not in formats:  # before any run is read, not matplotlib's traceback
+    if output.suffix.lstrip(".").lower() not in formats:  # before any run is read
         plt.close(fig)
         raise ConfigError(f"-o {output}: matplotlib writes {', '.join(sorted(formats))}; give "
                           f"one of those suffixes (e.g. curves.png)")  # fmt: skip
@@ -79,7 +84,7 @@ def plot_runs(
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     fig.tight_layout()
-    output = make_folder(Path(output).parent, "-o") / Path(output).name
+    output = make_folder(output.parent, "-o") / output.name
     fig.savefig(output, dpi=120)
     plt.close(fig)
     return output

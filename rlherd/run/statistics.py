@@ -89,6 +89,9 @@ def find_runs(paths: Sequence[str | Path]) -> list[RunFiles]:
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist; give run directories or folders "
                                     "that hold them")  # fmt: skip
+        if not path.is_dir():
+            raise ConfigError(f"{path} is a file; give run directories or folders that hold "
+                              "them")  # fmt: skip
         runs = [RunFiles(d, read_json(d / "config.json"), _summary(d)) for d in _run_dirs(path)]
         if not runs:
             raise ConfigError(f"{path} holds no run (a run directory has a config.json); give "
