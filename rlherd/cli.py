@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 # Building the parsers reads only torch-free tables (agent and runtime names, the runtime
@@ -383,6 +384,172 @@ def _env_kwargs(text: str | None) -> dict | None:
     return value
 
 
+def _train(args: argparse.Namespace, words: list[str], parser: argparse.ArgumentParser) -> int:
+    """``rlherd train``: one run, or a group of seeds (``words``: the command line, which each
+    seed's process is given)."""
+    from rlherd.commands import bsuite, seeds
+    from rlherd.commands.train import train
+
+    if seeds.GROUP_VARIABLE in os.environ:  # one seed of a `train --seeds` group
+        seeds.stop_with_group()
+    given = _train_arguments(args)
+    if args.resume is None and given["env"] is None and given.get("dataset"):
+        raise ConfigError(_dataset_needs_env(given["dataset"]))
+    if args.resume is None and (given["agent"] is None or given["env"] is None):
+        parser.error("train needs an agent and --env (or --config FILE, or --resume RUN_DIR)")
+    if args.resume is not None:
+        bsuite.check_not_sweep(args.resume)
+    if args.seeds is not None or seeds.is_seed_parent(args.resume):
+        return seeds.command(args, words[words.index("train") + 1:], given)
+    run = train(
+        run_dir=args.run_dir,
+        resume=args.resume,
+        progress=not args.no_progress,
+        overwrite=args.overwrite,
+        callbacks=_callbacks(args),
+        track=args.track,
+        track_project=args.track_project,
+        track_uri=args.track_uri,
+        **given,
+    )
+    print(json.dumps(run.summary))
+    if run.finished_before:
+        print(f"rlherd: {run.path} finished at {run.steps} steps; nothing to do (train it "
+              f"longer with --resume {run.path} --total-steps N)", file=sys.stderr)  # fmt: skip
+    elif "stopped_by" in run.summary and not run.stopped:
+        print(f"rlherd: stopped by {run.summary['stopped_by']} at step {run.steps}; run "
+              f"directory: {run.path}", file=sys.stderr)  # fmt: skip
+    elif run.stopped:
+        print(f"rlherd: interrupted at step {run.steps}; resume with `rlherd train --resume "
+              f"{run.path}`", file=sys.stderr)  # fmt: skip
+        return 128 + run.signal  # 130 for Ctrl-C, 143 for SIGTERM, as shells expect
+    else:
+        print(f"run directory: {run.path}", file=sys.stderr)
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    if args.record_episodes or args.out:  # eval that records: collect's older spelling
+        if not (args.record_episodes and args.out):
+            raise ConfigError("--record-episodes N and --out ID go together")
+        from rlherd.commands.collect import collect
+
+        print(json.dumps(collect(args.run_dir, args.out, args.record_episodes)))
+        return 0
+    from rlherd.commands.evaluate import evaluate
+
+    print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample,
+                              opponent=args.opponent, best=args.best)))  # fmt: skip
+    return 0
+
+
+def _collect(args: argparse.Namespace) -> int:
+    from rlherd.commands.collect import collect
+
+    print(json.dumps(collect(args.run_dir, args.out, args.episodes, env=args.env,
+                             env_kwargs=_env_kwargs(args.env_kwargs), epsilon=args.epsilon,
+                             seed=args.seed, progress=not args.no_progress)))  # fmt: skip
+    return 0
+
+
+def _check_env(args: argparse.Namespace) -> int:
+    """Exit 1 where no agent trains the environment (or, with --strict, Gymnasium's checker
+    fails), or a device environment differs from its reference."""
+    if args.consistency:
+        from rlherd.envs.device import ConsistencyError, check_consistency, make_device
+
+        env = make_device(args.env, args.num_envs, args.device, args.seed,
+                          **(_env_kwargs(args.env_kwargs) or {}))  # fmt: skip
+        try:
+            result = check_consistency(env, steps=args.steps, seed=args.seed)
+        except ConsistencyError as e:
+            print(f"rlherd: {args.env} is NOT consistent with its reference: {e}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        print(json.dumps(dict(env=args.env, consistent=True, **result)))
+        return 0
+    from rlherd.commands.check_env import check, format_report, trainable
+
+    report = check(args.env, _env_kwargs(args.env_kwargs), args.seconds, args.seed)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0 if trainable(report) and (report["gymnasium_check"] or not args.strict) else 1
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from rlherd.commands.plot import plot_runs
+
+    print(plot_runs(args.run_dirs, args.output, args.window, args.title,
+                    aggregate=args.aggregate, reps=args.reps))  # fmt: skip
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from rlherd.commands.report import print_table, report
+
+    rows = report(args.run_dirs, args.reps)
+    if args.json:
+        print("\n".join(json.dumps(row) for row in rows))
+    else:
+        print_table(rows, args.reps)
+    return 0
+
+
+def _package(args: argparse.Namespace) -> int:
+    from rlherd.commands.package import package
+
+    print(json.dumps(package(args.run_dir, args.output, args.episodes, not args.no_video,
+                             args.overwrite, best=args.best)))  # fmt: skip
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rlherd.commands.export import export
+
+    print(export(args.run_dir, args.format, args.stochastic, args.output, args.best))
+    return 0
+
+
+def _bsuite(args: argparse.Namespace) -> int:
+    from rlherd.commands.bsuite import command
+
+    return command(args, parse_set(args.set))
+
+
+def _bsuite_report(args: argparse.Namespace) -> int:
+    from rlherd.commands.bsuite import report_command
+
+    return report_command(args)
+
+
+def _tune(args: argparse.Namespace) -> int:
+    from rlherd.commands.tune import tune
+
+    summary = tune(args.agent, args.env, trials=args.trials, jobs=args.jobs,
+                   storage=args.storage, study_name=args.study_name, space=args.space,
+                   total_steps=args.total_steps, eval_every=args.eval_every,
+                   eval_episodes=args.eval_episodes, objective=args.objective, seed=args.seed,
+                   startup_trials=args.startup_trials, warmup_evals=args.warmup_evals,
+                   out=args.out, fixed=parse_set(args.set))  # fmt: skip
+    print(json.dumps(summary))
+    return 130 if summary["interrupted"] else 0
+
+
+# Each command's handler, chosen here alone: it returns the exit status. (train and serve-env,
+# which read the command line itself, are dispatched in main.)
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "eval": _eval,
+    "collect": _collect,
+    "check-env": _check_env,
+    "plot": _plot,
+    "report": _report,
+    "package": _package,
+    "export": _export,
+    "tune": _tune,
+    "bsuite": _bsuite,
+    "bsuite-report": _bsuite_report,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the rlherd command itself; a caller's own process keeps its format
         warnings.formatwarning = one_line
@@ -400,126 +567,8 @@ def main(argv: list[str] | None = None) -> int:
 
             return serve_env(rest)
         if args.command == "train":
-            from rlherd.commands import bsuite, seeds
-            from rlherd.commands.train import train
-
-            if seeds.GROUP_VARIABLE in os.environ:  # one seed of a `train --seeds` group
-                seeds.stop_with_group()
-            given = _train_arguments(args)
-            if args.resume is None and given["env"] is None and given.get("dataset"):
-                raise ConfigError(_dataset_needs_env(given["dataset"]))
-            if args.resume is None and (given["agent"] is None or given["env"] is None):
-                parser.error("train needs an agent and --env (or --config FILE, or --resume "
-                             "RUN_DIR)")  # fmt: skip
-            if args.resume is not None:
-                bsuite.check_not_sweep(args.resume)
-            if args.seeds is not None or seeds.is_seed_parent(args.resume):
-                words = argv if argv is not None else sys.argv[1:]
-                return seeds.command(args, words[words.index("train") + 1:], given)
-            run = train(
-                run_dir=args.run_dir,
-                resume=args.resume,
-                progress=not args.no_progress,
-                overwrite=args.overwrite,
-                callbacks=_callbacks(args),
-                track=args.track,
-                track_project=args.track_project,
-                track_uri=args.track_uri,
-                **given,
-            )
-            print(json.dumps(run.summary))
-            if run.finished_before:
-                print(f"rlherd: {run.path} finished at {run.steps} steps; nothing to do (train "
-                      f"it longer with --resume {run.path} --total-steps N)",
-                      file=sys.stderr)  # fmt: skip
-            elif "stopped_by" in run.summary and not run.stopped:
-                print(f"rlherd: stopped by {run.summary['stopped_by']} at step {run.steps}; "
-                      f"run directory: {run.path}", file=sys.stderr)  # fmt: skip
-            elif run.stopped:
-                print(f"rlherd: interrupted at step {run.steps}; resume with `rlherd train "
-                      f"--resume {run.path}`", file=sys.stderr)  # fmt: skip
-                return 128 + run.signal  # 130 for Ctrl-C, 143 for SIGTERM, as shells expect
-            else:
-                print(f"run directory: {run.path}", file=sys.stderr)
-        elif args.command == "eval" and (args.record_episodes or args.out):
-            from rlherd.commands.collect import collect
-
-            if not (args.record_episodes and args.out):
-                raise ConfigError("--record-episodes N and --out ID go together")
-            print(json.dumps(collect(args.run_dir, args.out, args.record_episodes)))
-        elif args.command == "eval":
-            from rlherd.commands.evaluate import evaluate
-
-            print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample,
-                                      opponent=args.opponent, best=args.best)))  # fmt: skip
-        elif args.command == "collect":
-            from rlherd.commands.collect import collect
-
-            print(json.dumps(collect(args.run_dir, args.out, args.episodes, env=args.env,
-                                     env_kwargs=_env_kwargs(args.env_kwargs),
-                                     epsilon=args.epsilon, seed=args.seed,
-                                     progress=not args.no_progress)))  # fmt: skip
-        elif args.command == "check-env" and not args.consistency:
-            from rlherd.commands.check_env import check, format_report, trainable
-
-            report = check(args.env, _env_kwargs(args.env_kwargs), args.seconds, args.seed)
-            print(json.dumps(report) if args.json else format_report(report))
-            passed = trainable(report) and (report["gymnasium_check"] or not args.strict)
-            return 0 if passed else 1
-        elif args.command == "check-env":
-            from rlherd.envs.device import ConsistencyError, check_consistency, make_device
-
-            env = make_device(args.env, args.num_envs, args.device, args.seed,
-                              **(_env_kwargs(args.env_kwargs) or {}))  # fmt: skip
-            try:
-                result = check_consistency(env, steps=args.steps, seed=args.seed)
-            except ConsistencyError as e:
-                print(f"rlherd: {args.env} is NOT consistent with its reference: {e}",
-                      file=sys.stderr)  # fmt: skip
-                return 1
-            print(json.dumps(dict(env=args.env, consistent=True, **result)))
-        elif args.command == "plot":
-            from rlherd.commands.plot import plot_runs
-
-            print(plot_runs(args.run_dirs, args.output, args.window, args.title,
-                            aggregate=args.aggregate, reps=args.reps))  # fmt: skip
-        elif args.command == "report":
-            from rlherd.commands.report import print_table, report
-
-            rows = report(args.run_dirs, args.reps)
-            if args.json:
-                print("\n".join(json.dumps(row) for row in rows))
-            else:
-                print_table(rows, args.reps)
-        elif args.command == "package":
-            from rlherd.commands.package import package
-
-            print(json.dumps(package(args.run_dir, args.output, args.episodes, not args.no_video,
-                                     args.overwrite, best=args.best)))  # fmt: skip
-        elif args.command == "export":
-            from rlherd.commands.export import export
-
-            print(export(args.run_dir, args.format, args.stochastic, args.output, args.best))
-        elif args.command == "bsuite":
-            from rlherd.commands.bsuite import command
-
-            return command(args, parse_set(args.set))
-        elif args.command == "bsuite-report":
-            from rlherd.commands.bsuite import report_command
-
-            return report_command(args)
-        elif args.command == "tune":
-            from rlherd.commands.tune import tune
-
-            summary = tune(args.agent, args.env, trials=args.trials, jobs=args.jobs,
-                           storage=args.storage, study_name=args.study_name, space=args.space,
-                           total_steps=args.total_steps, eval_every=args.eval_every,
-                           eval_episodes=args.eval_episodes, objective=args.objective,
-                           seed=args.seed, startup_trials=args.startup_trials,
-                           warmup_evals=args.warmup_evals, out=args.out,
-                           fixed=parse_set(args.set))  # fmt: skip
-            print(json.dumps(summary))
-            return 130 if summary["interrupted"] else 0
+            return _train(args, argv if argv is not None else sys.argv[1:], parser)
+        return COMMANDS[args.command](args)
     except (ConfigError, TrainingDiverged, FileNotFoundError) as e:
         # What a user can fix (an id, an option, an extra, a path, a learning rate): one line.
         # Anything else is a bug, and keeps its traceback.
@@ -528,8 +577,6 @@ def main(argv: list[str] | None = None) -> int:
     except (NodeDied, Stalled) as e:  # a fault the run reported, with how to continue
         print(f"rlherd: {e}", file=sys.stderr)
         return 1
-    return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
