@@ -369,6 +369,27 @@ def test_report_tells_apart_experiments_that_share_a_folder(tmp_path, monkeypatc
         ("mixed (learning_rate=0.0003)", [0, 2]), ("mixed (learning_rate=0.001)", [1, 3])]
 
 
+def test_packages_are_not_counted_as_seeds_and_a_run_given_twice_is_one(experiments, capsys):
+    """A package (rlherd package) holds a copy of its run's config.json: in a folder of runs it
+    was counted as one more seed of the run it came from."""
+    for k in (1, 2):  # two packages of one seed of runs/b, as `rlherd package -o` leaves them
+        package = experiments / "b" / f"package-{k}"
+        package.mkdir()
+        record = json.loads((experiments / "b" / "seed-1" / "config.json").read_text())
+        (package / "config.json").write_text(json.dumps({**record, "package": {"step": 1}}))
+        (package / "summary.json").write_text((experiments / "b" / "seed-1" /
+                                                "summary.json").read_text())  # fmt: skip
+    assert main(["report", "runs/b", "runs/b/seed-2", "--json", "--reps", "50"]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["seeds"] == [1, 2, 3] and row["returns"] == [20.0, 40.0, 60.0]
+    assert main(["report", "runs/b/package-1"]) == 2
+    assert "runs/b/package-1 is a package" in capsys.readouterr().err
+    # plot draws a run given twice once (it drew it twice).
+    from rlherd.run.statistics import find_runs
+
+    assert len(find_runs(["runs/a/seed-1", "runs/a", "runs/a/seed-1/../seed-1"])) == 6
+
+
 def test_report_without_rliable_names_the_extra(experiments, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "rliable", None)  # import rliable: ImportError
     assert main(["report", "runs/a"]) == 2

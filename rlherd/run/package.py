@@ -27,12 +27,11 @@ import torch
 
 from rlherd.core import POLICY_KEY
 from rlherd.errors import ConfigError, MissingExtra
-from rlherd.run.rundir import RunRecord, atomic_write_bytes, read_json, read_record
+from rlherd.run.rundir import PACKAGE_KEY, RunRecord, atomic_write_bytes, read_json, read_record
 
 CONFIG_FILE = "config.json"
 POLICY_FILE = "policy.safetensors"
 SUMMARY_FILE = "summary.json"
-PACKAGE_KEY = "package"  # config.json's entry that a run directory's config.json lacks
 
 
 def is_package(path: str | Path) -> bool:

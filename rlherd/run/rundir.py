@@ -30,6 +30,7 @@ from rlherd.errors import ConfigError, Notice
 from rlherd.run.plain import from_plain, to_plain
 
 KEEP_CHECKPOINTS = 2
+PACKAGE_KEY = "package"  # a package's config.json's entry (rlherd package) that a run's lacks
 # final_return_mean: the mean return of the last 20 training episodes (on the device runtime,
 # of the last 20 batches' means); final_return_window: how many it holds, fewer early on.
 RETURN_WINDOW = 20

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlherd.errors import ConfigError, MissingExtra
-from rlherd.run.rundir import read_json
+from rlherd.run.rundir import PACKAGE_KEY, read_json
 
 REPS = 2000  # bootstrap resamples of a final-return interval
 # A curve's band is an interval at each of its points: rliable's IQM (scipy's trim_mean, ~0.1 ms
@@ -83,8 +83,10 @@ class Group:
 
 def find_runs(paths: Sequence[str | Path]) -> list[RunFiles]:
     """The runs in ``paths``: each a run directory, or a folder holding runs at any depth (the
-    parent of ``--seeds`` runs, or ``runs/``)."""
-    found = []
+    parent of ``--seeds`` runs, or ``runs/``). A run given twice (or within a folder given too)
+    is found once; packages (``rlherd package``) are copies of a run's policy, not runs, and
+    would count one run as several seeds."""
+    found: dict[Path, RunFiles] = {}
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"{path} does not exist; give run directories or folders "
@@ -92,20 +94,30 @@ def find_runs(paths: Sequence[str | Path]) -> list[RunFiles]:
         if not path.is_dir():
             raise ConfigError(f"{path} is a file; give run directories or folders that hold "
                               "them")  # fmt: skip
+        if _is_package(path):
+            raise ConfigError(f"{path} is a package (rlherd package), a copy of a run's policy; "
+                              "give the run directory it was made from")  # fmt: skip
         runs = [RunFiles(d, read_json(d / "config.json"), _summary(d)) for d in _run_dirs(path)]
         if not runs:
             raise ConfigError(f"{path} holds no run (a run directory has a config.json); give "
                               "run directories or folders that hold them")  # fmt: skip
-        found += runs
-    return found
+        found.update((run.path.resolve(), run) for run in runs if run.path.resolve() not in found)
+    return list(found.values())
 
 
 def _run_dirs(path: Path) -> Iterator[Path]:
     if (path / "config.json").is_file():
-        yield path
+        if not _is_package(path):
+            yield path
         return
     for child in sorted(p for p in path.iterdir() if p.is_dir()):
         yield from _run_dirs(child)
+
+
+def _is_package(path: Path) -> bool:
+    """A package's config.json is a run's with the package's own entry
+    (:data:`rlherd.run.rundir.PACKAGE_KEY`)."""
+    return (path / "config.json").is_file() and PACKAGE_KEY in read_json(path / "config.json")
 
 
 def _summary(path: Path) -> dict[str, Any]:
@@ -114,14 +126,10 @@ def _summary(path: Path) -> dict[str, Any]:
 
 
 def group_runs(runs: Sequence[RunFiles]) -> list[Group]:
-    """``runs`` grouped by experiment, in the order their first runs were given; a run given
-    twice counts once. Seeds within a group are in order."""
+    """``runs`` (:func:`find_runs`'s) grouped by experiment, in the order their first runs
+    were given. Seeds within a group are in order."""
     groups: dict[str, Group] = {}
-    seen = set()
     for run in runs:
-        if run.path.resolve() in seen:
-            continue
-        seen.add(run.path.resolve())
         key = {k: v for k, v in run.config.items() if k not in NOT_COMPARED}
         text = json.dumps(key, sort_keys=True, default=str)
         groups.setdefault(text, Group("", key)).runs.append(run)
