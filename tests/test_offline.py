@@ -250,6 +250,12 @@ def test_collect_errors_name_the_fix(minari_root, tmp_path, monkeypatch):
             collect(None, malformed, 2, env=CORRIDOR, progress=False)
     with pytest.raises(ConfigError, match="epsilon"):
         collect(None, "test/eps-v0", 2, env=CORRIDOR, epsilon=1.5, progress=False)
+    # MCTS searches its environment at every step, which no recorded policy can do.
+    monkeypatch.undo()
+    search = rlherd.train("mcts", "open_spiel/tic_tac_toe", total_steps=50, progress=False,
+                          run_dir=tmp_path / "mcts").path  # fmt: skip
+    with pytest.raises(ConfigError, match="mcts acts by searching its environment"):
+        collect(search, "test/mcts-v0", 2, progress=False)
 
 
 def test_a_run_records_its_training_episodes(minari_root, interrupt_at, tmp_path):

@@ -14,12 +14,10 @@ from typing import Any
 import numpy as np
 
 from rlherd import envs as rl_envs
-from rlherd.commands.evaluate import load_run
-from rlherd.core import policy_state
+from rlherd.commands.evaluate import load_policy
 from rlherd.errors import ConfigError
 from rlherd.replay.offline import check_free, write_dataset
 from rlherd.replay.recording import Act, record_episodes
-from rlherd.run.evaluation import eval_actor
 from rlherd.types import batch_of_one
 
 
@@ -44,15 +42,12 @@ def collect(
     act = None
     env = None if env is None else rl_envs.resolve(env)  # as a run records it
     if run_dir is not None:
-        record, builder, checkpoint = load_run(run_dir)
+        trained = load_policy(run_dir, seed=seed)  # refuses runs a policy alone cannot play
+        record = trained.record
         if env is not None and env != record.env:
             raise ConfigError(f"{run_dir} was trained on {record.env}; drop --env {env}")
         env, env_kwargs = record.env, record.env_kwargs
-        spec = rl_envs.spec_for(env, **env_kwargs)
-        net = builder.make_networks(spec, device="cpu")
-        net.load_state_dict(policy_state(checkpoint["learner"]))
-        net.eval()
-        act = actor_policy(eval_actor(builder, spec, net, True, seed))
+        act = actor_policy(trained.make_actor())
     elif env is None:
         raise ConfigError("name a run to record its policy, or --env ENV for a random policy")
     env_kwargs = env_kwargs or {}
