@@ -1,6 +1,7 @@
 """DQN end to end on the single runtime: tiny environments, exact resume, evaluation that does not
 touch training, and learning CartPole."""
 
+import re
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from conftest import learn_to
 import rlherd
 from rlherd.agents.dqn.acting import DQNActor, linear_epsilon
 from rlherd.commands.evaluate import evaluate
+from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
 
 
@@ -73,6 +75,45 @@ def test_interrupt_then_resume_continues_exactly(interrupt_at, tmp_path):
             torch.testing.assert_close(b["learner"][name][k], v, rtol=0, atol=0)
     np.testing.assert_array_equal(a["tables"][0]["keys"], b["tables"][0]["keys"])
     np.testing.assert_array_equal(a["tables"][0]["priorities"], b["tables"][0]["priorities"])
+
+
+@pytest.mark.parametrize("agent, field, value, says", [
+    # Each was accepted: a ZeroDivisionError inside the learner or the actor, a torch error
+    # building the network, or a run that went on with a meaningless setting.
+    ("dqn", "target_update_period", 0, "target_update_period must be >= 1"),
+    ("dqn", "epsilon_decay_steps", -1, "epsilon_decay_steps must be >= 0"),
+    ("dqn", "epsilon_start", 5.0, "epsilon_start must be in [0, 1]"),
+    ("dqn", "importance_beta", -3.0, "importance_beta must be >= 0"),
+    ("dqn", "grad_norm_clip", -1.0, "grad_norm_clip must be > 0"),
+    ("dqn", "learning_rate", float("inf"), "learning_rate must be > 0 and finite"),
+    ("dqn", "hidden_sizes", [64, -1], "hidden_sizes=[64, -1]: each layer needs at least 1"),
+    ("ppo", "value_hidden_sizes", [0], "value_hidden_sizes=[0]: each layer needs at least 1"),
+    ("ppo", "clip", -1.0, "clip must be > 0"),
+    ("ppo", "value_clip", -1.0, "value_clip must be > 0 and finite (None turns it off)"),
+    ("ppo", "max_grad_norm", -1.0, "max_grad_norm must be > 0"),
+    ("ppo", "obs_clip", -1.0, "obs_clip must be > 0"),
+])  # fmt: skip
+def test_a_meaningless_setting_is_refused_before_the_run(agent, field, value, says, tmp_path):
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        rlherd.train(agent, "CartPole-v1", total_steps=100, progress=False,
+                     run_dir=tmp_path / "run", **{field: value})  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
+def test_no_epsilon_decay_acts_at_the_final_epsilon_from_the_start():
+    assert linear_epsilon(1.0, 0.05, 0)(0) == 0.05  # was a ZeroDivisionError
+
+
+def test_mono_actors_stop_at_the_step_budget_and_at_a_resumed_ones(tmp_path):
+    """Each actor process takes its steps from the budget the run's actors share, and stops
+    there: at most each actor's step in flight goes over. They stepped on until the learner
+    heard of the budget, a report period or more later (820 to 1,123 steps of a 300-step run
+    with one actor)."""
+    run = rlherd.train("dqn", "CartPole-v1", runtime="mono", total_steps=300, run_dir=tmp_path,
+                       progress=False, num_actors=2, envs_per_actor=2)  # fmt: skip
+    assert 300 <= run.summary["actor_steps"] < 300 + 2 * 2
+    resumed = rlherd.train(resume=tmp_path, total_steps=700, progress=False)
+    assert 700 <= resumed.summary["actor_steps"] < 700 + 2 * 2
 
 
 def test_evaluation_never_touches_training(tmp_path):

@@ -27,6 +27,7 @@ A resumed run continues the learner exactly; actors start new episodes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import queue
 import resource
@@ -139,8 +140,9 @@ class ActorSetup:
     signatures: list[dict]  # replay: the learner's tables' (adders may read them)
 
 
-def actor_process(seed: int, conn: Connection, stop: Any, forked: bool) -> None:
-    """Run the agent's actor in an environment loop until ``stop`` (an Event) is set."""
+def actor_process(seed: int, conn: Connection, stop: Any, budget: Budget, forked: bool) -> None:
+    """Run the agent's actor in an environment loop until ``stop`` (an Event) is set; idle once
+    the actors have taken the run's ``budget`` of steps."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     try:
@@ -166,11 +168,14 @@ def actor_process(seed: int, conn: Connection, stop: Any, forked: bool) -> None:
         envs = make_envs(setup.env_id, setup.env_kwargs, setup.settings, k, workers=0)
         loop = EnvironmentLoop(envs, actor, channel, seed)
         conn.send(("started",))
-        while not stop.is_set():
-            loop.step()
+        while not stop.is_set():  # not stop.wait(): a waiter killed there blocks every set()
+            if budget.spent():
+                time.sleep(POLL_S)  # idle, not gone: an actor that left would be restarted
+                continue
+            budget.take(loop.step())
             for table in tables:
                 table.flush()
-            channel.report()
+            channel.report(force=budget.spent())  # the last steps counted at once
     except (KeyboardInterrupt, EOFError, BrokenPipeError, ConnectionResetError):
         pass  # stopped, or the learner is gone
     except ConfigError as e:  # the run's fault (a game it cannot step), not the process's
@@ -178,6 +183,23 @@ def actor_process(seed: int, conn: Connection, stop: Any, forked: bool) -> None:
     except Exception:
         traceback.print_exc()
         raise
+
+
+@dataclass
+class Budget:
+    """The actor steps left to the run (its recorder's count, when the pool started) and the
+    steps each actor has taken of them, in shared memory. No lock: an actor killed holding one
+    would stop the others for good; each actor writes only its own count, and reads the sum."""
+
+    steps: int
+    taken: Any  # multiprocessing.Array of int64, one per actor
+    index: int = 0  # the actor's own count
+
+    def take(self, steps: int) -> None:
+        self.taken[self.index] += steps
+
+    def spent(self) -> bool:
+        return sum(self.taken[:]) >= self.steps
 
 
 def _take_the_runs_process_state(conn: Connection) -> None:
@@ -220,8 +242,9 @@ class ActorLink:
         self.started = False
         self.error: str | None = None  # a ConfigError the actor met: the run stops with it
         self.held: int | None = None  # the slot the actor is filling
+        budget = dataclasses.replace(pool.budget, index=index)
         self.process = pool.mp.Process(
-            target=actor_process, args=(seed, child, pool.stop, FORKED), daemon=True
+            target=actor_process, args=(seed, child, pool.stop, budget, FORKED), daemon=True
         )
         self.process.start()
         child.close()  # only the actor holds its end, so its death reads as EOF here
@@ -241,9 +264,12 @@ class ActorLink:
                 if kind == "stats":
                     _, steps, agent_steps, (returns, lengths, policies) = message
                     pool.ctx.recorder.add_actor_steps(steps, agent_steps)
+                    pool.reported[self.index] += steps
                     if returns:
                         pool.ctx.recorder.episodes(np.asarray(returns), np.asarray(lengths),
                                                    policies)  # fmt: skip
+                    if pool.ctx.recorder.done():  # now, not once the learner looks (POLL_S)
+                        pool.stop.set()
                 elif kind == "insert":
                     _, table, items = message
                     for item, priority in items:
@@ -352,12 +378,24 @@ class ActorPool:
         self.setup = ActorSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
                                 source, slots, [t.signature for t in tables])  # fmt: skip
         self.stop = self.mp.Event()  # the actors' (``stopping`` is the links' here)
+        # The actors stop at the run's budget of steps themselves; a budget of a game's agents'
+        # steps, or of episodes, stops them when the links hear of it.
+        n = ctx.settings.num_actors
+        self.budget = Budget(self._steps_left(), self.mp.Array("q", n, lock=False))
+        self.reported = [0] * n  # each actor's steps the run has counted
         self.free: queue.Queue[int] = queue.Queue()
         self.full: queue.Queue[tuple[int, int]] = queue.Queue()
         for i in range(len(slots or [])):
             self.free.put(i)
         self.restarts = 0
         self.links = [ActorLink(self, i, self._seed(i)) for i in range(ctx.settings.num_actors)]
+
+    def _steps_left(self) -> int:
+        """The run's actor steps left, as its recorder has counted them."""
+        recorder = self.ctx.recorder
+        if recorder.counts != "actor_steps":
+            return 2**62
+        return recorder.total_steps - int(recorder.counters["actor_steps"])
 
     def _seed(self, i: int) -> int:
         # A restarted actor gets a new seed, so it does not replay its predecessor's episodes.
@@ -401,6 +439,8 @@ class ActorPool:
                     "`if __name__ == '__main__':` (each actor process imports the script)."
                 )
             self.restarts += 1
+            self.budget.taken[i] = self.reported[i]  # steps it had not reported are not the
+            # run's: its successor takes them again
             limit = MAX_RESTARTS_PER_ACTOR * len(self.links)
             if self.restarts > limit:
                 raise RuntimeError(

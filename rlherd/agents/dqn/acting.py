@@ -18,10 +18,12 @@ from rlherd.replay import BatchAdder
 
 
 def linear_epsilon(start: float, end: float, decay_steps: int) -> Callable[[int], float]:
-    """Epsilon falling linearly from ``start`` to ``end`` over ``decay_steps`` agent steps."""
+    """Epsilon falling linearly from ``start`` to ``end`` over ``decay_steps`` agent steps
+    (0: ``end`` from the start)."""
 
     def epsilon(step: int) -> float:
-        return end + (start - end) * max(0.0, 1.0 - step / decay_steps)
+        left = 1.0 - step / decay_steps if decay_steps else 0.0
+        return end + (start - end) * max(0.0, left)
 
     return epsilon
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_discount, check_positive, check_replay
+from rlherd.agents.base import (
+    check_at_least_one,
+    check_discount,
+    check_non_negative,
+    check_positive,
+    check_replay,
+)
 from rlherd.networks import ObservationConfig
 
 
@@ -69,8 +75,14 @@ class DQNConfig(ObservationConfig):
 
     def __post_init__(self) -> None:
         check_replay(self)
-        check_at_least_one(self, "variable_update_period")
-        check_positive(self, "learning_rate", "adam_eps", "rmsprop_eps")
+        check_at_least_one(self, "variable_update_period", "target_update_period")
+        check_positive(self, "learning_rate", "adam_eps", "rmsprop_eps", "grad_norm_clip")
+        if not self.huber_delta > 0:  # inf: the squared error
+            raise ValueError(f"huber_delta must be > 0, got {self.huber_delta}")
+        check_non_negative(self, "epsilon_decay_steps", "importance_beta", "priority_eps")
+        for name in ("epsilon_start", "epsilon_end"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         check_discount(self)
         if self.train_every < 0 or self.gradient_steps < 1:
             raise ValueError(

@@ -89,7 +89,8 @@ class PPOConfig(ObservationConfig):
                 "a shared network has one optimiser: set value_learning_rate=None or "
                 "shared_network=False"
             )
-        check_positive(self, "learning_rate", "value_learning_rate", "adam_eps")
+        check_positive(self, "learning_rate", "value_learning_rate", "adam_eps", "clip",
+                       "value_clip", "max_grad_norm", "obs_clip", "reward_clip")  # fmt: skip
         check_discount(self)
         if not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
