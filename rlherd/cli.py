@@ -458,6 +458,10 @@ def _check_env(args: argparse.Namespace) -> int:
     if args.consistency:
         from rlherd.envs.device import ConsistencyError, check_consistency, make_device
 
+        settings.check_device(args.device, "--device")
+        if args.num_envs < 1 or args.steps < 1:  # no environment, or no step, checks nothing
+            raise ConfigError(f"--num-envs and --steps must be >= 1, got {args.num_envs} and "
+                              f"{args.steps}")  # fmt: skip
         env = make_device(args.env, args.num_envs, args.device, args.seed,
                           **(_env_kwargs(args.env_kwargs) or {}))  # fmt: skip
         try:

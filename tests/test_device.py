@@ -303,6 +303,27 @@ def test_check_env_command():
     assert json.loads(out.stdout)["consistent"] is True
 
 
+@pytest.mark.parametrize("flags, says", [
+    (["--steps", "-1"], "--num-envs and --steps must be >= 1"),  # reported consistent, unchecked
+    (["--num-envs", "0"], "--num-envs and --steps must be >= 1"),
+    (["--device", "mars"], "--device='mars' is not a torch device"),  # torch's RuntimeError
+])  # fmt: skip
+def test_check_env_consistency_refuses_what_would_check_nothing_in_one_line(flags, says, capsys):
+    from rlherd.cli import main
+
+    assert main(["check-env", "tag-gridworld", "--consistency", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err, err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a machine without CUDA")
+def test_check_env_consistency_on_cuda_without_it_is_one_line(capsys):
+    from rlherd.cli import main
+
+    assert main(["check-env", "tag-gridworld", "--consistency", "--device", "cuda"]) == 2
+    assert "--device='cuda' but CUDA is not available" in capsys.readouterr().err
+
+
 def test_check_env_of_a_device_game_without_consistency_names_the_flag():
     """The single-agent checks do not apply to the device runtime's games: one line that says
     which check does."""

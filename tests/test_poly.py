@@ -426,6 +426,7 @@ def test_a_port_holds_one_server():
 @pytest.mark.parametrize("args, says", [
     (["--address", "127.0.0.1:99999"], "a port from 0 to 65535"),  # gRPC bound 34463
     (["--address", "nope"], "give host:port"),  # gRPC's RuntimeError
+    (["--address", "unix:"], "names no socket"),  # served on an abstract socket of no name
     (["--max-streams", "0"], "--max-streams must be >= 1"),  # the thread pool's ValueError
     (["--first-message-timeout", "nan"], "--first-message-timeout must be a number of seconds"),
     (["--idle-timeout", "-5"], "--idle-timeout must be a number of seconds > 0"),
@@ -1009,3 +1010,10 @@ def test_a_server_no_one_answers_at_is_one_line_and_a_bad_address_is_refused(tmp
     too_high = ["--env-servers", "127.0.0.1:99999", "--run-dir", str(tmp_path / "bad")]
     assert main([*argv, *too_high]) == 2
     assert "'127.0.0.1:99999' is not a server's address" in capsys.readouterr().err  # not 34463
+    # Port 0 is a listening server's "pick one", which no client reaches: dialled until the
+    # stall timeout; and a list of no address divided by zero in every actor thread.
+    for given, says in (("127.0.0.1:0", "'127.0.0.1:0' is not a server's address"),
+                        (" , ", "--env-servers ' , ' names no server")):  # fmt: skip
+        assert main([*argv, "--env-servers", given, "--run-dir", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and says in err, err

@@ -585,7 +585,7 @@ def test_check_env_of_an_unknown_id_is_one_line():
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("seconds", ["-1", "0", "nan"])
+@pytest.mark.parametrize("seconds", ["-1", "0", "nan", "inf"])  # inf: timed until killed
 def test_check_env_refuses_a_timing_of_no_time(seconds, capsys):
     """A speed timed over no time was reported as if measured."""
     assert main(["check-env", "CartPole-v1", "--seconds", seconds]) == 2

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import pickle
 import random
 import re
@@ -119,8 +120,9 @@ def trainers(spec: EnvSpec, envs: gym.vector.VectorEnv,
 def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2.0,
           seed: int = 0) -> dict[str, Any]:  # fmt: skip
     """The report :func:`format_report` prints (a dict, for scripts)."""
-    if not seconds > 0:
-        raise ConfigError(f"--seconds must be > 0 (how long to time raw steps), got {seconds}")
+    if not 0 < seconds < math.inf:
+        raise ConfigError(f"--seconds must be > 0 and finite (how long to time raw steps), got "
+                          f"{seconds}")  # fmt: skip
     env_id = rl_envs.resolve(env)
     if env_id in rl_envs.MULTI_AGENT:
         raise ConfigError(

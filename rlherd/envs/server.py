@@ -734,6 +734,8 @@ def check_address(address: str) -> None:
     """``unix:PATH``, or ``host:port`` with a port gRPC can bind: it takes one above 65535
     modulo 65536, and binds another port than the one asked for."""
     if address.startswith(("unix:", "unix-abstract:")):
+        if not address.partition(":")[2]:  # gRPC bound "unix:" to an abstract socket of no name
+            raise ConfigError(f"--address {address!r} names no socket; give unix:PATH")
         return
     host, _, port = address.rpartition(":")
     if not (host and port.isdigit() and int(port) <= 65535):

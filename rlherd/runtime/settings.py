@@ -28,6 +28,20 @@ MACHINE_SETTINGS = ("device", "cuda_graph", "env_servers", "ray_address", "actor
 GRPC_SCHEMES = ("unix", "unix-abstract", "dns", "ipv4", "ipv6", "vsock")
 
 
+def check_device(device: str, name: str, here: bool = True) -> None:
+    """``device`` (given as ``name``) is a torch device, and CUDA is on this machine if it names
+    CUDA and is used ``here`` (not by a learner that may run on another machine)."""
+    import torch
+
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise ConfigError(f"{name}={device!r} is not a torch device; give cpu, cuda or cuda:N"
+                          ) from None  # fmt: skip
+    if here and device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"{name}={device!r} but CUDA is not available; use cpu")
+
+
 @dataclass
 class Common:
     device: str = "cpu"  # where the learner (and on `device`, everything) runs: cpu, cuda, cuda:1
@@ -52,16 +66,7 @@ class Common:
                               f"{self.total_episodes}")  # fmt: skip
         if not 0.0 <= self.opponent_latest <= 1.0:
             raise ConfigError(f"opponent_latest is a probability, got {self.opponent_latest}")
-        import torch
-
-        try:
-            torch.device(self.device)
-        except RuntimeError:
-            raise ConfigError(f"device={self.device!r} is not a torch device; give cpu, cuda or "
-                              "cuda:N") from None
-        cuda_here = self.device.startswith("cuda") and not self.learner_may_be_elsewhere()
-        if cuda_here and not torch.cuda.is_available():
-            raise ConfigError(f"device={self.device!r} but CUDA is not available; use cpu")
+        check_device(self.device, "device", here=not self.learner_may_be_elsewhere())
 
     def learner_may_be_elsewhere(self) -> bool:
         """Whether the learner may run on another machine (with the GPU this one lacks)."""
@@ -137,13 +142,19 @@ class Poly(Demonstrations):
         super().check()
         at_least_one(self, "num_actors", "envs_per_actor", "num_servers", "inference_min_batch")
         at_least_zero(self, "num_buffers", "inference_timeout_ms", "stall_timeout_s")
-        for address in filter(None, (a.strip() for a in self.env_servers.split(","))):
+        addresses = [a.strip() for a in self.env_servers.split(",") if a.strip()]
+        if self.env_servers and not addresses:
+            raise ConfigError(f"--env-servers {self.env_servers!r} names no server; give "
+                              "host:port or unix:/path/to/socket, separated by commas")  # fmt: skip
+        for address in addresses:
             scheme, _, rest = address.partition(":")  # gRPC's named schemes, else host:port
             host, _, port = address.rpartition(":")
-            port_ok = port.isdigit() and int(port) <= 65535  # gRPC wraps a larger one
+            # gRPC wraps a port above 65535; 0 is a listening server's "pick one", never its own
+            port_ok = port.isdigit() and 0 < int(port) <= 65535
             if not (scheme in GRPC_SCHEMES and rest or host and port_ok):
                 raise ConfigError(f"--env-servers: {address!r} is not a server's address; give "
-                                  "host:port or unix:/path/to/socket, separated by commas")
+                                  "host:port (the port serve-env printed) or unix:/path/to/socket, "
+                                  "separated by commas")  # fmt: skip
 
 
 @dataclass
