@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import json
+import re
 import typing
 
 import numpy as np
@@ -496,6 +497,13 @@ def test_load_policy_acts_as_the_runs_evaluation_does(tmp_path):
                        progress=False)  # fmt: skip
     actions, outputs = rlherd.load_policy(dqn.path).act(batch)
     np.testing.assert_array_equal(actions, outputs["q_values"].argmax(-1))
+    # An observation of another shape is one line naming the one the policy reads (it was
+    # torch's IndexError or RuntimeError, or a TypeError for None).
+    for wrong, got in ((np.zeros(7), "(7,)"), (np.zeros((2, 5)), "(2, 5)"), (None, "()")):
+        with pytest.raises(ConfigError, match=re.escape(
+                f"reads one observation of shape (4,), or a batch of them (a leading "
+                f"dimension); got shape {got}")):  # fmt: skip
+            policy(wrong)
     device = rlherd.train("ppo", "CartPole-v1", runtime="device", total_steps=512,
                           run_dir=tmp_path / "device", progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="play it with rlherd eval"):

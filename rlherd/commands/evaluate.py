@@ -287,13 +287,29 @@ class TrainedPolicy:
 
     def _select(self, obs: Any) -> tuple[np.ndarray, bool]:
         """The actions for ``obs`` as a batch, and whether ``obs`` was one observation."""
-        leaf = F.first_array(self.spec.obs)  # one observation's first array
-        single = np.shape(F.first_array(obs)) == tuple(leaf.shape)
+        single = self._single(obs)
         batch = batch_of_one(obs) if single else obs
         rows = F.obs_len(batch)
         if rows != self.rows:
             self.reset(rows)
         return self.actor.select_action(batch), single
+
+    def _single(self, obs: Any) -> bool:
+        """Whether ``obs`` is one observation (else a batch of them); one line naming the
+        shapes the policy reads where it is neither (the network's own error was torch's)."""
+        leaves = self.spec.obs if self.spec.structured else {"": self.spec.obs}
+        want = {key: tuple(leaf.shape) for key, leaf in leaves.items()}
+        given = obs if self.spec.structured and isinstance(obs, dict) else {"": obs}
+        got = {key: np.shape(value) for key, value in given.items()}
+        if got == want:
+            return True
+        rows = {shape[0] for shape in got.values() if shape}
+        if set(got) == set(want) and len(rows) == 1 and all(
+                got[key][1:] == shape for key, shape in want.items()):  # fmt: skip
+            return False
+        raise ConfigError(f"{self.record.agent}'s policy on {self.record.env} reads one "
+                          f"observation of {_shapes(want)}, or a batch of them (a leading "
+                          f"dimension); got {_shapes(got)}")  # fmt: skip
 
     def act(self, obs: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The action for ``obs`` (one observation or a batch) and what the policy computed
@@ -311,6 +327,11 @@ class TrainedPolicy:
         if single:
             return actions[0], {k: v[0] for k, v in outputs.items()}
         return actions, outputs
+
+
+def _shapes(shapes: dict[str, tuple]) -> str:
+    """``shape (4,)``, or ``shapes {'image': (7, 7, 3), ...}`` for a dict observation's."""
+    return f"shape {shapes['']}" if list(shapes) == [""] else f"shapes {shapes}"
 
 
 class _KeepOutputs:
