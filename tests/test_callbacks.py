@@ -138,6 +138,17 @@ def test_a_watched_metric_the_run_does_not_report_is_one_line():
         StopAtReturn(1.0).on_eval({"final_return_mean": 1.0})
 
 
+def test_watching_evaluations_a_run_never_makes_is_refused_before_it_starts(tmp_path):
+    """A return no evaluation reaches (NaN), and evaluations first due past the run's end: both
+    were accepted, and the run ended without stopping or keeping a best policy."""
+    with pytest.raises(ConfigError, match="threshold must be a finite return, got nan"):
+        StopAtReturn(float("nan"))
+    with pytest.raises(ConfigError, match=r"this run of 300 steps has none \(--eval-every 1000"):
+        rlherd.train("dqn", CORRIDOR, total_steps=300, run_dir=tmp_path / "run",
+                     eval_every=1_000, progress=False, callbacks=[SaveBest()])  # fmt: skip
+    assert not (tmp_path / "run").exists()
+
+
 def test_save_best_keeps_the_best_evaluations_policy(tmp_path):
     class Rigged(Callback):
         """Makes the second evaluation the best, whatever the returns, and keeps what the

@@ -336,7 +336,7 @@ def train(
         raise ConfigError(f"total_steps must be positive, got {record.total_steps}")
     settings_mod.at_least_zero(record, "eval_every")
     settings_mod.at_least_one(record, "eval_episodes")
-    check_callbacks(callbacks, record.eval_every)
+    check_callbacks(callbacks, record.eval_every, record.total_steps)
     if checkpoint is not None and _counted(checkpoint, runtime) >= record.total_steps:
         rundir.unlock()
         return Run(rundir.path, record, rundir.read_summary(), finished_before=True)

@@ -158,9 +158,9 @@ class Callbacks:
 HOOKS = ("on_start", "on_log", "on_eval", "on_checkpoint", "on_end")
 
 
-def check_callbacks(callbacks: Iterable[Any], eval_every: int) -> None:
+def check_callbacks(callbacks: Iterable[Any], eval_every: int, total_steps: int) -> None:
     """Refuse, before a run starts, an object that is no callback, and callbacks that watch
-    evaluations in a run that has none (``eval_every`` 0)."""
+    evaluations in a run that has none (``eval_every`` 0, or above ``total_steps``)."""
     for callback in callbacks:
         if not any(callable(getattr(callback, hook, None)) for hook in HOOKS):
             raise ConfigError(f"callback {callback!r} has none of the methods "
@@ -169,6 +169,10 @@ def check_callbacks(callbacks: Iterable[Any], eval_every: int) -> None:
     if watching and eval_every <= 0:
         raise ConfigError(f"{', '.join(watching)} watch evaluations, and this run has none: set "
                           "--eval-every N (eval_every=N)")  # fmt: skip
+    if watching and eval_every > total_steps:
+        raise ConfigError(f"{', '.join(watching)} watch evaluations, and this run of "
+                          f"{total_steps} steps has none (--eval-every {eval_every}): set "
+                          f"--eval-every N with N <= {total_steps}")  # fmt: skip
 
 
 def _better(value: float, best: float | None, mode: str, min_delta: float) -> bool:
@@ -196,6 +200,8 @@ class StopAtReturn(Callback):
     watching it there is refused at the first log."""
 
     def __init__(self, threshold: float, metric: str = "eval_return_mean"):
+        if not math.isfinite(threshold):  # never reached
+            raise ConfigError(f"StopAtReturn's threshold must be a finite return, got {threshold}")
         self.threshold, self.metric = threshold, metric
         self.needs_evaluations = metric.startswith("eval_")
 
