@@ -148,6 +148,15 @@ def test_keyword_values_of_another_type_are_one_line(tmp_path):
     assert config["total_steps"] == 64 and config["config"]["unroll_length"] == 16
     assert config["config"]["learning_rate"] == 1.0 and config["config"]["hidden_sizes"] == [8, 8]
     assert config["config"]["normalize_obs"] is False and config["config"]["clip"] == 0.25
+    # The API's other arguments of another type: each was a TypeError or AttributeError deep
+    # inside (env_kwargs unpacked with **, an id partitioned), or accepted (a negative seed).
+    with pytest.raises(ConfigError, match=r"env_kwargs must be a dict .*got \[1\]"):
+        rlherd.train("ppo", "CartPole-v1", total_steps=64, env_kwargs=[1],
+                     run_dir=tmp_path / "bad", progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match="make takes an environment id .*got 5"):
+        rlherd.make(5)
+    with pytest.raises(ConfigError, match="seed must be a whole number .*got -1"):
+        rlherd.load_policy(tmp_path / "run", seed=-1)
     assert as_type("hidden_sizes", np.array([64, 64]), tuple[int, ...]) == (64, 64)
     with pytest.raises(ConfigError, match="expected int"):
         as_type("hidden_sizes", np.array([[64, 64]]), tuple[int, ...])

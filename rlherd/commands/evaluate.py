@@ -13,7 +13,7 @@ from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
-from rlherd.config import apply_overrides
+from rlherd.config import apply_overrides, check_seed
 from rlherd.core import POLICY_KEY, policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import (
@@ -357,6 +357,7 @@ def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
     :class:`TrainedPolicy`. Runs of the device runtime (whose games live on the device) and of
     agents that act by searching their environment (MCTS) are played with ``rlherd eval``
     instead. ``run_dir`` may be a package (rlherd package)."""
+    check_seed(seed)
     record, builder, checkpoint = load_run(run_dir, best)
     runtime = RUNTIMES.get(record.runtime)
     if runtime is None or "gym_envs" not in runtime.provides:

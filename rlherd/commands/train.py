@@ -302,6 +302,9 @@ def train(
     else:
         agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
         seed = 0 if seed is None else check_seed(seed)
+        if env_kwargs is not None and not isinstance(env_kwargs, dict):
+            raise ConfigError(f"env_kwargs must be a dict of the environment's options, got "
+                              f"{env_kwargs!r}")  # fmt: skip
         eval_episodes_given = eval_episodes is not None
         eval_episodes = 10 if eval_episodes is None else eval_episodes
         agent_overrides, given = split_overrides(agent, overrides)

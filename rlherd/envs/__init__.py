@@ -107,6 +107,8 @@ def make(env_id: str, /, *, render_mode: str | None = None, **kwargs: Any) -> gy
     Extra keyword arguments go to the family's builder (e.g. ``episodic_life=True`` for Atari,
     ``length=10`` for the corridor) or to the factory.
     """
+    if not isinstance(env_id, str):
+        raise ConfigError(f"make takes an environment id such as 'CartPole-v1', got {env_id!r}")
     if family(env_id) == "pettingzoo":
         raise ConfigError(
             f"{env_id} is a multi-agent game, and this takes one single-agent environment: "
