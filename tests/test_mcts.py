@@ -538,6 +538,9 @@ def test_eval_against_opponents(tmp_path):
         result = evaluate(run.path, episodes=4, opponent=opponent)
         assert result["games"] == 4
         assert result["win_rate"] + result["draw_rate"] + result["loss_rate"] == pytest.approx(1)
+    one = evaluate(run.path, episodes=1, opponent="perfect")  # the first seat's game alone
+    assert one["second_win_rate"] is None and one["second_loss_rate"] is None  # not 0.0
+    assert one["first_win_rate"] + one["first_draw_rate"] + one["first_loss_rate"] == 1
     with pytest.raises(ConfigError, match="unknown opponent"):
         evaluate(run.path, episodes=2, opponent="alphago")
     with pytest.raises(ConfigError, match="name an opponent"):

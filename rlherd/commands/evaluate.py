@@ -96,13 +96,14 @@ def play_against(env, actor, opponent, games: int) -> dict[str, float]:
     return rates(outcomes[0], outcomes[1])
 
 
-def rates(first: list[float], second: list[float]) -> dict[str, float]:
-    """Win, draw and loss rates of returns +1, 0 and -1: overall, and moving first and second."""
-    result: dict[str, float] = {}
+def rates(first: list[float], second: list[float]) -> dict[str, float | None]:
+    """Win, draw and loss rates of returns +1, 0 and -1: overall, and moving first and second;
+    None for a seat that played no game (one game plays one seat), not a rate of 0."""
+    result: dict[str, float | None] = {}
     for name, scores in (("", first + second), ("first_", first), ("second_", second)):
         scores_ = np.sign(np.asarray(scores))
         for outcome, value in (("win", 1.0), ("draw", 0.0), ("loss", -1.0)):
-            result[f"{name}{outcome}_rate"] = float(np.mean(scores_ == value)) if scores else 0.0
+            result[f"{name}{outcome}_rate"] = float(np.mean(scores_ == value)) if scores else None
     return result
 
 
