@@ -224,6 +224,17 @@ def test_cli_errors_are_clear(argv, message, capsys, tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("command", [["eval"], ["train", "--resume"], ["export"]])
+def test_a_runs_config_file_given_for_the_run_names_its_folder(command, capsys, tmp_path):
+    """``rlherd eval RUN/config.json`` said RUN/config.json had no config.json."""
+    run = rlherd.train("dqn", "CartPole-v1", total_steps=50, run_dir=tmp_path / "run",
+                       progress=False).path  # fmt: skip
+    assert main([*command, str(run / "config.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"rlherd: error: {run / 'config.json'} is a file; give the run directory, "
+                   f"the folder that holds it ({run})"), err
+
+
 @pytest.mark.parametrize("argv", [
     ["train", "dqn", "--env", "CartPole-v1", "--run-dir", "FILE"],
     ["train", "dqn", "--env", "CartPole-v1", "--run-dir", "FILE/run"],

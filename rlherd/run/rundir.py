@@ -152,6 +152,9 @@ class RunDir:
         self.path = Path(path)
         self.metrics_dir = self.path / "metrics"
         self.checkpoint_dir = self.path / "checkpoints"
+        if not create and self.path.is_file():  # its config.json, say
+            raise FileNotFoundError(f"{self.path} is a file; give the run directory, the folder "
+                                    f"that holds it ({self.path.parent})")  # fmt: skip
         if not create and not (self.path / "config.json").exists():
             raise FileNotFoundError(f"{self.path} is not an rlherd run directory (no config.json)")
         for d in (self.path, self.metrics_dir, self.checkpoint_dir):
