@@ -121,7 +121,8 @@ def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
             value = as_type(key, value, hints[key])
         if isinstance(value, float) and math.isnan(value):  # no field means anything by it
             raise ConfigError(f"{key}=nan: give {type(config).__name__}.{key} a number")
-        if key.endswith("_sizes") and value is not None and not all(v >= 1 for v in value):
+        layers = key.endswith("_sizes") and isinstance(value, tuple)  # a network's widths
+        if layers and not all(not isinstance(v, int) or v >= 1 for v in value):
             raise ConfigError(f"{key}={list(value)}: each layer needs at least 1 unit")
         values[key] = value
     try:

@@ -335,6 +335,12 @@ def test_the_command_writes_where_it_says_and_refuses_in_one_line(run, workdir, 
     assert main(["export", str(run("feedforward")), "-o", str(workdir / "exports")]) == 0
     assert capsys.readouterr().out.strip() == str(workdir / "exports" / "policy.onnx")
     assert (workdir / "exports" / "policy.onnx").stat().st_size > 0
+    package = workdir / "exports" / "package"  # read, never written: not even into with -o
+    package.mkdir()
+    (package / "policy.safetensors").write_bytes(b"")
+    assert main(["export", str(run("feedforward")), "-o", str(package)]) == 2
+    assert "is a package, which rlherd export does not write into" in capsys.readouterr().err
+    assert not (package / "policy.onnx").exists()
     assert main(["export", str(run("feedforward")), "--format", "onnx", "-o",
                  str(workdir / "exports" / "other.pth")]) == 2  # fmt: skip
     err = capsys.readouterr().err.strip()

@@ -35,18 +35,18 @@ def check_at_least_one(config: Any, *names: str) -> None:
 
 
 def check_positive(config: Any, *names: str) -> None:
-    """Learning rates, averaging rates, clips: above 0 and finite (NaN is not), or None where
-    the field's type allows it (``float | None``: a rate of its own left out, a clip turned
-    off; an infinite clip is None said otherwise, an infinite rate a run that diverges)."""
+    """Learning rates, averaging rates, clips: above 0 (NaN is not; an infinite clip is no
+    clip), or None where the field's type allows it (``float | None``: a rate of its own left
+    out, a clip turned off)."""
     hints = typing.get_type_hints(type(config))
     for name in names:
         value = getattr(config, name)
         optional = type(None) in typing.get_args(hints[name])
         if value is None and optional:
             continue
-        if value is None or not 0 < value < math.inf:
+        if value is None or not value > 0:
             off = " (None turns it off)" if optional else ""
-            raise ValueError(f"{name} must be > 0 and finite{off}, got {value}")
+            raise ValueError(f"{name} must be > 0{off}, got {value}")
 
 
 def check_non_negative(config: Any, *names: str) -> None:

@@ -345,6 +345,9 @@ def export(
                           f"say where the file goes: -o {name}")  # fmt: skip
     path = Path(output) if output is not None else Path(run_dir)
     if path.is_dir():  # a folder to write the file in, as `cp` takes one
+        if output is not None and is_package(path):
+            raise ConfigError(f"-o {output} is a package, which rlherd export does not write "
+                              "into; give a file or another folder")  # fmt: skip
         path = path / name
     atomic_write_bytes(make_folder(path.parent, "-o") / path.name, data)
     return path

@@ -169,7 +169,8 @@ def actor_process(seed: int, conn: Connection, stop: Any, budget: Budget, forked
         loop = EnvironmentLoop(envs, actor, channel, seed)
         conn.send(("started",))
         while not stop.is_set():  # not stop.wait(): a waiter killed there blocks every set()
-            if budget.spent():
+            if budget.spent():  # the steps it took before another spent the budget, counted
+                channel.report(force=True)  # (nothing is sent when there are none)
                 time.sleep(POLL_S)  # idle, not gone: an actor that left would be restarted
                 continue
             budget.take(loop.step())
@@ -378,8 +379,8 @@ class ActorPool:
         self.setup = ActorSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
                                 source, slots, [t.signature for t in tables])  # fmt: skip
         self.stop = self.mp.Event()  # the actors' (``stopping`` is the links' here)
-        # The actors stop at the run's budget of steps themselves; a budget of a game's agents'
-        # steps, or of episodes, stops them when the links hear of it.
+        # The actors stop at the run's budget of steps themselves; a budget of episodes stops
+        # them when the links hear of it.
         n = ctx.settings.num_actors
         self.budget = Budget(self._steps_left(), self.mp.Array("q", n, lock=False))
         self.reported = [0] * n  # each actor's steps the run has counted
@@ -391,10 +392,8 @@ class ActorPool:
         self.links = [ActorLink(self, i, self._seed(i)) for i in range(ctx.settings.num_actors)]
 
     def _steps_left(self) -> int:
-        """The run's actor steps left, as its recorder has counted them."""
+        """The run's actor steps left, as its recorder has counted them (mono counts them)."""
         recorder = self.ctx.recorder
-        if recorder.counts != "actor_steps":
-            return 2**62
         return recorder.total_steps - int(recorder.counters["actor_steps"])
 
     def _seed(self, i: int) -> int:
