@@ -133,10 +133,10 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--consistency", action="store_true",
                        help="instead: check a device environment (tag-gridworld, tag-continuous, "
                        "CartPole-v1) against its numpy reference")  # fmt: skip
-    check.add_argument("--num-envs", type=int, default=16, help="[--consistency]")
-    check.add_argument("--steps", type=int, default=500,
-                       help="[--consistency] steps of every environment")  # fmt: skip
-    check.add_argument("--device", default="cpu", help="[--consistency]")
+    check.add_argument("--num-envs", type=int, help="[--consistency] (default: 16)")
+    check.add_argument("--steps", type=int,
+                       help="[--consistency] steps of every environment (default: 500)")
+    check.add_argument("--device", help="[--consistency] (default: cpu)")
 
     plot = sub.add_parser("plot", help="draw learning curves of runs")
     plot.add_argument("run_dirs", nargs="+")
@@ -455,9 +455,16 @@ def _collect(args: argparse.Namespace) -> int:
 def _check_env(args: argparse.Namespace) -> int:
     """Exit 1 where no agent trains the environment (or, with --strict, Gymnasium's checker
     fails), or a device environment differs from its reference."""
+    consistency = dict(num_envs=args.num_envs, steps=args.steps, device=args.device)
+    if not args.consistency and any(v is not None for v in consistency.values()):
+        raise ConfigError("--num-envs, --steps and --device go with --consistency (a device "
+                          "environment's check); drop them")  # fmt: skip
     if args.consistency:
         from rlherd.envs.device import ConsistencyError, check_consistency, make_device
 
+        defaults = dict(num_envs=16, steps=500, device="cpu")
+        args.num_envs, args.steps, args.device = (
+            defaults[k] if v is None else v for k, v in consistency.items())  # fmt: skip
         settings.check_device(args.device, "--device")
         if args.num_envs < 1 or args.steps < 1:  # no environment, or no step, checks nothing
             raise ConfigError(f"--num-envs and --steps must be >= 1, got {args.num_envs} and "

@@ -316,6 +316,14 @@ def test_check_env_consistency_refuses_what_would_check_nothing_in_one_line(flag
     assert err.count("\n") == 0 and says in err, err
 
 
+def test_check_env_flags_of_the_consistency_check_without_it_are_one_line(capsys):
+    """``check-env CartPole-v1 --num-envs -3`` checked CartPole as one environment, silently."""
+    from rlherd.cli import main
+
+    assert main(["check-env", "CartPole-v1", "--num-envs", "-3", "--seconds", "0.2"]) == 2
+    assert "--num-envs, --steps and --device go with --consistency" in capsys.readouterr().err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a machine without CUDA")
 def test_check_env_consistency_on_cuda_without_it_is_one_line(capsys):
     from rlherd.cli import main
