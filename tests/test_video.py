@@ -128,6 +128,19 @@ def test_a_video_name_of_another_format_is_refused_before_any_episode(tmp_path, 
         evaluate.evaluate(tmp_path, video=tmp_path / "v.avi")
 
 
+def test_a_video_of_a_game_that_draws_no_frames_says_to_drop_it(tmp_path):
+    """OpenSpiel's games render as text: the refusal named the render mode alone, not the
+    flag that asked for it."""
+    pytest.importorskip("pyspiel")
+    import rlherd
+    from rlherd.commands.evaluate import evaluate
+
+    run = rlherd.train("mcts", "open_spiel/tic_tac_toe", total_steps=50, progress=False,
+                       run_dir=tmp_path / "run", num_simulations=4).path  # fmt: skip
+    with pytest.raises(ConfigError, match="it draws no frames to record: drop --video"):
+        evaluate(run, episodes=1, opponent="random", video=tmp_path / "game.gif")
+
+
 def test_minatar_eval_writes_an_enlarged_gif_and_mp4(tmp_path, caplog):
     """A MinAtar run (float 10x10x3 frames from render) evaluates to a GIF and an MP4 of
     260x260 (MP4: 272x272) uint8 frames, without a warning."""

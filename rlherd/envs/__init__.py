@@ -153,8 +153,9 @@ def _check_render_mode(env: gym.Env, env_id: str, render_mode: str | None) -> No
     modes = env.metadata.get("render_modes")
     if render_mode is not None and modes and render_mode not in modes:
         env.close()
+        frames = "; it draws no frames to record: drop --video" * (render_mode == "rgb_array")
         raise ConfigError(f"{env_id} renders as {', '.join(map(str, modes))}; render_mode "
-                          f"{render_mode!r} is not one of them")  # fmt: skip
+                          f"{render_mode!r} is not one of them{frames}")  # fmt: skip
 
 
 def _at_least_one(env_id: str, name: str, steps: Any) -> int:
