@@ -182,6 +182,8 @@ def test_learners_schedules_span_the_whole_run_of_a_game(tmp_path):
 def test_commands_that_take_one_single_agent_environment_refuse_a_game_clearly(tmp_path):
     with pytest.raises(ConfigError, match="is a multi-agent game, and this takes one single-agent"):
         rl_envs.make(GAME)
+    with pytest.raises(ConfigError, match="pettingzoo/nope: no module 'nope'"):  # not a "game"
+        rl_envs.make("pettingzoo/nope")
 
 
 def test_a_game_an_unknown_agent_joins_stops_a_mono_run_with_one_line(tmp_path):

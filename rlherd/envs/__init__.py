@@ -110,6 +110,9 @@ def make(env_id: str, /, *, render_mode: str | None = None, **kwargs: Any) -> gy
     if not isinstance(env_id, str):
         raise ConfigError(f"make takes an environment id such as 'CartPole-v1', got {env_id!r}")
     if family(env_id) == "pettingzoo":
+        from rlherd.envs.pettingzoo import game_module
+
+        game_module(env_id)  # a game there is, or the module missing named
         raise ConfigError(
             f"{env_id} is a multi-agent game, and this takes one single-agent environment: "
             "train it with rlherd train and play it with rlherd eval, which step its agents "
