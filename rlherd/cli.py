@@ -455,35 +455,37 @@ def _collect(args: argparse.Namespace) -> int:
 def _check_env(args: argparse.Namespace) -> int:
     """Exit 1 where no agent trains the environment (or, with --strict, Gymnasium's checker
     fails), or a device environment differs from its reference."""
-    consistency = dict(num_envs=args.num_envs, steps=args.steps, device=args.device)
-    if not args.consistency and any(v is not None for v in consistency.values()):
+    if args.consistency:
+        return _consistency(args)
+    if any(flag is not None for flag in (args.num_envs, args.steps, args.device)):
         raise ConfigError("--num-envs, --steps and --device go with --consistency (a device "
                           "environment's check); drop them")  # fmt: skip
-    if args.consistency:
-        from rlherd.envs.device import ConsistencyError, check_consistency, make_device
-
-        defaults = dict(num_envs=16, steps=500, device="cpu")
-        args.num_envs, args.steps, args.device = (
-            defaults[k] if v is None else v for k, v in consistency.items())  # fmt: skip
-        settings.check_device(args.device, "--device")
-        if args.num_envs < 1 or args.steps < 1:  # no environment, or no step, checks nothing
-            raise ConfigError(f"--num-envs and --steps must be >= 1, got {args.num_envs} and "
-                              f"{args.steps}")  # fmt: skip
-        env = make_device(args.env, args.num_envs, args.device, args.seed,
-                          **(_env_kwargs(args.env_kwargs) or {}))  # fmt: skip
-        try:
-            result = check_consistency(env, steps=args.steps, seed=args.seed)
-        except ConsistencyError as e:
-            print(f"rlherd: {args.env} is NOT consistent with its reference: {e}",
-                  file=sys.stderr)  # fmt: skip
-            return 1
-        print(json.dumps(dict(env=args.env, consistent=True, **result)))
-        return 0
     from rlherd.commands.check_env import check, format_report, trainable
 
     report = check(args.env, _env_kwargs(args.env_kwargs), args.seconds, args.seed)
     print(json.dumps(report) if args.json else format_report(report))
     return 0 if trainable(report) and (report["gymnasium_check"] or not args.strict) else 1
+
+
+def _consistency(args: argparse.Namespace) -> int:
+    """``check-env --consistency``: a device environment against its numpy reference."""
+    from rlherd.envs.device import ConsistencyError, check_consistency, make_device
+
+    num_envs = 16 if args.num_envs is None else args.num_envs
+    steps = 500 if args.steps is None else args.steps
+    device = args.device or "cpu"
+    settings.check_device(device, "--device")
+    if num_envs < 1 or steps < 1:  # no environment, or no step, checks nothing
+        raise ConfigError(f"--num-envs and --steps must be >= 1, got {num_envs} and {steps}")
+    env = make_device(args.env, num_envs, device, args.seed,
+                      **(_env_kwargs(args.env_kwargs) or {}))  # fmt: skip
+    try:
+        result = check_consistency(env, steps=steps, seed=args.seed)
+    except ConsistencyError as e:
+        print(f"rlherd: {args.env} is NOT consistent with its reference: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(dict(env=args.env, consistent=True, **result)))
+    return 0
 
 
 def _plot(args: argparse.Namespace) -> int:
@@ -588,6 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     except (NodeDied, Stalled) as e:  # a fault the run reported, with how to continue
         print(f"rlherd: {e}", file=sys.stderr)
         return 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

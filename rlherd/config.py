@@ -122,7 +122,7 @@ def apply_overrides(config: Any, overrides: dict[str, Any]) -> Any:
         if isinstance(value, float) and math.isnan(value):  # no field means anything by it
             raise ConfigError(f"{key}=nan: give {type(config).__name__}.{key} a number")
         layers = key.endswith("_sizes") and isinstance(value, tuple)  # a network's widths
-        if layers and not all(not isinstance(v, int) or v >= 1 for v in value):
+        if layers and any(isinstance(v, int) and v < 1 for v in value):
             raise ConfigError(f"{key}={list(value)}: each layer needs at least 1 unit")
         values[key] = value
     try:

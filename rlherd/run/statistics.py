@@ -101,7 +101,8 @@ def find_runs(paths: Sequence[str | Path]) -> list[RunFiles]:
         if not runs:
             raise ConfigError(f"{path} holds no run (a run directory has a config.json); give "
                               "run directories or folders that hold them")  # fmt: skip
-        found.update((run.path.resolve(), run) for run in runs if run.path.resolve() not in found)
+        for run in runs:
+            found.setdefault(run.path.resolve(), run)
     return list(found.values())
 
 
@@ -116,7 +117,8 @@ def _run_dirs(path: Path) -> Iterator[Path]:
 
 def _is_package(path: Path) -> bool:
     """A package's config.json is a run's with the package's own entry
-    (:data:`rlherd.run.rundir.PACKAGE_KEY`)."""
+    (:data:`rlherd.run.rundir.PACKAGE_KEY`). Not :func:`rlherd.run.package.is_package`, which
+    takes any folder without checkpoints for one: kept bsuite runs, which reports read, too."""
     return (path / "config.json").is_file() and PACKAGE_KEY in read_json(path / "config.json")
 
 

@@ -169,14 +169,14 @@ def actor_process(seed: int, conn: Connection, stop: Any, budget: Budget, forked
         loop = EnvironmentLoop(envs, actor, channel, seed)
         conn.send(("started",))
         while not stop.is_set():  # not stop.wait(): a waiter killed there blocks every set()
-            if budget.spent():  # the steps it took before another spent the budget, counted
+            if budget.spent():  # its last steps (its own or another's spent it), counted now
                 channel.report(force=True)  # (nothing is sent when there are none)
                 time.sleep(POLL_S)  # idle, not gone: an actor that left would be restarted
                 continue
             budget.take(loop.step())
             for table in tables:
                 table.flush()
-            channel.report(force=budget.spent())  # the last steps counted at once
+            channel.report()
     except (KeyboardInterrupt, EOFError, BrokenPipeError, ConnectionResetError):
         pass  # stopped, or the learner is gone
     except ConfigError as e:  # the run's fault (a game it cannot step), not the process's

@@ -473,7 +473,7 @@ def _batched_policy(ctx: RunContext, learner, lock: threading.Lock) -> tuple:
 def _servers(ctx: RunContext, outages: Outages):
     settings = ctx.settings
     if settings.env_servers:
-        return None, [a.strip() for a in settings.env_servers.split(",") if a.strip()]
+        return None, settings.server_addresses()
     servers = LocalServers(ctx.env_id, settings.num_servers, settings.envs_per_actor,
                            ctx.env_kwargs, outages)  # fmt: skip
     return servers, servers.addresses

@@ -142,7 +142,7 @@ class Poly(Demonstrations):
         super().check()
         at_least_one(self, "num_actors", "envs_per_actor", "num_servers", "inference_min_batch")
         at_least_zero(self, "num_buffers", "inference_timeout_ms", "stall_timeout_s")
-        addresses = [a.strip() for a in self.env_servers.split(",") if a.strip()]
+        addresses = self.server_addresses()
         if self.env_servers and not addresses:
             raise ConfigError(f"--env-servers {self.env_servers!r} names no server; give "
                               "host:port or unix:/path/to/socket, separated by commas")  # fmt: skip
@@ -155,6 +155,11 @@ class Poly(Demonstrations):
                 raise ConfigError(f"--env-servers: {address!r} is not a server's address; give "
                                   "host:port (the port serve-env printed) or unix:/path/to/socket, "
                                   "separated by commas")  # fmt: skip
+
+
+    def server_addresses(self) -> list[str]:
+        """``env_servers``' addresses (none: poly starts servers of its own)."""
+        return [a.strip() for a in self.env_servers.split(",") if a.strip()]
 
 
 @dataclass

@@ -76,9 +76,8 @@ class DQNConfig(ObservationConfig):
     def __post_init__(self) -> None:
         check_replay(self)
         check_at_least_one(self, "variable_update_period", "target_update_period")
-        check_positive(self, "learning_rate", "adam_eps", "rmsprop_eps", "grad_norm_clip")
-        if not self.huber_delta > 0:  # inf: the squared error
-            raise ValueError(f"huber_delta must be > 0, got {self.huber_delta}")
+        check_positive(self, "learning_rate", "adam_eps", "rmsprop_eps", "grad_norm_clip",
+                       "huber_delta")  # fmt: skip
         check_non_negative(self, "epsilon_decay_steps", "importance_beta", "priority_eps")
         for name in ("epsilon_start", "epsilon_end"):
             if not 0.0 <= getattr(self, name) <= 1.0:
