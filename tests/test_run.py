@@ -524,6 +524,11 @@ def test_load_policy_acts_as_the_runs_evaluation_does(tmp_path):
                 f"reads one observation of shape (4,), or a batch of them (a leading "
                 f"dimension); got shape {got}")):  # fmt: skip
             policy(wrong)
+    # A non-finite observation is refused, in one observation or a batch: the network's NaN
+    # outputs were read as action 0.
+    for bad in (np.array([0.0, np.nan, 0.0, 0.0]), np.where(np.eye(5, 4) > 0, np.inf, batch)):
+        with pytest.raises(ConfigError, match="holds NaN or inf values"):
+            policy(bad)
     device = rlherd.train("ppo", "CartPole-v1", runtime="device", total_steps=512,
                           run_dir=tmp_path / "device", progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="play it with rlherd eval"):

@@ -289,6 +289,7 @@ class TrainedPolicy:
     def _select(self, obs: Any) -> tuple[np.ndarray, bool]:
         """The actions for ``obs`` as a batch, and whether ``obs`` was one observation."""
         single = self._single(obs)
+        _check_finite(obs)
         batch = batch_of_one(obs) if single else obs
         rows = F.obs_len(batch)
         if rows != self.rows:
@@ -328,6 +329,17 @@ class TrainedPolicy:
         if single:
             return actions[0], {k: v[0] for k, v in outputs.items()}
         return actions, outputs
+
+
+def _check_finite(obs: Any) -> None:
+    """Refuse an observation holding NaN or inf (a sensor's dropout, a division by zero
+    upstream): the network turns it into NaN outputs, which an argmax reads as action 0."""
+    for key, value in (obs.items() if isinstance(obs, dict) else [("", obs)]):
+        array = np.asarray(value)
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            where = f"{key!r} " if key else ""
+            raise ConfigError(f"the observation {where}holds NaN or inf values; a policy's "
+                              "action on it means nothing: clean it before acting")  # fmt: skip
 
 
 def _shapes(shapes: dict[str, tuple]) -> str:
