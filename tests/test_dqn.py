@@ -133,6 +133,18 @@ def test_mono_actors_stop_at_the_step_budget_and_at_a_resumed_ones(tmp_path):
     assert 700 <= resumed.summary["actor_steps"] < 700 + 2 * 2
 
 
+def test_mono_says_when_its_actors_outnumber_the_cores_many_times(tmp_path, monkeypatch, capsys):
+    """500 actor processes on 2 cores ran without a word, each a process of its own."""
+    import rlherd.runtime.mono as mono
+
+    kw = dict(runtime="mono", total_steps=100, progress=False, envs_per_actor=1)
+    rlherd.train("dqn", "CartPole-v1", run_dir=tmp_path / "a", num_actors=2, **kw)
+    assert "take turns" not in capsys.readouterr().err
+    monkeypatch.setattr(mono.os, "sched_getaffinity", lambda pid: {0})  # one core
+    rlherd.train("dqn", "CartPole-v1", run_dir=tmp_path / "b", num_actors=5, **kw)
+    assert "5 actor processes on 1 core take turns" in capsys.readouterr().err
+
+
 SLOW_BUDGET_CHECK = """
 import sys, time
 import rlherd

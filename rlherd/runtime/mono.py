@@ -382,6 +382,10 @@ class ActorPool:
         # The actors stop at the run's budget of steps themselves; a budget of episodes stops
         # them when the links hear of it.
         n = ctx.settings.num_actors
+        cores = len(os.sched_getaffinity(0))
+        if n > 4 * cores:
+            say(f"note: {n} actor processes on {cores} core{'s' * (cores > 1)} take turns; "
+                "past a few a core they add memory, not speed (--num-actors)")  # fmt: skip
         self.budget = Budget(self._steps_left(), self.mp.Array("q", n, lock=False))
         self.reported = [0] * n  # each actor's steps the run has counted
         self.free: queue.Queue[int] = queue.Queue()
