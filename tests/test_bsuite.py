@@ -380,8 +380,17 @@ def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
     assert list(table.columns) == ["dqn", "impala"]
     assert list(table.index) == ["bandit", "deep_sea"]
     assert np.isfinite(table.to_numpy()).all()
-    for name in ("radar.png", "bars.png", "scores.csv", "categories.csv", "scores.md"):
+    for name in ("radar.png", "bars.png", "scores.csv", "categories.csv", "scores.md", "runs.md"):
         assert (tmp_path / "report" / name).stat().st_size > 0
+    # runs.md says how each agent's ids ran: their wall time, and the machine and commit of each
+    # experiment's, as the ids' own records say.
+    runs = (tmp_path / "report" / "runs.md").read_text()
+    record = json.loads((tmp_path / "dqn" / "deep_sea-0" / "summary.json").read_text())
+    minutes = sum(json.loads((tmp_path / "dqn" / f"{e}-0" / "summary.json").read_text())[
+        "wall_time_s"] / 60 for e in ("bandit", "deep_sea"))  # fmt: skip
+    assert f"| dqn | 2 | {minutes:,.0f} |" in runs
+    assert ("| impala | deep_sea | 1 | " in runs and f"| {record['machine']['cpu']} | "
+            f"{record['machine']['commit'][:7]}" in runs)  # fmt: skip
     # A category of a partial sweep is bsuite's mean over the experiments measured, said as such:
     # exploration here is deep sea alone (bsuite has three), and memory has nothing.
     assert categories.loc["exploration", sweeps.EXPERIMENTS] == 3

@@ -478,7 +478,8 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
     summary_analysis``): writes ``OUT/scores.csv`` (per experiment and agent),
     ``OUT/categories.csv`` (per capability: :func:`category_table`), ``OUT/radar.png`` (the
     capability radar of Osband et al.'s Figure 1 and the Acme paper's Figure 10),
-    ``OUT/bars.png`` (scores per experiment) and ``OUT/scores.md`` (both tables)."""
+    ``OUT/bars.png`` (scores per experiment), ``OUT/scores.md`` (both tables) and
+    ``OUT/runs.md`` (where and how long the ids ran: :func:`runs_markdown`)."""
     try:
         from bsuite.experiments import summary_analysis
         from bsuite.logging import csv_load
@@ -524,6 +525,7 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
     categories = category_table(summary, table, summary_analysis.BSUITE_INFO)
     categories.to_csv(out / "categories.csv")
     (out / "scores.md").write_text(markdown(table) + "\n" + category_markdown(categories))
+    (out / "runs.md").write_text(runs_markdown(dirs, list(folders)))
     return Scores(table, categories)
 
 
@@ -582,6 +584,40 @@ def radar_gaps(categories: Any) -> list[str]:
             "(scores.md gives each category's score over the experiments measured)"]
 
 
+def runs_markdown(dirs: list[Path], names: list[str]) -> str:
+    """How each sweep's finished ids ran, as Markdown: an agent a row (its ids' wall time in all,
+    their median and the longest), then an agent's experiment a row with the machines and the
+    commits (a resumed id's first and last) they ran at. Why: bsuite's scores say nothing of
+    cost, and a sweep of days goes in pieces on several machines; each id's own record says
+    where, and from which commit, to redo it."""
+    agents = ["| agent | ids | minutes in all | median per id | longest (minutes) |",
+              "|---|---:|---:|---:|---|"]  # fmt: skip
+    experiments = ["| agent | experiment | ids | minutes in all | machines | commits |",
+                   "|---|---|---:|---:|---|---|"]  # fmt: skip
+    for name, d in zip(names, dirs, strict=True):
+        runs = [(read_json(c.parent.parent / "summary.json"),
+                 read_json(c.parent.parent / "config.json")) for c in finished_csvs(d)]  # fmt: skip
+        minutes = [summary["wall_time_s"] / 60 for summary, _ in runs]
+        longest = max(range(len(runs)), key=minutes.__getitem__)
+        agents.append(f"| {name} | {len(runs)} | {sum(minutes):,.0f} | {np.median(minutes):.1f} "
+                      f"| {minutes[longest]:.1f} (`{runs[longest][0]['env']}`) |")  # fmt: skip
+        by_experiment: dict[str, list[int]] = {}
+        for k, (summary, _) in enumerate(runs):
+            by_experiment.setdefault(summary["env"].split("/")[1], []).append(k)
+        for experiment, ks in sorted(by_experiment.items()):
+            machines = sorted({runs[k][0]["machine"]["cpu"] for k in ks})
+            commits = sorted({_short(r["machine"]["commit"]) for k in ks for r in runs[k]})
+            experiments.append(f"| {name} | {experiment} | {len(ks)} | "
+                               f"{sum(minutes[k] for k in ks):.1f} | {', '.join(machines)} | "
+                               f"{', '.join(commits)} |")  # fmt: skip
+    return "\n".join(agents) + "\n\n" + "\n".join(experiments) + "\n"
+
+
+def _short(commit: str) -> str:
+    """``8724b21`` for a 40-digit commit, ``8724b21-dirty`` for one with edits under way."""
+    return commit[:7] + commit[40:]
+
+
 def markdown(table: Any) -> str:
     """A scores table (experiments by agents) as Markdown."""
     lines = ["| experiment | " + " | ".join(table.columns) + " |",
@@ -627,5 +663,5 @@ def report_command(args: Any) -> int:
         print(f"rlherd: note: {note}", file=sys.stderr)
     print(markdown(scored.experiments), end="")
     print(f"written: {Path(args.output) / 'radar.png'}, bars.png, scores.csv, categories.csv, "
-          "scores.md", file=sys.stderr)  # fmt: skip
+          "scores.md, runs.md", file=sys.stderr)  # fmt: skip
     return 0
