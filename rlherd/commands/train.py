@@ -271,67 +271,18 @@ def train(
     tracking URI. Neither is part of the run's record: a resumed run takes them anew.
     """
     callbacks = [*callbacks, *trackers(track, track_project, track_uri)]  # checked below
+    rundir, checkpoint = None, None
     if resume is not None:
-        if is_package(resume):
-            raise ConfigError(f"{resume} is a package (rlherd package): a policy to share, not a "
-                              f"run to continue; train it again with --config "
-                              f"{Path(resume) / 'config.json'}")  # fmt: skip
-        rundir = RunDir(resume)
-        record = rundir.read_config()
-        _check_resume_flags(record, overrides, preset=preset, env_kwargs=env_kwargs,
-                            overwrite=overwrite, agent=agent, env=env, runtime=runtime,
-                            seed=seed, run_dir=run_dir, resume=rundir.path.resolve())  # fmt: skip
-        agent, env, runtime = record.agent, record.env, record.runtime
-        config = builder_of(record, rundir.path).config
-        if runtime not in RUNTIMES:
-            raise ConfigError(f"{rundir.path / 'config.json'} names runtime {runtime!r}, which "
-                              f"this rlherd does not have ({', '.join(RUNTIMES)})")  # fmt: skip
-        here = {k: v for k, v in overrides.items() if k in settings_mod.MACHINE_SETTINGS}
-        settings = settings_mod.resolve(runtime, {}, {**record.settings, **here})
-        total_steps = record.total_steps if total_steps is None else total_steps
-        if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
-            eval_every = eval_every or _default_eval_every(runtime, total_steps, False)
-        record = dataclasses.replace(
-            record, total_steps=total_steps,
-            settings={**record.settings, **{k: getattr(settings, k) for k in here}},
-            eval_every=record.eval_every if eval_every is None else eval_every,
-            eval_episodes=record.eval_episodes if eval_episodes is None else eval_episodes)
-        rundir.lock()
-        rundir.read_summary()  # damaged: one line now, not after training
+        given = dict(preset=preset, env_kwargs=env_kwargs, overwrite=overwrite, agent=agent,
+                     env=env, runtime=runtime, seed=seed, run_dir=run_dir)  # fmt: skip
+        rundir, record, config, settings = _resumed(resume, overrides, given, total_steps,
+                                                    eval_every, eval_episodes)  # fmt: skip
         checkpoint = rundir.load_checkpoint()
     else:
-        agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
-        seed = 0 if seed is None else check_seed(seed)
-        if env_kwargs is not None and not isinstance(env_kwargs, dict):
-            raise ConfigError(f"env_kwargs must be a dict of the environment's options, got "
-                              f"{env_kwargs!r}")  # fmt: skip
-        eval_episodes_given = eval_episodes is not None
-        eval_episodes = 10 if eval_episodes is None else eval_episodes
-        agent_overrides, given = split_overrides(agent, overrides)
-        runtime = runtime or default_runtime(agent, env, given)
-        config, preset = resolve_config(agent, env, preset, agent_overrides)
-        check_runtime(agent, runtime)
-        check_environment(agent, env, runtime)
-        if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
-            rl_envs.check_id(env)  # a game OpenSpiel does not have is named as such first
-            raise ConfigError(
-                f"{env} is a two-player game, played by self-play with values negated between "
-                "players; train it with mcts (its openspiel preset sets two_player=True)"
-            )
-        suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
-        bsuite = rl_envs.family(env) == "bsuite"
-        if bsuite:
-            given = _bsuite_settings(env, runtime, given, env_kwargs or {})
-        settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
-        if total_steps is None:
-            total_steps = STEP_BOUND if bsuite else BUILDERS[agent].default_total_steps[preset]
-        eval_every = eval_every or _default_eval_every(runtime, total_steps, eval_episodes_given)
-        record = RunRecord(agent=agent, env=env, runtime=runtime, seed=seed,
-                           total_steps=total_steps, preset=preset, env_kwargs=env_kwargs or {},
-                           eval_every=eval_every, eval_episodes=eval_episodes,
-                           config=to_json(config), settings=to_json(settings),
-                           machine=machine())  # fmt: skip
-        checkpoint = None
+        record, config, settings = _new_record(agent, env, runtime, seed, preset, env_kwargs,
+                                               total_steps, eval_every, eval_episodes,
+                                               overrides)  # fmt: skip
+    agent, runtime = record.agent, record.runtime
     record = dataclasses.replace(record, **{name: as_type(name, getattr(record, name), int)
                                             for name in ("total_steps", "eval_every",
                                                          "eval_episodes")})  # fmt: skip
@@ -351,8 +302,8 @@ def train(
     builder = for_policies(BUILDERS[agent](config), spec, settings.policy_overrides,
                            getattr(settings, "demonstrations", ""))  # fmt: skip
     RUNTIMES[runtime].check(builder, settings)
-    if resume is None:
-        rundir = _new_run_dir(run_dir, agent, env, overwrite)
+    if rundir is None:
+        rundir = _new_run_dir(run_dir, agent, record.env, overwrite)
         rundir.lock()
     rundir.write_config(record)
     try:
@@ -365,6 +316,79 @@ def train(
         raise
     finally:
         rundir.unlock()
+
+
+def _resumed(resume: str | Path, overrides: dict[str, Any], given: dict[str, Any],
+             total_steps: int | None, eval_every: int | None,
+             eval_episodes: int | None) -> tuple[RunDir, RunRecord, Any, Any]:  # fmt: skip
+    """The run in ``resume`` (locked), its record with the changes ``--resume`` may make (the
+    run's length, its evaluations, the machine's own settings), its config and its settings.
+    ``given``: the other flags of the command, each refused unless the run's own."""
+    if is_package(resume):
+        raise ConfigError(f"{resume} is a package (rlherd package): a policy to share, not a "
+                          f"run to continue; train it again with --config "
+                          f"{Path(resume) / 'config.json'}")  # fmt: skip
+    rundir = RunDir(resume)
+    record = rundir.read_config()
+    _check_resume_flags(record, overrides, **given, resume=rundir.path.resolve())
+    config = builder_of(record, rundir.path).config
+    if record.runtime not in RUNTIMES:
+        raise ConfigError(f"{rundir.path / 'config.json'} names runtime {record.runtime!r}, "
+                          f"which this rlherd does not have ({', '.join(RUNTIMES)})")  # fmt: skip
+    here = {k: v for k, v in overrides.items() if k in settings_mod.MACHINE_SETTINGS}
+    settings = settings_mod.resolve(record.runtime, {}, {**record.settings, **here})
+    total_steps = record.total_steps if total_steps is None else total_steps
+    if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
+        eval_every = eval_every or _default_eval_every(record.runtime, total_steps, False)
+    record = dataclasses.replace(
+        record, total_steps=total_steps,
+        settings={**record.settings, **{k: getattr(settings, k) for k in here}},
+        eval_every=record.eval_every if eval_every is None else eval_every,
+        eval_episodes=record.eval_episodes if eval_episodes is None else eval_episodes)
+    rundir.lock()
+    rundir.read_summary()  # damaged: one line now, not after training
+    return rundir, record, config, settings
+
+
+def _new_record(agent: str | None, env: str | Callable[..., Any] | None, runtime: str | None,
+                seed: int | None, preset: str | None, env_kwargs: dict[str, Any] | None,
+                total_steps: int | None, eval_every: int | None, eval_episodes: int | None,
+                overrides: dict[str, Any]) -> tuple[RunRecord, Any, Any]:  # fmt: skip
+    """A new run's record, config and settings: what was given, the rest from the defaults
+    (IMPALA, CartPole-v1, the agent's runtime and preset for the environment, seed 0), checked
+    before any directory is made."""
+    agent, env = agent or "impala", rl_envs.resolve(env or "CartPole-v1")
+    seed = 0 if seed is None else check_seed(seed)
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise ConfigError(f"env_kwargs must be a dict of the environment's options, got "
+                          f"{env_kwargs!r}")  # fmt: skip
+    eval_episodes_given = eval_episodes is not None
+    eval_episodes = 10 if eval_episodes is None else eval_episodes
+    agent_overrides, given = split_overrides(agent, overrides)
+    runtime = runtime or default_runtime(agent, env, given)
+    config, preset = resolve_config(agent, env, preset, agent_overrides)
+    check_runtime(agent, runtime)
+    check_environment(agent, env, runtime)
+    if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
+        rl_envs.check_id(env)  # a game OpenSpiel does not have is named as such first
+        raise ConfigError(
+            f"{env} is a two-player game, played by self-play with values negated between "
+            "players; train it with mcts (its openspiel preset sets two_player=True)"
+        )
+    suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
+    bsuite = rl_envs.family(env) == "bsuite"
+    if bsuite:
+        given = _bsuite_settings(env, runtime, given, env_kwargs or {})
+    settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
+    if total_steps is None:
+        total_steps = STEP_BOUND if bsuite else BUILDERS[agent].default_total_steps[preset]
+    eval_every = eval_every or _default_eval_every(runtime, total_steps, eval_episodes_given)
+    record = RunRecord(agent=agent, env=env, runtime=runtime, seed=seed,
+                       total_steps=total_steps, preset=preset, env_kwargs=env_kwargs or {},
+                       eval_every=eval_every, eval_episodes=eval_episodes,
+                       config=to_json(config), settings=to_json(settings),
+                       machine=machine())  # fmt: skip
+    return record, config, settings
 
 
 def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: int = 0,
