@@ -27,7 +27,13 @@ def _parser() -> argparse.ArgumentParser:
     strict = functools.partial(argparse.ArgumentParser, allow_abbrev=False)
     parser = strict(prog="rlherd", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=strict)
+    for add in PARSERS:
+        add(sub)
+    return parser
 
+
+def _add_train_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd train``: its arguments, callbacks and the runtimes' settings."""
     train = sub.add_parser("train", help="train an agent; writes a run directory")
     train.add_argument("agent", nargs="?", choices=sorted(AGENTS), help="agent to train")
     train.add_argument("--env", help="environment id, e.g. CartPole-v1 or ALE/Pong-v5")
@@ -85,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--track-uri", help="MLflow's tracking URI (default: MLflow's own)")
     _add_setting_flags(train.add_argument_group("runtime settings (each used by some runtimes)"))
 
+
+def _add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd eval``: play a run's policy, or record its episodes."""
     ev = sub.add_parser("eval", help="run a trained policy")
     ev.add_argument("run_dir")
     ev.add_argument("--episodes", type=int, default=10)
@@ -102,6 +111,9 @@ def _parser() -> argparse.ArgumentParser:
                     "instead of evaluating; train with --demonstrations ID")  # fmt: skip
     ev.add_argument("--out", metavar="ID", help="the dataset id --record-episodes writes")
 
+
+def _add_collect_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd collect``: a policy's episodes as a Minari dataset."""
     col = sub.add_parser("collect", help="record a policy's episodes as an offline dataset")
     col.add_argument("run_dir", nargs="?", help="the run whose policy acts (none: a random one)")
     col.add_argument("--out", required=True, metavar="ID", help="Minari dataset id to write")
@@ -113,10 +125,16 @@ def _parser() -> argparse.ArgumentParser:
     col.add_argument("--seed", type=int, default=0)
     col.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
+
+def _add_serve_env_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd serve-env``, whose own parser lives with the server (it needs gRPC)."""
     sub.add_parser(
         "serve-env", add_help=False, help="serve an environment over gRPC (see serve-env -h)"
     )
 
+
+def _add_check_env_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd check-env``: what rlherd makes of an environment."""
     check = sub.add_parser(
         "check-env",
         help="check an environment: Gymnasium's checker, its observation and how agents read "
@@ -138,6 +156,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="[--consistency] steps of every environment (default: 500)")
     check.add_argument("--device", help="[--consistency] (default: cpu)")
 
+
+def _add_plot_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd plot``: learning curves."""
     plot = sub.add_parser("plot", help="draw learning curves of runs")
     plot.add_argument("run_dirs", nargs="+")
     plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
@@ -150,12 +171,18 @@ def _parser() -> argparse.ArgumentParser:
                       help="[--aggregate] bootstrap resamples (500) at each of the curve's 40 "
                       "points")  # fmt: skip
 
+
+def _add_report_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd report``: final returns over seeds."""
     report = sub.add_parser("report", help="final returns over seeds: IQM, mean and 95%% CIs")
     report.add_argument("run_dirs", nargs="+", metavar="RUNS",
                         help="run directories, or folders holding them (a --seeds parent)")
     report.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (2000)")
     report.add_argument("--json", action="store_true", help="print JSON lines, one per row")
 
+
+def _add_package_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd package``: a run's policy as a folder to share."""
     pack = sub.add_parser("package", help="a run's policy as a folder to share: weights, config, "
                           "model card, curves and a video (a Hugging Face Hub model "
                           "repository)")  # fmt: skip
@@ -168,6 +195,9 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("--best", action="store_true",
                       help="the best evaluation's policy (train --save-best), not the latest")
 
+
+def _add_export_parser(sub: argparse._SubParsersAction) -> None:
+    """``rlherd export``: a policy as ONNX or TorchScript."""
     export = sub.add_parser("export", help="write a run's policy, with its preprocessing, as "
                             "an ONNX or TorchScript file to act with outside rlherd")  # fmt: skip
     export.add_argument("run_dir")
@@ -180,8 +210,6 @@ def _parser() -> argparse.ArgumentParser:
                         "policy.onnx or policy.pt in the run)")
     export.add_argument("--best", action="store_true",
                         help="the best evaluation's policy (train --save-best), not the latest")
-    _add_tune_parser(sub)
-    return parser
 
 
 def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
@@ -222,6 +250,9 @@ def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
                       help="fix an agent config field or runtime setting in every trial (it "
                       "leaves the search space)")
 
+
+def _add_bsuite_parsers(sub: argparse._SubParsersAction) -> None:
+    """``rlherd bsuite`` (sweeps) and ``rlherd bsuite-report`` (bsuite's scoring)."""
     sweep = sub.add_parser("bsuite", help="sweep an agent over bsuite ids (parallel, resumable); "
                            "writes a run per id and bsuite's CSVs")
     sweep.add_argument("agent", choices=sorted(AGENTS), help="agent to sweep")
@@ -259,6 +290,12 @@ def _add_tune_parser(sub: argparse._SubParsersAction) -> None:
     bsreport.add_argument("dirs", nargs="+", metavar="DIR", help="sweeps (rlherd bsuite --out)")
     bsreport.add_argument("-o", "--output", default="bsuite-report", metavar="DIR",
                           help="where the plots and tables go (default: bsuite-report)")
+
+
+# The commands, in the order --help lists them.
+PARSERS = (_add_train_parser, _add_eval_parser, _add_collect_parser, _add_serve_env_parser,
+           _add_check_env_parser, _add_plot_parser, _add_report_parser, _add_package_parser,
+           _add_export_parser, _add_tune_parser, _add_bsuite_parsers)
 
 
 _METAVARS = {"int": "N", "int | None": "N", "float": "X", "str": "TEXT", "dict": "JSON"}
