@@ -183,15 +183,7 @@ def evaluate(
     if video:  # before the episodes are played, not after
         check_writable(Path(video))
     record, builder, checkpoint = load_run(run_dir, best)
-    turns = rl_envs.turn_based(record.env)
-    if (opponent is not None) != (rl_envs.family(record.env) == "openspiel" or turns):
-        examples = "random, latest, snapshot:K or mcts:200" if turns else (
-            "random, mcts:200 or perfect")  # fmt: skip
-        raise ConfigError(
-            f"--opponent plays the other side of a two-player game; {record.env} "
-            + ("is not one" if opponent is not None else f"is one: name an opponent, e.g. "
-               f"--opponent {examples}")  # fmt: skip
-        )
+    _check_opponent(record.env, opponent)
     runtime = RUNTIMES.get(record.runtime)
     if runtime is not None and "gym_envs" not in runtime.provides:
         # A runtime with environments of its own (device) evaluates its runs; the others'
@@ -215,30 +207,14 @@ def evaluate(
     kwargs = dict(record.env_kwargs, render_mode="rgb_array") if video else record.env_kwargs
     env = rl_envs.make_one(record.env, spec.agent_index, **kwargs)
     actor = eval_actor(builder, spec, net, greedy, seed)
-    if opponent is not None and turns:
-        env.close()
-        # The policy is the checkpoint's, so its step is the checkpoint's (a run may go on).
-        player = f"step:{int(checkpoint['recorder']['counters']['actor_steps'])}"
-        rivals = [opponent]
-        if opponent == "snapshots":  # every past self in turn: the rating table across them
-            rivals = [f"snapshot:{k}" for k in RunDir(run_dir).snapshots()]
-            if not rivals:
-                raise ConfigError(f"{run_dir} has no snapshots/ (a self-play run keeps one "
-                                  "every opponent_every steps)")  # fmt: skip
-        results = {f"vs_{rival}": play_turns(record, Path(run_dir), actor, player, rival,
-                                             builder, spec, episodes, seed)
-                   for rival in rivals}  # fmt: skip
+    if opponent is not None:
+        try:
+            results = _versus(opponent, run_dir, record, env, actor, checkpoint, builder, spec,
+                              episodes, seed)  # fmt: skip
+        finally:
+            env.close()
         _add_to_summary(run_dir, results)
         return results if opponent == "snapshots" else results[f"vs_{opponent}"]
-    if opponent is not None:
-        from rlherd.envs.openspiel import make_opponent
-
-        rival = make_opponent(opponent, env.unwrapped.game, seed)
-        rates = play_against(env, actor, rival, episodes)
-        result = dict(opponent=opponent, games=episodes, **rates)
-        env.close()
-        _add_to_summary(run_dir, {f"vs_{opponent}": result})
-        return result
     returns, lengths, frames = run_episodes(env, actor, episodes, seed, record=bool(video))
     env.close()
     if video:
@@ -251,6 +227,42 @@ def evaluate(
     prefix = ("best_" if best else "") + ("" if greedy else "sampled_")
     _add_to_summary(run_dir, {f"{prefix}{k}": v for k, v in result.items()})
     return result
+
+
+def _check_opponent(env_id: str, opponent: str | None) -> None:
+    """``--opponent`` is given for a two-player game, and for nothing else."""
+    turns = rl_envs.turn_based(env_id)
+    if (opponent is not None) != (rl_envs.family(env_id) == "openspiel" or turns):
+        examples = "random, latest, snapshot:K or mcts:200" if turns else (
+            "random, mcts:200 or perfect")  # fmt: skip
+        raise ConfigError(
+            f"--opponent plays the other side of a two-player game; {env_id} "
+            + ("is not one" if opponent is not None else f"is one: name an opponent, e.g. "
+               f"--opponent {examples}")  # fmt: skip
+        )
+
+
+def _versus(opponent: str, run_dir: str | Path, record: RunRecord, env: Any, actor: Any,
+            checkpoint: dict[str, Any], builder: Any, spec: Any, episodes: int,
+            seed: int) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """The games of the run's policy against ``opponent`` (``snapshots``: each of the run's
+    snapshots in turn), by rival: ``vs_<rival>``'s win, draw and loss rates."""
+    if not rl_envs.turn_based(record.env):  # an OpenSpiel game, played in ``env``
+        from rlherd.envs.openspiel import make_opponent
+
+        rival = make_opponent(opponent, env.unwrapped.game, seed)
+        rates = play_against(env, actor, rival, episodes)
+        return {f"vs_{opponent}": dict(opponent=opponent, games=episodes, **rates)}
+    # The policy is the checkpoint's, so its step is the checkpoint's (a run may go on).
+    player = f"step:{int(checkpoint['recorder']['counters']['actor_steps'])}"
+    rivals = [opponent]
+    if opponent == "snapshots":  # every past self in turn: the rating table across them
+        rivals = [f"snapshot:{k}" for k in RunDir(run_dir).snapshots()]
+        if not rivals:
+            raise ConfigError(f"{run_dir} has no snapshots/ (a self-play run keeps one "
+                              "every opponent_every steps)")  # fmt: skip
+    return {f"vs_{rival}": play_turns(record, Path(run_dir), actor, player, rival, builder, spec,
+                                      episodes, seed) for rival in rivals}  # fmt: skip
 
 
 class TrainedPolicy:
