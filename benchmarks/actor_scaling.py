@@ -63,6 +63,7 @@ class Latency(gym.Wrapper):
         return self.env.step(action)
 
 
+@rlherd.env_factory
 def slow_env(env_id: str = "Pendulum-v1", latency_ms: float = 10.0) -> gym.Env:
     """``env_id`` behind :class:`Latency`: the environment id ``actor_scaling:slow_env`` (this
     file's folder is on the actors' import path)."""

@@ -1,6 +1,7 @@
 """rlherd: reinforcement learning in PyTorch that runs the same agent at every scale.
 
-``rlherd.make`` builds environments; ``rlherd.train`` trains an agent (the CLI's ``train``),
+``rlherd.make`` builds environments (``rlherd.env_factory`` marks a function of one's own
+that builds one); ``rlherd.train`` trains an agent (the CLI's ``train``),
 ``rlherd.train_seeds`` once per seed in parallel processes (``train --seeds``);
 ``rlherd.load_policy`` returns a run's trained policy to act with; ``rlherd.export`` writes it
 as an ONNX or TorchScript file (the CLI's ``export``). They are imported on first
@@ -11,7 +12,7 @@ BatchEnv workers do not load torch.
 
 from typing import Any
 
-__all__ = ["Run", "export", "load_policy", "make", "train", "train_seeds"]
+__all__ = ["Run", "env_factory", "export", "load_policy", "make", "train", "train_seeds"]
 __version__ = "0.1.0"
 
 
@@ -20,6 +21,10 @@ def __getattr__(name: str) -> Any:
         import rlherd.envs
 
         return rlherd.envs if name == "envs" else rlherd.envs.make
+    if name == "env_factory":
+        from rlherd.envs.ids import env_factory
+
+        return env_factory
     if name in ("Run", "train"):
         from rlherd.commands import train as module
 

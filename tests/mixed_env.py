@@ -6,6 +6,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+import rlherd
+
 
 class MixedCorridor(gym.Env):
     """A corridor of five cells, the goal at the right end, seen through arrays of every dtype
@@ -67,6 +69,7 @@ class MixedCorridor(gym.Env):
         }
 
 
+@rlherd.env_factory
 def mixed_corridor(render_mode: str | None = None) -> gym.Env:
     """An environment factory (``mixed_env:mixed_corridor``)."""
     return MixedCorridor(render_mode)

@@ -280,7 +280,8 @@ def test_the_rlherd_stand_in_exits_as_the_command_does(stand_ins, tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["actor_steps"] >= 200
     # The client's environment is the command's: PYTHONPATH=. finds a factory beside it.
-    (tmp_path / "beside.py").write_text("import gymnasium as gym\n\n\ndef make_env():\n"
+    (tmp_path / "beside.py").write_text("import gymnasium as gym\nimport rlherd\n\n\n"
+                                        "@rlherd.env_factory\ndef make_env():\n"
                                         "    return gym.make('CartPole-v1')\n")  # fmt: skip
     env["PYTHONPATH"] = "."
     beside = rlherd("train", "ppo", "--env", "beside:make_env", "--run-dir", "run-beside")

@@ -140,6 +140,51 @@ def test_a_crafted_checkpoint_runs_no_code(command, run_copy, tmp_path, capsys, 
     assert "holds pickled Python objects" in _one_line(capsys)
 
 
+@pytest.mark.parametrize("command", ["eval", "resume", "collect", "export", "package",
+                                     "config", "load_policy"])  # fmt: skip
+def test_a_run_naming_a_function_that_is_no_environment_factory_runs_no_code(
+        command, run_copy, tmp_path, capsys, monkeypatch):  # fmt: skip
+    """A run's config.json is a file anyone may write: its environment ``os:system`` with the
+    option ``command`` ran that command in every command that loads the run, and
+    ``runpy:run_path`` ran a script shipped in the run."""
+    marker = tmp_path / "pwned"
+    (run_copy / "payload.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    config = json.loads((run_copy / "config.json").read_text())
+    for env, options in (("os:system", {"command": f"touch {marker}"}),
+                         ("runpy:run_path", {"path_name": str(run_copy / "payload.py")})):
+        (run_copy / "config.json").write_text(json.dumps(
+            {**config, "env": env, "env_kwargs": options}))  # fmt: skip
+        args = {"eval": ["eval", str(run_copy)],
+                "resume": ["train", "--resume", str(run_copy), "--total-steps", str(2 * STEPS)],
+                "collect": ["collect", str(run_copy), "--out", "crafted/run-v0", "--episodes", "1"],
+                "export": ["export", str(run_copy), "-o", str(tmp_path / "policy.onnx")],
+                "package": ["package", str(run_copy), "-o", str(tmp_path / "pkg"), "--no-video"],
+                "config": ["train", "--config", str(run_copy / "config.json"), "--run-dir",
+                           str(tmp_path / "again")],
+                }.get(command)  # fmt: skip
+        if args is None:
+            with pytest.raises(ConfigError, match="not marked as an environment factory"):
+                rlherd.load_policy(run_copy)
+        else:
+            assert main(args) == 2
+            assert "not marked as an environment factory" in _one_line(capsys)
+        assert not marker.exists()
+
+
+def test_a_pettingzoo_id_never_imports_a_module_from_the_run(run_copy, tmp_path, capsys,
+                                                             monkeypatch):  # fmt: skip
+    """``pettingzoo/<module>`` names a module as ``module:Env-v0`` does: one in the run's own
+    folder (first on the import path under ``python -m`` there) was imported."""
+    (run_copy / "evil.py").write_text(f"open({str(tmp_path / 'pwned')!r}, 'w')\n")
+    config = json.loads((run_copy / "config.json").read_text())
+    (run_copy / "config.json").write_text(json.dumps({**config, "env": "pettingzoo/evil"}))
+    monkeypatch.syspath_prepend(str(run_copy))
+    assert main(["eval", str(run_copy)]) == 2
+    assert "would import 'evil' from inside the run directory" in _one_line(capsys)
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_a_latest_pointer_outside_the_run_is_refused(run_copy, tmp_path, capsys):
     outside = tmp_path / "elsewhere.pt"
     shutil.copy(_latest(run_copy), outside)
@@ -300,6 +345,7 @@ class _Explodes(gym.Wrapper):
         raise RuntimeError("the simulator crashed")
 
 
+@rlherd.env_factory
 def exploding_cartpole() -> gym.Env:
     """CartPole whose first step raises (a factory, found by its module path)."""
     return _Explodes(gym.make("CartPole-v1"))

@@ -90,6 +90,7 @@ class ActionMasker(gym.Wrapper):
         return np.eye(self.env.unwrapped.N, dtype=bool)[self.env.unwrapped.legal]
 
 
+@rlherd.env_factory
 def one_legal_action(source: str = "obs") -> gym.Env:
     if source == "wrapper":
         return ActionMasker(OneLegalAction("method"))
@@ -113,19 +114,28 @@ class Codes(gym.Env):
         return {"d": 5, "m": np.array([1, -1], np.int32)}, 0.0, True, False, {}
 
 
+@rlherd.env_factory
 def codes() -> gym.Env:
     return Codes()
 
 
+@rlherd.env_factory
 def wrapping(env_id: str = "CartPole-v1", render_mode: str | None = None) -> gym.Env:
     """A factory whose own option is called ``env_id``, as a wrapper of other ids' often is."""
     return gym.make(env_id, render_mode=render_mode)
 
 
+@rlherd.env_factory
 def not_an_env() -> str:
     return "a string"
 
 
+def unmarked_env(**options) -> gym.Env:
+    """CartPole, from a function that is not marked as an environment factory."""
+    return gym.make("CartPole-v1")
+
+
+@rlherd.env_factory
 def buggy_env(size: int = 3) -> gym.Env:
     """Takes its option, then fails inside: the factory's bug, not the user's option."""
     return gym.make("CartPole-v1", size=size)  # CartPole takes no size: a TypeError
@@ -201,8 +211,14 @@ def test_factories_travel_as_import_paths_and_bad_ones_are_clear_errors():
         rl_envs.make(ONE_LEGAL, colour="blue")
     with pytest.raises(ConfigError, match="registered no environment 'nothing_here'"):
         rl_envs.make(f"{__name__}:nothing_here")
-    with pytest.raises(ConfigError, match="math:sqrt cannot be called without arguments"):
-        rl_envs.make("math:sqrt")  # a function, but not an environment factory
+    # A function not marked as an environment factory is never called: a run's record could
+    # name any function (os:system) with any options. It was called, sqrt() with no argument.
+    for unmarked in ("math:sqrt", "os:system", f"{__name__}:unmarked_env"):
+        with pytest.raises(ConfigError, match=f"'{unmarked}' is not marked as an environment "
+                           "factory: put @rlherd.env_factory above"):  # fmt: skip
+            rl_envs.make(unmarked, command="true")
+    with pytest.raises(ConfigError, match="not marked as an environment factory"):
+        rlherd.train("dqn", unmarked_env, total_steps=100, progress=False)
     with pytest.raises(TypeError, match="size") as inside:  # keeps its traceback
         rl_envs.make(f"{__name__}:buggy_env", size=4)
     assert not isinstance(inside.value, ConfigError)
@@ -233,6 +249,7 @@ def test_a_factory_trains_in_other_processes_and_the_run_records_its_path(runtim
     assert run.summary["actor_steps"] >= 600
 
 
+@rlherd.env_factory
 def cartpole_if_marked(mark: str) -> gym.Env:
     """CartPole, where this process's ``RLHERD_TEST_MARK`` is ``mark``; said on stderr."""
     found = os.environ.get("RLHERD_TEST_MARK")

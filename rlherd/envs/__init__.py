@@ -53,6 +53,7 @@ from rlherd.envs.ids import (
     MULTI_AGENT,
     check_id,
     check_recorded,
+    env_factory,
     family,
     is_mujoco,
     no_display_warning,
@@ -63,7 +64,7 @@ from rlherd.envs.ids import (
 from rlherd.envs.wrappers import ActionMaskObservation, ActionRepeat, NamedArrays, mask_source
 from rlherd.errors import ConfigError, MissingExtra
 
-__all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "family", "is_mujoco", "make",
+__all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "env_factory", "family", "is_mujoco", "make",
            "make_one", "make_vector", "pickle_envs", "resolve", "save_envs", "spec_for",
            "spec_of"]  # fmt: skip
 

@@ -200,9 +200,47 @@ def check_id(env_id: str) -> None:
     raise ConfigError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
 
 
+FACTORY_MARK = "__rlherd_env_factory__"  # set by env_factory on what rlherd may call by path
+
+
+def env_factory(factory: Callable[..., gym.Env]) -> Callable[..., gym.Env]:
+    """Mark ``factory``, a function returning a ``gymnasium.Env`` from its keyword options, as
+    one rlherd may call by its path, ``my_envs:make_env`` (a ``gymnasium.Env`` class needs no
+    mark).
+
+    Why a mark: a run records its environment by that path and its options, and loading the run
+    (``rlherd eval``, ``--resume``, a shared package) calls what the path names with them. A
+    run's record is a file anyone may write, and a path can name any function of any installed
+    module (``os:system``); rlherd calls only those marked here. A Gymnasium registration
+    (``gymnasium.register("MyEnv-v0", entry_point=...)``, trained as ``my_envs:MyEnv-v0``)
+    needs no mark.
+
+    Example::
+
+        import gymnasium as gym
+        import rlherd
+
+        @rlherd.env_factory
+        def make_env(size: int = 8) -> gym.Env:
+            return gym.make("FrozenLake-v1", map_name=f"{size}x{size}", is_slippery=False)
+    """
+    setattr(factory, FACTORY_MARK, True)
+    return factory
+
+
+def is_env_factory(value: Any) -> bool:
+    """Whether rlherd may call ``value`` by its path: a function marked by :func:`env_factory`,
+    or a ``gymnasium.Env`` class (whose options build an environment, as a registered id's
+    do)."""
+    if isinstance(value, type):
+        return issubclass(value, gym.Env)
+    return callable(value) and getattr(value, FACTORY_MARK, False) is True
+
+
 def target(env_id: str) -> tuple[str, Any]:
     """What ``module:name`` names once ``module`` is imported: ``("id", name)`` for an id it
-    registered, ``("factory", function)`` for a function of the module."""
+    registered, ``("factory", function)`` for an environment factory of the module
+    (:func:`is_env_factory`); any other function is refused."""
     module_name, name = split_id(env_id)
     if not module_name or not name:
         raise ConfigError(f"{env_id!r}: write module:Env-v0 or package.module:function")
@@ -210,8 +248,14 @@ def target(env_id: str) -> tuple[str, Any]:
     if name in gym.registry:
         return "id", name
     factory = getattr(module, name, None)
-    if callable(factory):
+    if is_env_factory(factory):
         return "factory", factory
+    if callable(factory):
+        raise ConfigError(
+            f"{env_id!r} is not marked as an environment factory: put @rlherd.env_factory "
+            f"above its definition in {module_name}. rlherd calls a function by its path only "
+            "when marked, since a run's record could name any function (os:system)"
+        )
     close = difflib.get_close_matches(name, list(gym.registry), n=5, cutoff=0.6)
     did_you_mean = f" Did you mean: {', '.join(close)}?" if close else ""
     raise ConfigError(
@@ -263,8 +307,11 @@ def check_recorded(env_id: str, run_dir: str | Path) -> None:
     """Refuse a run's recorded environment whose module is not installed, or would be imported
     from inside the run directory itself: importing a module runs its code, and a run directory
     (shared, downloaded) must never run code of its own. (``python -m`` puts the working
-    directory first on the import path, so a run's own ``evil.py`` would be found first.)"""
+    directory first on the import path, so a run's own ``evil.py`` would be found first.) A
+    PettingZoo id, ``pettingzoo/<module>``, names its module too."""
     module, _ = split_id(env_id)
+    if env_id.startswith(PETTINGZOO):
+        module = env_id[len(PETTINGZOO):]
     if not module:
         return
     found = importlib.util.find_spec(module.split(".")[0])
