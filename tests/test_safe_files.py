@@ -185,6 +185,29 @@ def test_a_pettingzoo_id_never_imports_a_module_from_the_run(run_copy, tmp_path,
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.parametrize("link", ["checkpoints", "metrics/train.csv", ".lock"])
+def test_a_run_to_train_may_not_link_out_of_itself(link, run_copy, tmp_path, capsys):
+    """--resume writes, prunes and rewrites a run's files in place: a ``checkpoints`` linked to
+    another folder had its checkpoints deleted, a linked ``metrics/train.csv`` was rewritten
+    and a linked ``.lock`` emptied."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for name in ("ckpt-1.pt", "ckpt-2.pt", "ckpt-3.pt", "precious.csv"):
+        (victim / name).write_text("999999,precious-row\n")
+    target = victim if link == "checkpoints" else victim / "precious.csv"
+    path = run_copy / link
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    path.symlink_to(target)
+    assert main(["train", "--resume", str(run_copy), "--total-steps", str(2 * STEPS)]) == 2
+    assert "outside the run directory; a run writes only inside itself" in _one_line(capsys)
+    assert sorted(p.name for p in victim.iterdir()) == [
+        "ckpt-1.pt", "ckpt-2.pt", "ckpt-3.pt", "precious.csv"]  # fmt: skip
+    assert all(p.read_text() == "999999,precious-row\n" for p in victim.iterdir())
+
+
 def test_a_latest_pointer_outside_the_run_is_refused(run_copy, tmp_path, capsys):
     outside = tmp_path / "elsewhere.pt"
     shutil.copy(_latest(run_copy), outside)

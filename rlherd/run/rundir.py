@@ -167,14 +167,33 @@ class RunDir:
     def lock(self) -> None:
         """Hold this run's lock until the process ends or :meth:`unlock`: two processes never
         train one run directory at once, and a lock that no live process holds marks a run
-        whose process died (even by SIGKILL: the system drops its locks)."""
-        self._lock = open(self.path / ".lock", "w")  # held open: the lock lasts as long
+        whose process died (even by SIGKILL: the system drops its locks). A run to be written is
+        first checked for links out of it (:meth:`_check_links`)."""
+        self._check_links()
+        # Held open: the lock lasts as long. Never through a link, never truncating.
+        fd = os.open(self.path / ".lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        self._lock = os.fdopen(fd, "w")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.unlock()
             raise ConfigError(f"{self.path} is in use by another rlherd process; wait for it to "
                               "end, or choose another --run-dir") from None  # fmt: skip
+
+    def _check_links(self) -> None:
+        """Refuse a run holding a link to anything outside it: training writes, prunes and
+        rewrites the run's files (checkpoints, metrics, its lock) in place, so a shared run's
+        ``checkpoints`` linked to another folder had that folder's files deleted, and a linked
+        ``metrics/train.csv`` or ``.lock`` rewrote the file it named."""
+        inside = self.path.resolve()
+        for folder, dirs, files in os.walk(self.path):
+            for name in dirs + files:
+                path = Path(folder) / name
+                if path.is_symlink() and not path.resolve().is_relative_to(inside):
+                    raise ConfigError(
+                        f"{path} links to {path.resolve()}, outside the run directory; a run "
+                        "writes only inside itself: replace the link with what it names"
+                    )
 
     def unlock(self) -> None:
         if self._lock is not None:
