@@ -114,6 +114,27 @@ class Codes(gym.Env):
         return {"d": 5, "m": np.array([1, -1], np.int32)}, 0.0, True, False, {}
 
 
+class NoRenderMode(Codes):
+    """An environment whose constructor takes no ``render_mode``, as many of one's own do."""
+
+    def __init__(self):
+        super().__init__()
+
+
+gym.register("test_your_env/NoRenderMode-v0", entry_point=NoRenderMode)
+
+
+def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):
+    """rlherd passed ``render_mode=None`` to every registered id, and gym.make handed it on:
+    TypeError, where ``gym.make(id)`` made it."""
+    env_id = f"{__name__}:test_your_env/NoRenderMode-v0"
+    rl_envs.make(env_id).reset(seed=0)
+    run = rlherd.train("ppo", env_id, total_steps=64, run_dir=tmp_path / "run", progress=False)
+    from rlherd.commands.evaluate import evaluate
+
+    assert evaluate(run.path, episodes=1)["eval_episodes"] == 1
+
+
 @rlherd.env_factory
 def codes() -> gym.Env:
     return Codes()

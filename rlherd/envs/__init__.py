@@ -173,9 +173,12 @@ def _at_least_one(env_id: str, name: str, steps: Any) -> int:
 def _gym_make(env_id: str, render_mode: str | None, kwargs: dict[str, Any]) -> gym.Env:
     if kwargs.get("max_episode_steps") is not None:  # Gymnasium asserts it, deep in gym.make
         _at_least_one(env_id, "max_episode_steps", kwargs["max_episode_steps"])
+    # render_mode only where one is asked: gym.make hands it on, and an environment of one's
+    # own need not take it.
+    options = dict(kwargs, render_mode=render_mode) if render_mode else kwargs
     try:
         with no_display_warning():
-            return gym.make(env_id, render_mode=render_mode, **kwargs)
+            return gym.make(env_id, **options)
     except (gym.error.DependencyNotInstalled, ImportError) as e:
         raise MissingExtra(f"{env_id} needs a package that is not installed ({e}); "
                            f"{_install_hint(env_id)}") from e  # fmt: skip
