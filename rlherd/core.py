@@ -233,10 +233,22 @@ class EnvSpec:
                 )
             return cls(action_kind="discrete", num_actions=int(action_space.n), **common)
         if isinstance(action_space, gym.spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
+            if np.any(action_space.start != 0):  # the agents' actions would be off by start
+                raise UnsupportedEnv(
+                    f"{env_id}: action space {action_space!r} starts at "
+                    f"{action_space.start.tolist()}; rlherd expects MultiDiscrete actions "
+                    "numbered from 0 (shift them in an ActionWrapper)"
+                )
             nvec = tuple(int(n) for n in action_space.nvec)
             return cls(action_kind="multidiscrete", action_nvec=nvec, action_shape=(len(nvec),),
                        **common)  # fmt: skip
         if isinstance(action_space, gym.spaces.Box):
+            if len(action_space.shape) != 1:
+                raise UnsupportedEnv(
+                    f"{env_id}: action space {action_space!r} has shape {action_space.shape}; "
+                    "rlherd's continuous agents act in a vector, a Box of shape (n,) (reshape "
+                    "it in an ActionWrapper)"
+                )
             return cls(
                 action_kind="continuous",
                 action_shape=tuple(action_space.shape),

@@ -1,3 +1,4 @@
+import re
 import threading
 
 import gymnasium as gym
@@ -41,6 +42,16 @@ def test_unsupported_spaces_are_named():
     box = gym.spaces.Box(0, 1, (2,))
     with pytest.raises(TypeError, match="MultiBinary"):
         EnvSpec.from_spaces("x", box, gym.spaces.MultiBinary(3))
+    # Actions the agents would get wrong in silence, or crash on deep inside: a MultiDiscrete
+    # from [-1, 5] (the agents' actions fell outside the space), a Box of shape (2, 2) (shape
+    # errors in rollouts and critics) or () .
+    with pytest.raises(UnsupportedEnv, match=r"starts at \[-1, 5\]; rlherd expects MultiDiscrete"):
+        EnvSpec.from_spaces("x", box, gym.spaces.MultiDiscrete([3, 2], start=[-1, 5]))
+    for shape in ((2, 2), ()):
+        with pytest.raises(UnsupportedEnv, match=rf"has shape {re.escape(str(shape))}; rlherd's "
+                           "continuous agents act in a vector"):  # fmt: skip
+            EnvSpec.from_spaces("x", box, gym.spaces.Box(-1, 1, shape))
+    assert EnvSpec.from_spaces("x", box, gym.spaces.MultiDiscrete([3, 2])).action_nvec == (3, 2)
 
 
 def test_vector_env_next_step_autoreset():
