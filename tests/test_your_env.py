@@ -27,7 +27,7 @@ from rlherd.commands.train import ObservationNotice
 from rlherd.core import EnvSpec
 from rlherd.envs import ids
 from rlherd.envs.wrappers import sample_action
-from rlherd.errors import ConfigError, MissingExtra, one_line
+from rlherd.errors import ConfigError, MissingExtra, UnsupportedEnv, one_line
 from rlherd.losses.td import double_q_learning_td, greedy_action, large_margin, q_learning_td
 from rlherd.networks import make_torso
 from rlherd.networks.distributions import (
@@ -97,6 +97,32 @@ def one_legal_action(source: str = "obs") -> gym.Env:
     return (OneLegalActionMethod if source == "method" else OneLegalAction)(source)
 
 
+class OddMask(OneLegalAction):
+    """OneLegalAction whose mask goes wrong at step 3 (``fault``): none legal, a wrong length,
+    a value of 2, or the mask from step() but not from reset() (``late``)."""
+
+    def __init__(self, source: str = "info", fault: str = "none", at_end: bool = False):
+        super().__init__("info" if source == "late" else source)
+        self.fault, self.late, self.at_end = fault, source == "late", at_end
+
+    def _observe(self):
+        obs, info = super()._observe()
+        mask = obs["action_mask"] if self.source == "obs" else info.get("action_mask")
+        if self.t == 3 and self.fault == "none":
+            mask[:] = 0
+        elif self.t == 3 and self.fault == "value":
+            mask[self.legal] = 2
+        elif self.t == 3 and self.fault == "length" and self.source == "info":
+            info["action_mask"] = np.append(mask, 1)
+        if self.late and self.t == 0:
+            info.pop("action_mask")
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated or (self.at_end and self.t == 3), truncated, info
+
+
 class Codes(gym.Env):
     """Codes that do not count from 0: a Discrete from 5, a MultiDiscrete from -1 (int32)."""
 
@@ -122,6 +148,31 @@ class NoRenderMode(Codes):
 
 
 gym.register("test_your_env/NoRenderMode-v0", entry_point=NoRenderMode)
+
+
+@pytest.mark.parametrize(("source", "fault", "says"), [
+    ("info", "none", "allows no action mid-episode"),
+    ("obs", "none", "allows no action mid-episode"),
+    ("info", "value", r"is not one 0 or 1 per action \(5\)"),
+    ("obs", "value", r"is not one 0 or 1 per action \(5\)"),
+    ("info", "length", r"is not one 0 or 1 per action \(5\)"),
+    ("late", "none", r"gives info\['action_mask'\] from step\(\) but not from reset\(\)"),
+])  # fmt: skip
+def test_an_action_mask_that_cannot_be_kept_is_refused_not_ignored(source, fault, says):
+    """Illegal actions were played in silence: a mask with no legal action mid-episode (96
+    illegal actions in 2,000 steps, rc 0), one given from step() but not reset() (never read:
+    1,551 illegal actions), one of other values than 0 and 1 (check-env crashed inside
+    gymnasium's sampler)."""
+    env = rl_envs.make(f"{__name__}:OddMask", source=source, fault=fault)
+    env.reset(seed=0)
+    with pytest.raises(UnsupportedEnv, match=says):
+        for _ in range(3):
+            env.step(env.unwrapped.legal)
+    # No legal action once the episode has ended is no fault (a game's final position).
+    env = rl_envs.make(f"{__name__}:OddMask", source="info", at_end=True)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(env.unwrapped.legal)
 
 
 def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):

@@ -61,11 +61,18 @@ from rlherd.envs.ids import (
     split_id,
     target,
 )
-from rlherd.envs.wrappers import ActionMaskObservation, ActionRepeat, NamedArrays, mask_source
+from rlherd.envs.wrappers import (
+    ActionMaskObservation,
+    ActionRepeat,
+    MaskCheck,
+    NamedArrays,
+    mask_source,
+)
 from rlherd.errors import ConfigError, MissingExtra
+from rlherd.types import ACTION_MASK
 
-__all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "env_factory", "family", "is_mujoco", "make",
-           "make_one", "make_vector", "pickle_envs", "resolve", "save_envs", "spec_for",
+__all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "env_factory", "family", "is_mujoco",
+           "make", "make_one", "make_vector", "pickle_envs", "resolve", "save_envs", "spec_for",
            "spec_of"]  # fmt: skip
 
 toy.register()
@@ -146,7 +153,7 @@ def make(env_id: str, /, *, render_mode: str | None = None, **kwargs: Any) -> gy
         if control:
             env = _FlatVector(env if repeat == 1 else ActionRepeat(env, repeat))
     _check_render_mode(env, env_id, render_mode)
-    env = _standard_observations(env, f"{env_id} {sorted(kwargs.items())}")
+    env = _standard_observations(env, env_id, f"{env_id} {sorted(kwargs.items())}")
     spec_of(env, env_id)  # fail here, with the space named, rather than inside an agent
     return env
 
@@ -234,19 +241,22 @@ _NO_MASK_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d",
                     "gymnasium.envs.mujoco", "minatar", "rlherd.envs.")  # fmt: skip
 
 
-def _standard_observations(env: gym.Env, key: str) -> gym.Env:
-    """``env`` with rlherd's one view of observations (:mod:`rlherd.envs.wrappers`); ``key``
-    names its id and options."""
+def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
+    """``env`` with rlherd's one view of observations (:mod:`rlherd.envs.wrappers`), its action
+    mask checked at every step; ``key`` names its id and options."""
     if not isinstance(env.observation_space, gym.spaces.Box):
         env = NamedArrays(env)
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    looks = discrete and not type(env.unwrapped).__module__.startswith(_NO_MASK_MODULES)
     if key not in _MASKS:
-        info = None
-        looks = isinstance(env.action_space, gym.spaces.Discrete) and env.render_mode != "human"
-        if looks and not type(env.unwrapped).__module__.startswith(_NO_MASK_MODULES):
-            info = env.reset()[1]
+        info = env.reset()[1] if looks and env.render_mode != "human" else None
         _MASKS[key] = mask_source(env, info)
     if _MASKS[key] is not None:
         env = ActionMaskObservation(env, _MASKS[key])
+    if looks:
+        space = env.observation_space
+        masked = isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
+        env = MaskCheck(env, env_id, masked)
     return env
 
 

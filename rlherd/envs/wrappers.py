@@ -10,6 +10,9 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
   An array observation becomes ``{"observation": ..., "action_mask": ...}``.
+- :class:`MaskCheck`: every step's action mask checked (one entry per action, each 0 or 1, some
+  action legal until the episode ends), and a mask that appears in ``info`` only after reset
+  refused: either would have the agents play illegal actions in silence.
 - :class:`ActionRepeat`: each action held for ``n`` steps of the environment, their rewards
   summed (the Control Suite's ``action_repeat`` option, the convention of its pixel and state
   benchmarks).
@@ -23,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlherd.core import OBS_KEY, flatten_space, flatten_value
+from rlherd.errors import UnsupportedEnv
 from rlherd.types import ACTION_MASK
 
 
@@ -68,6 +72,41 @@ class ActionMaskObservation(gym.Wrapper):
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)
         return self._with_mask(obs, info), reward, terminated, truncated, info
+
+
+class MaskCheck(gym.Wrapper):
+    """See the module docstring. ``masked``: the observation holds an action mask, to check at
+    every step; otherwise a mask in a step's ``info`` (never seen at reset, so never read) is
+    refused."""
+
+    def __init__(self, env: gym.Env, env_id: str, masked: bool):
+        super().__init__(env)
+        self.env_id, self.masked = env_id, masked
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        self._check(obs, info, ended=False)
+        return obs, info
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._check(obs, info, ended=terminated or truncated)
+        return obs, reward, terminated, truncated, info
+
+    def _check(self, obs: Any, info: dict[str, Any], ended: bool) -> None:
+        if not self.masked:
+            if ACTION_MASK in info:
+                raise UnsupportedEnv(f"{self.env_id} gives info['action_mask'] from step() but "
+                                     "not from reset(), so it would be ignored: give it from "
+                                     "reset() too")  # fmt: skip
+            return
+        mask, n = np.asarray(obs[ACTION_MASK]), int(self.action_space.n)
+        if mask.shape != (n,) or not np.isin(mask, (0, 1)).all():
+            raise UnsupportedEnv(f"{self.env_id}'s action mask {mask.tolist()} is not one 0 or "
+                                 f"1 per action ({n}); 1 marks a legal action")  # fmt: skip
+        if not ended and not mask.any():
+            raise UnsupportedEnv(f"{self.env_id}'s action mask allows no action mid-episode; "
+                                 "end the episode (terminated) when no action is legal")
 
 
 def mask_source(env: gym.Env, probe_info: dict[str, Any] | None) -> str | None:
