@@ -87,6 +87,17 @@ def _codes_from_zero(space: gym.Space, value: Any = None) -> tuple[gym.Space, An
     return space, value
 
 
+def _carried(space: gym.Space, value: Any = None) -> tuple[gym.Space, Any]:
+    """A leaf as rlherd carries it, and a value of it (one, or a batch): codes counted from 0
+    (:func:`_codes_from_zero`), and a scalar ``Box`` as a vector of one, since every network
+    reads a leaf's last dimension as its features."""
+    space, value = _codes_from_zero(space, value)
+    if isinstance(space, gym.spaces.Box) and space.shape == ():
+        vector = gym.spaces.Box(space.low.reshape(1), space.high.reshape(1), dtype=space.dtype)
+        return vector, None if value is None else np.expand_dims(np.asarray(value), -1)
+    return space, value
+
+
 def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
     """A Gymnasium observation space as rlherd carries it, and the keys it leaves out.
 
@@ -97,11 +108,13 @@ def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
     not, become one ``Dict`` of their array leaves, keyed by their paths joined with ``"."`` (a
     ``Tuple``'s entries by position: ``"0"``, ``"1"``); leaves that are not arrays (MiniGrid's
     ``mission`` text, a ``Graph``) are left out and their keys returned, so the caller can say
-    so once. Codes count from 0, in int64.
+    so once. Codes count from 0, in int64, and a scalar ``Box`` is a vector of one.
     """
-    if isinstance(space, gym.spaces.Box) or not isinstance(space, ARRAY_SPACES + CONTAINERS):
+    if isinstance(space, gym.spaces.Box):
+        return _carried(space)[0], []
+    if not isinstance(space, ARRAY_SPACES + CONTAINERS):
         return space, []
-    leaves = {path or OBS_KEY: _codes_from_zero(s)[0] for path, s, _ in _leaves(space) if s}
+    leaves = {path or OBS_KEY: _carried(s)[0] for path, s, _ in _leaves(space) if s}
     dropped = [path for path, s, _ in _leaves(space) if s is None]
     return gym.spaces.Dict(leaves), dropped
 
@@ -111,9 +124,8 @@ def flatten_value(space: gym.Space, value: Any) -> Any:
     space. Works on a batch of observations too (a recorded episode's), whose leaves have a
     leading dimension."""
     if isinstance(space, gym.spaces.Box):
-        return value
-    return {path or OBS_KEY: _codes_from_zero(s, v)[1]
-            for path, s, v in _leaves(space, value) if s}  # fmt: skip
+        return _carried(space, value)[1]
+    return {path or OBS_KEY: _carried(s, v)[1] for path, s, v in _leaves(space, value) if s}
 
 
 # A batch of observations: an array, or a dict of named arrays (see flatten_space), each with the

@@ -123,6 +123,31 @@ class OddMask(OneLegalAction):
         return obs, reward, terminated or (self.at_end and self.t == 3), truncated, info
 
 
+class Scalar(gym.Env):
+    """A scalar observation (a Box of shape ()), alone or as a dict's leaf (``nested``)."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, nested: bool = False):
+        box = gym.spaces.Box(-1.0, 1.0, (), np.float32)
+        self.nested = nested
+        self.observation_space = gym.spaces.Dict({"x": box, "n": gym.spaces.Discrete(3)}) \
+            if nested else box  # fmt: skip
+
+    def _obs(self):
+        x = np.float32(self.t / 10)
+        return {"x": x, "n": self.t % 3} if self.nested else x
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(action), False, self.t >= 10, {}
+
+
 class Codes(gym.Env):
     """Codes that do not count from 0: a Discrete from 5, a MultiDiscrete from -1 (int32)."""
 
@@ -173,6 +198,22 @@ def test_an_action_mask_that_cannot_be_kept_is_refused_not_ignored(source, fault
     env.reset(seed=0)
     for _ in range(3):
         env.step(env.unwrapped.legal)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_scalar_observation_is_a_vector_of_one_and_trains(nested, tmp_path):
+    """A Box of shape () crashed every network (IndexError: dimension out of range) where
+    check-env said the agents train it."""
+    env_id = f"{__name__}:Scalar"
+    spec = rl_envs.spec_for(env_id, nested=nested)
+    obs, _ = rl_envs.make(env_id, nested=nested).reset(seed=0)
+    if nested:
+        assert spec.obs["x"].shape == (1,) and obs["x"].shape == (1,) and obs["n"] == 0
+    else:
+        assert spec.obs.shape == (1,) and obs.shape == (1,)
+    for agent in ("ppo", "dqn", "r2d2"):
+        rlherd.train(agent, env_id, env_kwargs={"nested": nested}, total_steps=100,
+                     run_dir=tmp_path / agent, progress=False)  # fmt: skip
 
 
 def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):

@@ -244,7 +244,8 @@ _NO_MASK_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d",
 def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
     """``env`` with rlherd's one view of observations (:mod:`rlherd.envs.wrappers`), its action
     mask checked at every step; ``key`` names its id and options."""
-    if not isinstance(env.observation_space, gym.spaces.Box):
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box) or space.shape == ():
         env = NamedArrays(env)
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     looks = discrete and not type(env.unwrapped).__module__.startswith(_NO_MASK_MODULES)

@@ -4,7 +4,8 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
 
 - :class:`NamedArrays`: nested ``Dict`` / ``Tuple`` observations as one level of named arrays
   (keys joined by ``"."``), a ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` alone as such a
-  dict of one array (``"observation"``), codes counted from 0, and leaves that are not
+  dict of one array (``"observation"``), codes counted from 0, a scalar ``Box`` as a vector of
+  one, and leaves that are not
   arrays (MiniGrid's ``mission`` text) left out (:func:`rlherd.core.flatten_space`).
 - :class:`ActionMaskObservation`: an action mask that the environment hands out in
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
