@@ -180,7 +180,8 @@ gym.register("test_your_env/NoRenderMode-v0", entry_point=NoRenderMode)
     ("obs", "none", "allows no action mid-episode"),
     ("info", "value", r"is not one 0 or 1 per action \(5\)"),
     ("obs", "value", r"is not one 0 or 1 per action \(5\)"),
-    ("info", "length", r"is not one 0 or 1 per action \(5\)"),
+    ("info", "length", r"returned observation 'action_mask' of shape \(6,\); its observation "
+                       r"space says \(5,\)"),
     ("late", "none", r"gives info\['action_mask'\] from step\(\) but not from reset\(\)"),
 ])  # fmt: skip
 def test_an_action_mask_that_cannot_be_kept_is_refused_not_ignored(source, fault, says):
@@ -214,6 +215,37 @@ def test_a_scalar_observation_is_a_vector_of_one_and_trains(nested, tmp_path):
     for agent in ("ppo", "dqn", "r2d2"):
         rlherd.train(agent, env_id, env_kwargs={"nested": nested}, total_steps=100,
                      run_dir=tmp_path / agent, progress=False)  # fmt: skip
+
+
+class WrongShapes(Codes):
+    """An observation of the wrong shape from reset() or step(), or a reward array."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+    def __init__(self, fault: str):
+        self.fault = fault
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(7 if self.fault == "reset" else 4, np.float32), {}
+
+    def step(self, action):
+        obs = np.zeros(7 if self.fault == "step" else 4, np.float32)
+        return obs, np.ones(2) if self.fault == "reward" else 1.0, False, False, {}
+
+
+@pytest.mark.parametrize(("fault", "says"), [
+    ("reset", r"reset\(\) returned an observation of shape \(7,\); its observation space says "
+              r"\(4,\)"),
+    ("step", r"step\(\) returned an observation of shape \(7,\)"),
+    ("reward", r"step\(\) returned a reward of shape \(2,\); a reward is one number"),
+])  # fmt: skip
+def test_an_environment_off_its_own_spaces_is_one_line_naming_it(fault, says, tmp_path):
+    """numpy's "Output array is the wrong shape" (or "setting an array element with a
+    sequence"), from inside the batch, named neither the environment nor the shapes."""
+    with pytest.raises(UnsupportedEnv, match=f"{__name__}:WrongShapes's {says}"):
+        rlherd.train("ppo", f"{__name__}:WrongShapes", env_kwargs={"fault": fault},
+                     total_steps=64, run_dir=tmp_path / "run", progress=False)  # fmt: skip
 
 
 def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):

@@ -64,8 +64,8 @@ from rlherd.envs.ids import (
 from rlherd.envs.wrappers import (
     ActionMaskObservation,
     ActionRepeat,
-    MaskCheck,
     NamedArrays,
+    StepCheck,
     mask_source,
 )
 from rlherd.errors import ConfigError, MissingExtra
@@ -235,30 +235,30 @@ def _call_factory(
 # Where each id's action mask comes from, with its options (None: no mask outside its
 # observation), found once per process: finding an "info" mask takes one reset.
 _MASKS: dict[str, str | None] = {}
-# Gymnasium's own families, MinAtar's and rlherd's have no masks in info: their environments are
-# never reset to look (their first numbers stay as they were).
-_NO_MASK_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d",
-                    "gymnasium.envs.mujoco", "minatar", "rlherd.envs.")  # fmt: skip
+# Gymnasium's own families, MinAtar's and rlherd's have no masks in info and keep to their
+# spaces: their environments are never reset to look (their first numbers stay as they were),
+# nor checked at every step (StepCheck).
+_KNOWN_MODULES = ("gymnasium.envs.classic_control", "gymnasium.envs.box2d",
+                  "gymnasium.envs.mujoco", "minatar", "rlherd.envs.")  # fmt: skip
 
 
 def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
-    """``env`` with rlherd's one view of observations (:mod:`rlherd.envs.wrappers`), its action
-    mask checked at every step; ``key`` names its id and options."""
+    """``env`` with rlherd's one view of observations (:mod:`rlherd.envs.wrappers`), checked at
+    every step unless it is of a family rlherd knows keeps to its spaces; ``key`` names its id
+    and options."""
     space = env.observation_space
     if not isinstance(space, gym.spaces.Box) or space.shape == ():
         env = NamedArrays(env)
-    discrete = isinstance(env.action_space, gym.spaces.Discrete)
-    looks = discrete and not type(env.unwrapped).__module__.startswith(_NO_MASK_MODULES)
+    own = not type(env.unwrapped).__module__.startswith(_KNOWN_MODULES)  # one's own, say
+    looks = own and isinstance(env.action_space, gym.spaces.Discrete)
     if key not in _MASKS:
         info = env.reset()[1] if looks and env.render_mode != "human" else None
         _MASKS[key] = mask_source(env, info)
     if _MASKS[key] is not None:
         env = ActionMaskObservation(env, _MASKS[key])
-    if looks:
-        space = env.observation_space
-        masked = isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
-        env = MaskCheck(env, env_id, masked)
-    return env
+    space = env.observation_space
+    masked = looks and isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
+    return StepCheck(env, env_id, masked) if own else env
 
 
 def _install_hint(env_id: str) -> str:

@@ -11,9 +11,11 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
   An array observation becomes ``{"observation": ..., "action_mask": ...}``.
-- :class:`MaskCheck`: every step's action mask checked (one entry per action, each 0 or 1, some
-  action legal until the episode ends), and a mask that appears in ``info`` only after reset
-  refused: either would have the agents play illegal actions in silence.
+- :class:`StepCheck`: an environment of one's own checked at every step, so that a fault of
+  its own is one line naming it rather than numpy's error deep in a batch, or illegal actions
+  played in silence: each observation array of its space's shape, the reward a number, and the
+  action mask one 0 or 1 per action with some action legal until the episode ends (a mask that
+  appears in ``info`` only after reset, never read, is refused).
 - :class:`ActionRepeat`: each action held for ``n`` steps of the environment, their rewards
   summed (the Control Suite's ``action_repeat`` option, the convention of its pixel and state
   benchmarks).
@@ -75,33 +77,47 @@ class ActionMaskObservation(gym.Wrapper):
         return self._with_mask(obs, info), reward, terminated, truncated, info
 
 
-class MaskCheck(gym.Wrapper):
+class StepCheck(gym.Wrapper):
     """See the module docstring. ``masked``: the observation holds an action mask, to check at
-    every step; otherwise a mask in a step's ``info`` (never seen at reset, so never read) is
-    refused."""
+    every step; otherwise a mask in a discrete environment's step ``info`` is refused."""
 
     def __init__(self, env: gym.Env, env_id: str, masked: bool):
         super().__init__(env)
         self.env_id, self.masked = env_id, masked
+        self.discrete = isinstance(env.action_space, gym.spaces.Discrete)
+        space = env.observation_space
+        self.shapes = {k: s.shape for k, s in space.spaces.items()} if isinstance(
+            space, gym.spaces.Dict) else {None: space.shape}  # fmt: skip
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
-        self._check(obs, info, ended=False)
+        self._check(obs, info, "reset()", ended=False)
         return obs, info
 
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._check(obs, info, ended=terminated or truncated)
+        if np.ndim(reward) != 0:
+            raise UnsupportedEnv(f"{self.env_id}'s step() returned a reward of shape "
+                                 f"{np.shape(reward)}; a reward is one number")  # fmt: skip
+        self._check(obs, info, "step()", ended=terminated or truncated)
         return obs, reward, terminated, truncated, info
 
-    def _check(self, obs: Any, info: dict[str, Any], ended: bool) -> None:
-        if not self.masked:
-            if ACTION_MASK in info:
-                raise UnsupportedEnv(f"{self.env_id} gives info['action_mask'] from step() but "
-                                     "not from reset(), so it would be ignored: give it from "
-                                     "reset() too")  # fmt: skip
-            return
-        mask, n = np.asarray(obs[ACTION_MASK]), int(self.action_space.n)
+    def _check(self, obs: Any, info: dict[str, Any], call: str, ended: bool) -> None:
+        for key, shape in self.shapes.items():
+            got = np.shape(obs if key is None else obs[key])
+            if got != shape:
+                where = "an observation" if key is None else f"observation {key!r}"
+                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {where} of shape {got}; "
+                                     f"its observation space says {shape}")  # fmt: skip
+        if self.masked:
+            self._check_mask(np.asarray(obs[ACTION_MASK]), ended)
+        elif self.discrete and ACTION_MASK in info:
+            raise UnsupportedEnv(f"{self.env_id} gives info['action_mask'] from step() but "
+                                 "not from reset(), so it would be ignored: give it from "
+                                 "reset() too")  # fmt: skip
+
+    def _check_mask(self, mask: np.ndarray, ended: bool) -> None:
+        n = int(self.action_space.n)
         if mask.shape != (n,) or not np.isin(mask, (0, 1)).all():
             raise UnsupportedEnv(f"{self.env_id}'s action mask {mask.tolist()} is not one 0 or "
                                  f"1 per action ({n}); 1 marks a legal action")  # fmt: skip
