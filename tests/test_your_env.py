@@ -248,6 +248,25 @@ def test_an_environment_off_its_own_spaces_is_one_line_naming_it(fault, says, tm
                      total_steps=64, run_dir=tmp_path / "run", progress=False)  # fmt: skip
 
 
+def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
+    """A bare id that code of one's own registered was recorded bare, so ``rlherd eval`` and
+    ``--resume`` (processes that never imported the module) called it unknown."""
+    run = rlherd.train("ppo", "test_your_env/NoRenderMode-v0", total_steps=64,
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.config.env == f"{__name__}:test_your_env/NoRenderMode-v0"
+    out = subprocess.run([sys.executable, "-m", "rlherd.cli", "eval", str(run.path), "--episodes",
+                          "1"], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert rlherd.train("ppo", "CartPole-v1", total_steps=64, run_dir=tmp_path / "gym",
+                        progress=False).config.env == "CartPole-v1"  # fmt: skip
+    # One registered by the script that runs cannot be made by the run's other processes.
+    in_main = type("InMain", (NoRenderMode,), {"__module__": "__main__"})
+    gym.register("test_your_env/InMain-v0", entry_point=in_main)
+    with pytest.raises(ConfigError, match="registered by the script that runs"):
+        rl_envs.resolve("test_your_env/InMain-v0")
+
+
 def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):
     """rlherd passed ``render_mode=None`` to every registered id, and gym.make handed it on:
     TypeError, where ``gym.make(id)`` made it."""

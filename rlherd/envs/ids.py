@@ -300,7 +300,30 @@ def resolve(env: str | Callable[..., gym.Env]) -> str:
         check_id(env)
         return f"{package[0]}:{env}"
     check_id(env)
-    return env
+    module = _registering_module(env)
+    return env if module is None else f"{module}:{env}"
+
+
+# The packages whose ids every rlherd process has registered (register_optional_families).
+REGISTERED_HERE = ("gymnasium", "ale_py", "minatar", "shimmy", "rlherd")
+
+
+def _registering_module(env_id: str) -> str | None:
+    """The module to record with a registered id that code of one's own registered (its entry
+    point's module, whose import registers it): a process that did not run that code (an actor,
+    ``rlherd eval``, ``--resume``) would not know the id. None for the ids every process
+    knows."""
+    entry = gym.spec(env_id).entry_point
+    module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+    if not module or module.split(".")[0] in REGISTERED_HERE:
+        return None
+    if module == "__main__":
+        raise ConfigError(
+            f"{env_id} is registered by the script that runs, which the run's other processes "
+            "(actors, rlherd eval, --resume) do not run: register it in a module of its own "
+            f"(my_envs.py) and train on 'my_envs:{env_id}'"
+        )
+    return module
 
 
 def check_recorded(env_id: str, run_dir: str | Path) -> None:
