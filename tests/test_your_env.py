@@ -231,18 +231,25 @@ class WrongShapes(Codes):
 
     def step(self, action):
         obs = np.zeros(7 if self.fault == "step" else 4, np.float32)
-        return obs, np.ones(2) if self.fault == "reward" else 1.0, False, False, {}
+        obs[0] = np.nan if self.fault == "nan" else 0.0
+        reward = {"reward": np.ones(2), "nan reward": np.nan}.get(self.fault, 1.0)
+        return obs, reward, False, False, {}
 
 
 @pytest.mark.parametrize(("fault", "says"), [
     ("reset", r"reset\(\) returned an observation of shape \(7,\); its observation space says "
               r"\(4,\)"),
     ("step", r"step\(\) returned an observation of shape \(7,\)"),
-    ("reward", r"step\(\) returned a reward of shape \(2,\); a reward is one number"),
+    ("reward", r"step\(\) returned the reward array\(\[1\., 1\.\]\); a reward is one finite "
+               "number"),
+    ("nan reward", r"step\(\) returned the reward nan"),
+    ("nan", r"step\(\) returned an observation holding NaN or inf"),
 ])  # fmt: skip
 def test_an_environment_off_its_own_spaces_is_one_line_naming_it(fault, says, tmp_path):
     """numpy's "Output array is the wrong shape" (or "setting an array element with a
-    sequence"), from inside the batch, named neither the environment nor the shapes."""
+    sequence"), from inside the batch, named neither the environment nor the shapes; a NaN
+    from the environment was reported as training diverged, with a too high learning rate as
+    the usual cause."""
     with pytest.raises(UnsupportedEnv, match=f"{__name__}:WrongShapes's {says}"):
         rlherd.train("ppo", f"{__name__}:WrongShapes", env_kwargs={"fault": fault},
                      total_steps=64, run_dir=tmp_path / "run", progress=False)  # fmt: skip

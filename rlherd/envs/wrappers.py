@@ -12,8 +12,9 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
   An array observation becomes ``{"observation": ..., "action_mask": ...}``.
 - :class:`StepCheck`: an environment of one's own checked at every step, so that a fault of
-  its own is one line naming it rather than numpy's error deep in a batch, or illegal actions
-  played in silence: each observation array of its space's shape, the reward a number, and the
+  its own is one line naming it rather than numpy's error deep in a batch, a divergence blamed
+  on the learning rate, or illegal actions played in silence: each observation array of its
+  space's shape and finite, the reward a finite number, and the
   action mask one 0 or 1 per action with some action legal until the episode ends (a mask that
   appears in ``info`` only after reset, never read, is refused).
 - :class:`ActionRepeat`: each action held for ``n`` steps of the environment, their rewards
@@ -96,19 +97,22 @@ class StepCheck(gym.Wrapper):
 
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if np.ndim(reward) != 0:
-            raise UnsupportedEnv(f"{self.env_id}'s step() returned a reward of shape "
-                                 f"{np.shape(reward)}; a reward is one number")  # fmt: skip
+        if np.ndim(reward) != 0 or not np.isfinite(reward):
+            raise UnsupportedEnv(f"{self.env_id}'s step() returned the reward {reward!r}; a "
+                                 "reward is one finite number")  # fmt: skip
         self._check(obs, info, "step()", ended=terminated or truncated)
         return obs, reward, terminated, truncated, info
 
     def _check(self, obs: Any, info: dict[str, Any], call: str, ended: bool) -> None:
         for key, shape in self.shapes.items():
-            got = np.shape(obs if key is None else obs[key])
-            if got != shape:
-                where = "an observation" if key is None else f"observation {key!r}"
-                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {where} of shape {got}; "
-                                     f"its observation space says {shape}")  # fmt: skip
+            value = np.asarray(obs if key is None else obs[key])
+            where = "an observation" if key is None else f"observation {key!r}"
+            if value.shape != shape:
+                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {where} of shape "
+                                     f"{value.shape}; its observation space says {shape}")
+            if value.dtype.kind == "f" and not np.isfinite(value).all():  # not the learner's
+                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {where} holding NaN or "
+                                     "inf")  # fmt: skip
         if self.masked:
             self._check_mask(np.asarray(obs[ACTION_MASK]), ended)
         elif self.discrete and ACTION_MASK in info:
