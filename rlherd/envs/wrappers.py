@@ -5,8 +5,8 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
 - :class:`NamedArrays`: nested ``Dict`` / ``Tuple`` observations as one level of named arrays
   (keys joined by ``"."``), a ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` alone as such a
   dict of one array (``"observation"``), codes counted from 0, a scalar ``Box`` as a vector of
-  one, and leaves that are not
-  arrays (MiniGrid's ``mission`` text) left out (:func:`rlherd.core.flatten_space`).
+  one, and leaves that are not arrays (MiniGrid's ``mission`` text) left out
+  (:func:`rlherd.core.flatten_space`).
 - :class:`ActionMaskObservation`: an action mask that the environment hands out in
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
@@ -14,9 +14,9 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
 - :class:`StepCheck`: an environment of one's own checked at every step, so that a fault of
   its own is one line naming it rather than numpy's error deep in a batch, a divergence blamed
   on the learning rate, or illegal actions played in silence: each observation array of its
-  space's shape and finite, the reward a finite number, and the
-  action mask one 0 or 1 per action with some action legal until the episode ends (a mask that
-  appears in ``info`` only after reset, never read, is refused).
+  space's shape and finite, the reward a finite number, and the action mask one 0 or 1 per
+  action with some action legal until the episode ends (a mask that appears in ``info`` only
+  after reset, never read, is refused).
 - :class:`ActionRepeat`: each action held for ``n`` steps of the environment, their rewards
   summed (the Control Suite's ``action_repeat`` option, the convention of its pixel and state
   benchmarks).
