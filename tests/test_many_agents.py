@@ -339,6 +339,16 @@ def test_a_game_of_several_policies_evaluates_and_resumes_with_each(tmp_path):
     assert config["settings"]["policy_overrides"] == {"agent_2": {"learning_rate": 1e-3}}
 
 
+def test_load_policy_refuses_a_game_of_several_policies_in_one_line(tmp_path):
+    """Each policy acts for its own agents of a game, which one observation does not say: the
+    policy loaded, then every call was an AttributeError from inside the groups' rows."""
+    run = rlherd.train("ppo", GAME, total_steps=120, run_dir=tmp_path / "run", progress=False,
+                       env_kwargs=dict(agents=3, length=5), policies="low=agent_0,high=agent_[12]")
+    with pytest.raises(ConfigError, match=r"trains 2 policies \(high, low\).*play it with rlherd "
+                                          r"eval \(or train one policy: --policies shared\)$"):
+        rlherd.load_policy(run.path)
+
+
 def test_rows_of_agents_that_left_or_have_not_joined_are_absent():
     rows = AgentRows(GAME, 1, agents=3, length=3, leave=True)
     rows.reset(seed=0)

@@ -379,9 +379,24 @@ def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
                 best: bool = False) -> TrainedPolicy:  # fmt: skip
     """The latest policy of the run in ``run_dir`` (a finished or running one; ``best``: its
     best evaluation's, kept by ``--save-best``), read as plain data from its checkpoint: see
-    :class:`TrainedPolicy`. Runs of the device runtime (whose games live on the device) and of
-    agents that act by searching their environment (MCTS) are played with ``rlherd eval``
-    instead. ``run_dir`` may be a package (rlherd package)."""
+    :class:`TrainedPolicy`. Runs of the device runtime (whose games live on the device), of
+    agents that act by searching their environment (MCTS) and of games of several policies
+    (each acts for its own agents, which one observation does not say) are played with
+    ``rlherd eval`` instead. ``run_dir`` may be a package (rlherd package)."""
+    trained = run_policy(run_dir, greedy, seed, best)
+    policies = sorted(set(trained.spec.policies))
+    if len(policies) > 1:
+        raise ConfigError(f"{run_dir} trains {len(policies)} policies ({', '.join(policies)}), "
+                          "each acting for its own agents of a game, which load_policy's "
+                          "observations do not say; play it with rlherd eval (or train one "
+                          "policy: --policies shared)")  # fmt: skip
+    return trained
+
+
+def run_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
+               best: bool = False) -> TrainedPolicy:  # fmt: skip
+    """:func:`load_policy`'s policy, a game of several policies' too, whose actor rlherd's own
+    players (``rlherd package``'s score) step over whole games, agent by agent, as eval does."""
     check_seed(seed)
     record, builder, checkpoint = load_run(run_dir, best)
     runtime = RUNTIMES.get(record.runtime)
