@@ -565,9 +565,11 @@ def _check_env(*args: str) -> subprocess.CompletedProcess:
                          "glyphs: (21, 79) int16 box (5977 values) -> embed",
                          "blstats: (27,) int64 box -> flat",
                          "impala: single, mono, poly, distributed",
-                         # MCTS's simulator copies the environment, which NetHack's files stop
-                         "mcts: no: model=simulator copies the environment at every node, and "
-                         "NetHackScore-v0 cannot be copied",
+                         # MCTS's simulator copies the environment, which NetHack's files
+                         # stop, and its learned model predicts one array, not NetHack's dict
+                         "mcts: no: MCTS cannot train nle:NetHackScore-v0, as neither of its "
+                         "models can search it: model=simulator copies the environment at every "
+                         "node, and NetHackScore-v0 cannot be copied",
                          "--resume (single runtime): new episodes (the environment does not "
                          "pickle: TypeError"]),
     ("Blackjack-v1", ["env checker: passed", "0: () int64 discrete (32 values) -> onehot",

@@ -108,7 +108,7 @@ def trainers(spec: EnvSpec, envs: gym.vector.VectorEnv,
             config, _ = resolve_config(name, spec.env_id, None, {})
             builder = builder_class(config)
             builder.make_networks(spec)
-            builder.check_environments(envs)
+            builder.check_environments(spec, envs)
         except (ConfigError, TypeError, ValueError) as e:
             out[name] = str(e).split("\n")[0]
             continue
