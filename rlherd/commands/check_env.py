@@ -148,6 +148,8 @@ def runtimes(agent: str, spec: EnvSpec, config: Any, preset: str,
         return able, needed
     return ("no runtime both runs it and steps this environment"
             + (f" ({'; '.join(refusals)})" if refusals else "")), {}
+
+
 def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2.0,
           seed: int = 0) -> dict[str, Any]:  # fmt: skip
     """The report :func:`format_report` prints (a dict, for scripts)."""
