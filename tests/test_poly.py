@@ -1037,6 +1037,8 @@ class Explodes(gym.Env):
 
     def step(self, action):
         self.steps += 1
+        if self.steps > self.after and self.when == "config":  # as rlherd's checks of a step
+            raise ConfigError("the observation has shape (7,), its space (2,)")
         if self.steps > self.after:
             raise RuntimeError("boom in step")
         return np.zeros(2, np.float32), 1.0, False, False, {}
@@ -1058,6 +1060,22 @@ def test_an_environment_that_raises_in_its_server_is_an_env_failure_not_an_outag
             assert "def _run_env" not in str(failed.value)
     finally:
         srv.stop(0).wait()
+
+
+def test_a_config_error_in_the_server_reaches_the_client_as_its_one_line():
+    """rlherd's own one line on an environment (its checks of each step's output) is a
+    ConfigError in the client too, as in-process, not a traceback from the server."""
+    env_id = f"{__name__}:Explodes"
+    srv, address = serve(env_id, "127.0.0.1:0", when="config")
+    try:
+        stream = EnvStream(address, seed=0)
+        with pytest.raises(ConfigError) as refused:
+            stream.step(np.zeros(1, np.int64))
+        stream.close()
+    finally:
+        srv.stop(0).wait()
+    assert str(refused.value) == (f"{env_id}: the observation has shape (7,), its space (2,) "
+                                  f"(in the environment server {address})")
 
 
 def test_an_environment_that_raises_stops_a_poly_run_at_once(tmp_path, capsys):

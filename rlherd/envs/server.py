@@ -9,7 +9,10 @@ arrays (one per key of a flat ``Dict`` space, as :func:`rlherd.envs.make` gives 
 
 An exception raised by the environment (making, resetting or stepping it) ends the stream with
 ``FAILED_PRECONDITION`` (``ENV_FAILED``) and the environment's traceback, which the client raises
-as :class:`EnvFailed`: a status gRPC never gives itself, so it is not taken for an outage.
+as :class:`EnvFailed`: a status gRPC never gives itself, so it is not taken for an outage. A
+:class:`~rlherd.errors.ConfigError` (rlherd's own one line on the environment, as its check of
+each step's output) travels as that line, marked in the trailing metadata, and the client raises
+it as one, as in-process environments do.
 
 Everything received is validated (dtype, shape, byte count, size limit, action inside the action
 space; by the client, a step's arrays against the spec: observation keys, dtypes and shapes); a
@@ -64,6 +67,7 @@ FIRST_REPLY_S = 180.0  # ... or its first message (its environments are being bu
 # tells the environment's bug, which retrying repeats, from an outage.
 ENV_FAILED = grpc.StatusCode.FAILED_PRECONDITION
 MAX_TRACEBACK_CHARS = 8000  # the end of the environment's traceback, where it raised
+CONFIG_ERROR = "rlherd-config-error"  # ENV_FAILED's metadata: a ConfigError, one line to show
 DTYPES = frozenset(
     ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
      "float16", "float32", "float64")
@@ -445,6 +449,9 @@ class EnvServicer:
         to an environment that raises again (a network fault is ``UNAVAILABLE``)."""
         try:
             return call(*args, **kwargs)
+        except ConfigError as e:  # rlherd's own one line on it (its checks of a step's output)
+            context.set_trailing_metadata(((CONFIG_ERROR, "1"),))
+            context.abort(ENV_FAILED, f"{self.env_id}: {e}")
         except Exception as e:  # its frames, not this one's
             tb = "".join(traceback.format_exception(e.with_traceback(e.__traceback__.tb_next)))
             tb = tb[-MAX_TRACEBACK_CHARS:]
@@ -536,11 +543,11 @@ class EnvStream:
     away, whose ids ``agents`` names). A broken connection raises ``grpc.RpcError``; a message
     that does not fit the spec, :class:`ProtocolError`; no server, or one serving its most
     streams for all of ``connect_timeout``, ``ConnectionError``; an environment that raised in
-    the server, :class:`EnvFailed`. Setting ``stop`` (a run's
-    stop event) ends those two waits within 0.1 s, and the wait for the server's first message
-    (its environments being built) within 0.5 s, with ``ConnectionError``; a read of a step
-    then raises ``grpc.RpcError`` (CANCELLED). So a stopping run's clients do not wait out their
-    timeouts.
+    the server, :class:`EnvFailed` (rlherd's one line on it, ``ConfigError``). Setting ``stop``
+    (a run's stop event) ends those two waits within 0.1 s, and the wait for the server's first
+    message (its environments being built) within 0.5 s, with ``ConnectionError``; a read of a
+    step then raises ``grpc.RpcError`` (CANCELLED). So a stopping run's clients do not wait out
+    their timeouts.
     """
 
     def __init__(
@@ -643,6 +650,9 @@ class EnvStream:
         try:
             return next(self._responses)
         except grpc.RpcError as e:
+            if e.code() == ENV_FAILED and (CONFIG_ERROR, "1") in (e.trailing_metadata() or ()):
+                raise ConfigError(f"{e.details()} (in the environment server {self.address})"
+                                  ) from None  # fmt: skip
             if e.code() == ENV_FAILED:
                 raise EnvFailed(f"{self.address}: {e.details()}") from None
             raise
