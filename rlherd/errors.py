@@ -16,6 +16,19 @@ class MissingExtra(ConfigError, ImportError):
     """An optional dependency is not installed; the message names the extra that installs it."""
 
 
+class NeedsInput(ConfigError):
+    """A run needs data only its user can name (a dataset to learn from, demonstrations of an
+    environment without a scripted expert); ``flag`` is the flag that names it, with which
+    ``rlherd check-env`` says the agent trains the environment."""
+
+    def __init__(self, message: str, flag: str):
+        super().__init__(message)
+        self.flag = flag
+
+    def __reduce__(self) -> tuple:  # raised in a worker process or Ray node, it travels whole
+        return type(self), (str(self), self.flag)
+
+
 class UnsupportedEnv(ConfigError, TypeError):
     """An environment rlherd cannot drive as given (its spaces, its options)."""
 

@@ -123,7 +123,8 @@ def test_check_env_runs_pettingzoos_test_and_names_the_runtimes_that_step_games(
     report = check(GAME, dict(agents=3), seconds=0.1)
     assert report["checker"] == "PettingZoo's parallel API test" and report["gymnasium_check"]
     assert report["agents"]["ppo"] == ["single", "mono", "poly", "distributed"]
-    assert report["agents"]["bc"] == "no runtime both runs it and steps this environment"
+    assert report["agents"]["bc"].startswith("no runtime both runs it and steps this environment "
+                                             "(on offline: pettingzoo/scripted_game is a multi-")
     # MCTS's simulator copies single environments, not a game's rows; its learned model plays.
     assert report["agents"]["mcts"].startswith("model=simulator searches with copies")
     assert "--set model=learned" in report["agents"]["mcts"]
@@ -337,6 +338,16 @@ def test_a_game_of_several_policies_evaluates_and_resumes_with_each(tmp_path):
     assert "eval_return_mean" not in result
     config = json.loads((run.path / "config.json").read_text())
     assert config["settings"]["policy_overrides"] == {"agent_2": {"learning_rate": 1e-3}}
+
+
+def test_load_policy_refuses_a_game_of_several_policies_in_one_line(tmp_path):
+    """Each policy acts for its own agents of a game, which one observation does not say: the
+    policy loaded, then every call was an AttributeError from inside the groups' rows."""
+    run = rlherd.train("ppo", GAME, total_steps=120, run_dir=tmp_path / "run", progress=False,
+                       env_kwargs=dict(agents=3, length=5), policies="low=agent_0,high=agent_[12]")
+    with pytest.raises(ConfigError, match=r"trains 2 policies \(high, low\).*play it with rlherd "
+                                          r"eval \(or train one policy: --policies shared\)$"):
+        rlherd.load_policy(run.path)
 
 
 def test_rows_of_agents_that_left_or_have_not_joined_are_absent():

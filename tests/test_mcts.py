@@ -2,6 +2,7 @@
 references, the agent's errors, and learning (DeepSea with a perfect simulator)."""
 
 import copy
+import dataclasses
 import math
 from typing import Any
 
@@ -35,6 +36,9 @@ from rlherd.run.rundir import RunDir
 from rlherd.types import batch_of_one, obs_len
 
 DEEP_SEA = "rlherd/DeepSea-v0"  # size 10: random actions find its treasure once in 1,024 episodes
+# An environment observed as one array, which the learned model can search too: the simulator's
+# refusals suggest it.
+ARRAYS = rl_envs.spec_for(DEEP_SEA)
 
 
 def _hand_tree() -> Tree:
@@ -142,7 +146,7 @@ def test_search_with_an_exact_model_finds_what_greed_misses():
     bait, probe = Trap(), Trap()
     bait.reset(), probe.reset()
     assert bait.step(0)[1] > probe.step(1)[1]  # one-step greed takes the bait
-    model = Simulator()
+    model = Simulator(ARRAYS)
     model.bind(envs)
     roots, legal = model.roots(np.arange(3), obs)
     settings = SearchSettings(num_simulations=100)
@@ -169,7 +173,7 @@ def test_a_batch_of_trees_searches_each_tree_as_alone():
     settings = SearchSettings(num_simulations=20, puct_c=0.5)
 
     def root_visits(indices):
-        model = Simulator()
+        model = Simulator(ARRAYS)
         model.bind([envs[i] for i in indices])
         roots, legal = model.roots(np.arange(len(indices)), obs[indices])
         tree = search(roots, obs[indices], legal, model, prior, settings, np.random.default_rng(0))
@@ -220,7 +224,7 @@ def test_one_tree_in_plain_python_is_the_batched_search_to_the_last_bit(case, mo
         settings.discount = -1.0
 
     def grown() -> tuple[Tree, dict]:
-        model = Simulator()
+        model = Simulator(ARRAYS)
         model.bind([env])
         roots, legal = model.roots(np.array([0]), batch_of_one(obs))
         evaluate, rng = _made_up_network(env.action_space.n), np.random.default_rng(0)
@@ -250,7 +254,7 @@ def test_a_full_tree_refuses_another_node():
     for seed in range(4):  # both first actions: one ends the episode, one goes on
         envs = [Trap(), Trap()]
         obs = np.stack([env.reset()[0] for env in envs])
-        model = Simulator()
+        model = Simulator(ARRAYS)
         model.bind(envs)
         roots, _ = model.roots(np.arange(2), obs)
         tree = Tree(2, 2, 2)
@@ -271,7 +275,7 @@ def test_simulator_copies_round_trip_the_environment():
     itself is where it was (CartPole under its time limit and checker wrappers)."""
     env = rl_envs.make("CartPole-v1")
     obs, _ = env.reset(seed=3)
-    model = Simulator()
+    model = Simulator(ARRAYS)
     model.bind([env])
     roots, legal = model.roots(np.array([0]), obs[None])
     assert legal is None
@@ -288,7 +292,7 @@ def test_simulator_copies_an_environment_that_has_rendered():
     """Rendering makes pygame objects that cannot be copied; the copies share them."""
     env = rl_envs.make("CartPole-v1", render_mode="rgb_array")
     obs, _ = env.reset(seed=0)
-    model = Simulator()
+    model = Simulator(ARRAYS)
     model.bind([env])
     env.render()
     roots, _ = model.roots(np.array([0]), obs[None])
@@ -300,7 +304,7 @@ def test_simulator_restores_a_shared_atari_emulator():
     pytest.importorskip("ale_py")
     env = rl_envs.make("ALE/Breakout-v5")
     obs, _ = env.reset(seed=0)
-    model = Simulator()
+    model = Simulator(ARRAYS)
     model.bind([env])
     ram = env.unwrapped.ale.getRAM().copy()
     roots, _ = model.roots(np.array([0]), obs[None])
@@ -311,16 +315,39 @@ def test_simulator_restores_a_shared_atari_emulator():
     np.testing.assert_array_equal(env.step(1)[0], child.obs[0])
 
 
+class Uncopyable(Trap):
+    def __deepcopy__(self, memo):
+        raise TypeError("a live connection")
+
+
 def test_simulator_errors_name_the_fix():
-    with pytest.raises(ConfigError, match="model=learned"):
-        Simulator().bind(None)
-
-    class Uncopyable(Trap):
-        def __deepcopy__(self, memo):
-            raise TypeError("a live connection")
-
+    with pytest.raises(ConfigError, match="model=learned, or --env-workers 0 and"):
+        Simulator(ARRAYS).bind(None)
     with pytest.raises(ConfigError, match="cannot be copied.*model=learned"):
-        Simulator().bind([Uncopyable()])
+        Simulator(ARRAYS).bind([Uncopyable()])
+
+
+def test_where_neither_model_can_search_mcts_says_it_cannot_train_the_environment():
+    """A dict observation, which the learned model cannot predict, in an environment the
+    simulator cannot copy (NetHack) or reach (a PettingZoo game's rows, tic-tac-toe): one line
+    that says MCTS cannot train it, where each model's refusal sent the user to the other."""
+    dicts = dataclasses.replace(ARRAYS, env_id="dicts", obs={"a": ARRAYS.obs, "b": ARRAYS.obs})
+    game = dataclasses.replace(dicts, env_id="pettingzoo/dicts")
+    cannot = r"MCTS cannot train (pettingzoo/)?dicts, as neither of its models can search it: "
+    for spec, envs, why in ((dicts, [Uncopyable()], "model=simulator copies the environment"),
+                            (game, None, "model=simulator searches .*PettingZoo game's rows")):
+        with pytest.raises(ConfigError, match=cannot + why + r".*; and model=learned predicts "
+                           r"the next observation as one array, and .*dicts observes a dict of "
+                           r"arrays \(a, b;.*check-env (pettingzoo/)?dicts lists those that can"):
+            Simulator(spec).bind(envs)
+    with pytest.raises(ConfigError, match=cannot + r"model=simulator searches .* PettingZoo game"):
+        MCTSNetworks(game, MCTSConfig(model="learned"))
+    # Copies a run keeps apart (BatchEnv workers) are in reach with flags; no learned model.
+    with pytest.raises(ConfigError, match=r"--env-workers 0 and --native-vector-env false bring "
+                                          r"them in reach \(model=learned predicts"):
+        Simulator(dicts).bind(None)
+    with pytest.raises(ConfigError, match=r"dicts observes a dict .*: --set model=simulator$"):
+        MCTSNetworks(dicts, MCTSConfig(model="learned"))
 
 
 def test_learned_model_steps_its_network():
@@ -483,7 +510,7 @@ def test_open_spiel_game_as_one_environment_for_both_players():
 
 def _search_move(moves, discount):
     env, obs = _tic_tac_toe(moves)
-    model = Simulator()
+    model = Simulator(ARRAYS)
     model.bind([env])
     roots, legal = model.roots(np.array([0]), batch_of_one(obs))
     settings = SearchSettings(num_simulations=200, discount=discount)

@@ -30,6 +30,7 @@ from rlherd.envs.proto import env_server_pb2 as pb  # noqa: E402
 from rlherd.envs.server import (  # noqa: E402
     DTYPES,
     METHOD,
+    EnvFailed,
     EnvStream,
     ProtocolError,
     check_action,
@@ -1017,3 +1018,76 @@ def test_a_server_no_one_answers_at_is_one_line_and_a_bad_address_is_refused(tmp
         assert main([*argv, "--env-servers", given, "--run-dir", str(tmp_path / "bad")]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and says in err, err
+
+
+class Explodes(gym.Env):
+    """Raises in a seeded ``reset`` (rlherd.make's own look at a first observation is unseeded,
+    so the server starts) or in its ``after + 1``-th ``step``, as a buggy simulator does."""
+
+    def __init__(self, when: str = "step", after: int = 0, render_mode=None):
+        self.observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.when, self.after, self.steps = when, after, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.when == "reset" and seed is not None:
+            raise RuntimeError("boom in reset")
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > self.after and self.when == "config":  # as rlherd's checks of a step
+            raise ConfigError("the observation has shape (7,), its space (2,)")
+        if self.steps > self.after:
+            raise RuntimeError("boom in step")
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+@pytest.mark.parametrize("when", ["reset", "step"])
+def test_an_environment_that_raises_in_its_server_is_an_env_failure_not_an_outage(when):
+    """The environment's exception reaches the client as EnvFailed (its id, type, message and
+    traceback), not as a status a network fault gives, and the server serves the next stream."""
+    env_id = f"{__name__}:Explodes"
+    srv, address = serve(env_id, "127.0.0.1:0", when=when)
+    try:
+        for _ in range(2):
+            with pytest.raises(EnvFailed) as failed:
+                stream = EnvStream(address, seed=0)
+                stream.step(np.zeros(1, np.int64))
+            assert f"{env_id} raised in its environment server" in str(failed.value)
+            assert f"RuntimeError: boom in {when}" in str(failed.value)
+            assert "def _run_env" not in str(failed.value)
+    finally:
+        srv.stop(0).wait()
+
+
+def test_a_config_error_in_the_server_reaches_the_client_as_its_one_line():
+    """rlherd's own one line on an environment (its checks of each step's output) is a
+    ConfigError in the client too, as in-process, not a traceback from the server."""
+    env_id = f"{__name__}:Explodes"
+    srv, address = serve(env_id, "127.0.0.1:0", when="config")
+    try:
+        stream = EnvStream(address, seed=0)
+        with pytest.raises(ConfigError) as refused:
+            stream.step(np.zeros(1, np.int64))
+        stream.close()
+    finally:
+        srv.stop(0).wait()
+    assert str(refused.value) == (f"{env_id}: the observation has shape (7,), its space (2,) "
+                                  f"(in the environment server {address})")
+
+
+def test_an_environment_that_raises_stops_a_poly_run_at_once(tmp_path, capsys):
+    """A bug in the environment is not retried as a server outage until the stall timeout:
+    the run stops with the environment's error, as on single."""
+    started = time.monotonic()
+    with pytest.raises(EnvFailed, match=r"(?s)Explodes raised in its .*boom in step"):
+        rlherd.train(
+            "impala", f"{__name__}:Explodes", runtime="poly", total_steps=2_000, seed=0,
+            run_dir=tmp_path, progress=False, num_servers=1, num_actors=2, stall_timeout_s=60,
+            env_kwargs={"after": 3},
+        )  # fmt: skip
+    assert time.monotonic() - started < 50
+    assert "does not answer" not in capsys.readouterr().err
+    assert _server_pids() == []

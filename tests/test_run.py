@@ -6,6 +6,7 @@ import json
 import re
 import typing
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -521,8 +522,8 @@ def test_load_policy_acts_as_the_runs_evaluation_does(tmp_path):
     # torch's IndexError or RuntimeError, or a TypeError for None).
     for wrong, got in ((np.zeros(7), "(7,)"), (np.zeros((2, 5)), "(2, 5)"), (None, "()")):
         with pytest.raises(ConfigError, match=re.escape(
-                f"reads one observation of shape (4,), or a batch of them (a leading "
-                f"dimension); got shape {got}")):  # fmt: skip
+                f"reads observations as rlherd.make('CartPole-v1') gives them: one of shape "
+                f"(4,), or a batch of them (a leading dimension); got shape {got}")):  # fmt: skip
             policy(wrong)
     # A non-finite observation is refused, in one observation or a batch: the network's NaN
     # outputs were read as action 0.
@@ -533,6 +534,49 @@ def test_load_policy_acts_as_the_runs_evaluation_does(tmp_path):
                           run_dir=tmp_path / "device", progress=False)  # fmt: skip
     with pytest.raises(ConfigError, match="play it with rlherd eval"):
         rlherd.load_policy(device.path)
+
+
+class Switches(gym.Env):
+    """Five switches, observed as Gymnasium's MultiBinary (rlherd.make names it 'observation');
+    ``tupled``: with a Discrete counter beside them, a Tuple (keys '0' and '1')."""
+
+    def __init__(self, tupled: bool = False):
+        self.tupled = tupled
+        switches = gym.spaces.MultiBinary(5)
+        self.observation_space = (gym.spaces.Tuple((switches, gym.spaces.Discrete(3))) if tupled
+                                  else switches)  # fmt: skip
+        self.action_space = gym.spaces.Discrete(5)
+
+    def _obs(self):
+        switches = np.zeros(5, np.int8)
+        return (switches, 0) if self.tupled else switches
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        return self._obs(), 0.0, False, True, {}
+
+
+@pytest.mark.parametrize("tupled, got", [(False, "got a ndarray object of shape (5,)"),
+                                         (True, "got a tuple object")])  # fmt: skip
+def test_load_policy_given_the_raw_observation_says_it_reads_rlherd_makes(tupled, got, tmp_path):
+    """An environment's own observation of a MultiBinary or Tuple space, where the policy reads
+    rlherd.make's dict of arrays: one line saying so, where it named the same shape twice
+    (MultiBinary) or was numpy's "inhomogeneous shape" ValueError (Tuple)."""
+    env = f"{__name__}:Switches"
+    run = rlherd.train("dqn", env, env_kwargs=dict(tupled=tupled), total_steps=50,
+                       run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    policy = rlherd.load_policy(run.path)
+    raw, _ = Switches(tupled).reset(seed=0)
+    with pytest.raises(ConfigError, match=re.escape(
+            f"reads observations as rlherd.make('{env}') gives them: one of shapes ") +
+            r"\{.*\} \(a dict of arrays\), or a batch of them \(a leading dimension\); " +
+            re.escape(got) + "$"):  # fmt: skip
+        policy(raw)
+    made, _ = rlherd.make(env, tupled=tupled).reset(seed=0)
+    assert policy(made) in range(5)
 
 
 def test_the_evaluator_and_rlherd_eval_play_the_same_episodes(tmp_path):

@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import pickle
 import random
+import re
 import subprocess
 import sys
 
@@ -736,9 +737,11 @@ def _check_env(*args: str) -> subprocess.CompletedProcess:
                          "glyphs: (21, 79) int16 box (5977 values) -> embed",
                          "blstats: (27,) int64 box -> flat",
                          "impala: single, mono, poly, distributed",
-                         # MCTS's simulator copies the environment, which NetHack's files stop
-                         "mcts: no: model=simulator copies the environment at every node, and "
-                         "NetHackScore-v0 cannot be copied",
+                         # MCTS's simulator copies the environment, which NetHack's files
+                         # stop, and its learned model predicts one array, not NetHack's dict
+                         "mcts: no: MCTS cannot train nle:NetHackScore-v0, as neither of its "
+                         "models can search it: model=simulator copies the environment at every "
+                         "node, and NetHackScore-v0 cannot be copied",
                          "--resume (single runtime): new episodes (the environment does not "
                          "pickle: TypeError"]),
     ("Blackjack-v1", ["env checker: passed", "0: () int64 discrete (32 values) -> onehot",
@@ -802,6 +805,58 @@ class Counter(gym.Env):
 
     def _obs(self) -> np.ndarray:
         return np.array([self.count, random.random()], np.float32)
+
+
+class TwoDials(Counter):
+    """Counter with two dials to turn: MultiDiscrete actions, which ppo alone acts in."""
+
+    action_space = gym.spaces.MultiDiscrete([3, 4])
+
+
+class Reached(Exception):
+    """train() passed every check and would now train."""
+
+
+@pytest.mark.parametrize("env, agents", [
+    (f"{__name__}:Counter", ["bc", "dqfd", "mcts", "ppo"]),  # no scripted expert
+    ("bsuite/catch/0", ["dqn", "ppo"]),  # trained on single alone
+    (f"{__name__}:TwoDials", ["ddpg", "dqn", "ppo"]),
+])  # fmt: skip
+def test_check_env_lists_the_runtimes_train_accepts(env, agents, tmp_path, monkeypatch):
+    """check-env's verdicts are train's own checks: a runtime it lists is one train accepts
+    (with the flag it names: --dataset, --demonstrations, whose absence train refuses), and
+    one it leaves out train refuses. It listed dqfd without --demonstrations, bsuite ids on
+    every runtime, and told MultiDiscrete actions to use dqn or impala, which refuse them."""
+    from rlherd.commands import train as train_module
+    from rlherd.commands.check_env import check
+    from rlherd.errors import NeedsInput
+    from rlherd.runtime import RUNTIMES
+
+    def reached(*args, **kwargs):
+        raise Reached
+
+    report = check(env, seconds=0.1)
+    monkeypatch.setattr(train_module, "_run", reached)
+    for agent in agents:
+        verdict, flags = report["agents"][agent], report["flags"].get(agent, {})
+        for runtime in (r for r, declared in RUNTIMES.items() if "gym_envs" in declared.provides):
+            try:
+                rlherd.train(agent, env, runtime=runtime, total_steps=100, progress=False,
+                             run_dir=tmp_path / f"{agent}-{runtime}")  # fmt: skip
+            except Reached:
+                said = "trained"
+            except NeedsInput as e:  # a runtime that trains it once given this flag
+                said = e.flag
+            except ConfigError:
+                said = "refused"
+            if isinstance(verdict, list) and runtime in verdict:
+                assert said == flags.get(runtime, "trained"), (agent, runtime, verdict, flags)
+            else:  # refused, whatever train asks first (the offline runtime: --dataset)
+                assert said != "trained", (agent, runtime, verdict)
+    for agent, verdict in report["agents"].items():  # an agent suggested instead trains it
+        suggested = re.search(r"; use ([a-z0-9, ]+)$", verdict if isinstance(verdict, str) else "")
+        for other in re.findall(r"[a-z0-9]+", suggested.group(1) if suggested else ""):
+            assert other == "or" or isinstance(report["agents"][other], list), (agent, verdict)
 
 
 class ForgetfulCounter(Counter):

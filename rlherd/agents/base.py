@@ -122,11 +122,11 @@ class AgentBuilder:
     def __init__(self, config: Any):
         self.config = config
 
-    def check_environments(self, envs: Any) -> None:
+    def check_environments(self, spec: EnvSpec, envs: Any) -> None:
         """Raise :class:`~rlherd.errors.ConfigError` where this agent cannot train ``envs``
-        (a vector of them, as the ``single`` runtime steps) for a reason their spec does not
-        show, so ``rlherd check-env`` says so before a run does. Most agents read only the
-        spec: MCTS's simulator also copies the environments."""
+        (a vector of them, as the ``single`` runtime steps, whose spec is ``spec``) for a reason
+        their spec does not show, so ``rlherd check-env`` says so before a run does. Most agents
+        read only the spec: MCTS's simulator also copies the environments."""
 
 
 class RolloutAgentBuilder(AgentBuilder):

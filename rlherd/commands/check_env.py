@@ -38,8 +38,8 @@ from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.core import EnvSpec, Leaf
 from rlherd.envs.wrappers import sample_action
-from rlherd.errors import ConfigError
-from rlherd.runtime import runtimes_for
+from rlherd.errors import ConfigError, NeedsInput
+from rlherd.runtime import RUNTIMES, runtimes_for
 
 T = TypeVar("T")
 
@@ -93,28 +93,61 @@ def steps_per_second(env: gym.Env | gym.vector.VectorEnv, seconds: float, seed: 
 NOT_NATIVE = "--native-vector-env false"  # Atari as Gymnasium steps it, not ale-py's vector env
 
 
-def trainers(spec: EnvSpec, envs: gym.vector.VectorEnv,
-             names: list[str] | None = None) -> dict[str, str | list[str]]:  # fmt: skip
+def trainers(spec: EnvSpec, envs: gym.vector.VectorEnv, env_kwargs: dict[str, Any],
+             names: list[str] | None = None) -> tuple[dict[str, Any], dict[str, dict[str, str]]]:
     """Each agent's verdict (of ``names``, or all): the runtimes it trains the environment on,
-    or why it cannot (its networks are built for the environment, with its preset for it, and
-    it checks ``envs``, the environment as the ``single`` runtime steps it, as a run would)."""
-    from rlherd.commands.train import environment_needs, resolve_config
+    or why it cannot; and, by agent, the flag a runtime needs that only the user can give (a
+    dataset, demonstrations). Its networks are built for the environment with its preset for
+    it and it checks ``envs`` (the environment as the ``single`` runtime steps it), as a run's
+    first step would; each runtime is then put to ``train``'s own checks (:func:`runtimes`)."""
+    from rlherd.commands.train import resolve_config
 
-    out: dict[str, str | list[str]] = {}
+    out: dict[str, Any] = {}
+    flags: dict[str, dict[str, str]] = {}
     for name, builder_class in sorted(BUILDERS.items()):
         if names is not None and name not in names:
             continue
         try:
-            config, _ = resolve_config(name, spec.env_id, None, {})
+            config, preset = resolve_config(name, spec.env_id, None, {})
             builder = builder_class(config)
             builder.make_networks(spec)
-            builder.check_environments(envs)
+            builder.check_environments(spec, envs)
         except (ConfigError, TypeError, ValueError) as e:
             out[name] = str(e).split("\n")[0]
             continue
-        able = runtimes_for(builder_class.needs | environment_needs(spec.env_id))
-        out[name] = able or "no runtime both runs it and steps this environment"
-    return out
+        out[name], needed = runtimes(name, spec, config, preset, env_kwargs)
+        if needed:
+            flags[name] = needed
+    return out, flags
+
+
+def runtimes(agent: str, spec: EnvSpec, config: Any, preset: str,
+             env_kwargs: dict[str, Any]) -> tuple[list[str] | str, dict[str, str]]:  # fmt: skip
+    """The runtimes on which ``rlherd train AGENT --env ENV`` passes its checks (those it makes
+    before training: :func:`~rlherd.commands.train.check_pairing` and
+    :func:`~rlherd.commands.train.checked_builder`), with no flag given but the one a runtime
+    asks of its user (``--dataset``, ``--demonstrations``: by runtime, the second value); or,
+    where none does, why not, as the runtimes that run the agent refuse it."""
+    from rlherd.commands.train import check_pairing, checked_builder
+
+    able, needed, refusals = [], {}, []
+    for runtime, declared in RUNTIMES.items():
+        if "gym_envs" not in declared.provides:  # the device's own games: check-env --consistency
+            continue
+        try:
+            settings = check_pairing(agent, spec.env_id, runtime, config, preset, {}, env_kwargs)
+            checked_builder(agent, config, spec, runtime, settings, spec.env_id, env_kwargs)
+        except NeedsInput as e:
+            needed[runtime] = e.flag
+        except ConfigError as e:
+            if runtime in runtimes_for(BUILDERS[agent].needs):
+                refusals.append(f"on {runtime}: {str(e).splitlines()[0]}")
+            continue
+        able.append(runtime)
+    if able:
+        return able, needed
+    return ("no runtime both runs it and steps this environment"
+            + (f" ({'; '.join(refusals)})" if refusals else "")), {}
 
 
 def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2.0,
@@ -152,15 +185,17 @@ def _agents(spec: EnvSpec, env_kwargs: dict[str, Any]) -> dict[str, dict[str, An
     """The report's ``agents`` (:func:`trainers`) and ``flags``: an agent that cannot train
     ale-py's vector env (MCTS's simulator copies environments) is tried again on Atari as
     Gymnasium steps it, and its runtimes then come with the flag that asks for it."""
-    agents = _with_single_envs(spec.env_id, env_kwargs, lambda envs: trainers(spec, envs))
-    flags = {}
+    agents, flags = _with_single_envs(spec.env_id, env_kwargs,
+                                      lambda envs: trainers(spec, envs, env_kwargs))
     if rl_envs.native_vector(spec.env_id):
         refused = [name for name, verdict in agents.items() if isinstance(verdict, str)]
-        plain = _with_single_envs(spec.env_id, env_kwargs, lambda envs: trainers(
-            spec, envs, refused), native=False)  # fmt: skip
+        plain, plain_flags = _with_single_envs(spec.env_id, env_kwargs, lambda envs: trainers(
+            spec, envs, env_kwargs, refused), native=False)  # fmt: skip
         for name, verdict in plain.items():
             if isinstance(verdict, list):
-                agents[name], flags[name] = verdict, NOT_NATIVE
+                agents[name], more = verdict, plain_flags.get(name, {})
+                flags[name] = {r: f"{NOT_NATIVE}, {more[r]}" if r in more else NOT_NATIVE
+                               for r in verdict}  # fmt: skip
     return dict(agents=agents, flags=flags)
 
 
@@ -329,13 +364,19 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"  --resume (single runtime): {report['resume']}")
     lines.append("  agents (runtimes they train it on, or why not):")
     for name, verdict in report["agents"].items():
-        text = ", ".join(verdict) if isinstance(verdict, list) else f"no: {verdict}"
-        if name in report["flags"]:
-            text += f" (with {report['flags'][name]})"
+        text = _runtimes_text(verdict, report["flags"].get(name, {})) if isinstance(
+            verdict, list) else f"no: {verdict}"  # fmt: skip
         lines.append(f"    {name}: {text}")
     if not trainable(report):
         lines.append("  no agent of rlherd trains this environment")
     return "\n".join(lines)
+
+
+def _runtimes_text(runtimes: list[str], flags: dict[str, str]) -> str:
+    """``single, mono (with --x)``; one flag every runtime needs is said once, at the end."""
+    if len(runtimes) > 1 and len(set(flags.values())) == 1 and set(flags) == set(runtimes):
+        return f"{', '.join(runtimes)} (with {flags[runtimes[0]]})"
+    return ", ".join(f"{r} (with {flags[r]})" if r in flags else r for r in runtimes)
 
 
 def trainable(report: dict[str, Any]) -> bool:

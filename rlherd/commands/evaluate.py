@@ -269,7 +269,8 @@ class TrainedPolicy:
     """A run's latest policy, to act with from Python (analysis, a notebook, an environment of
     one's own), made by :func:`load_policy`. ``policy(obs)`` acts for one observation, or a
     batch of them (a leading dimension), as the run's agent acts: its greedy action unless made
-    with ``greedy=False``. A recurrent policy carries its state from call to call;
+    with ``greedy=False``. Observations are as :func:`rlherd.make` gives them (a Dict, Tuple or
+    MultiBinary one as a dict of arrays). A recurrent policy carries its state from call to call;
     ``reset()`` begins new episodes (a new batch size does too).
 
     Example::
@@ -310,20 +311,22 @@ class TrainedPolicy:
 
     def _single(self, obs: Any) -> bool:
         """Whether ``obs`` is one observation (else a batch of them); one line naming the
-        shapes the policy reads where it is neither (the network's own error was torch's)."""
+        shapes the policy reads where it is neither (the network's own error was torch's, an
+        environment's raw Tuple observation numpy's)."""
         leaves = self.spec.obs if self.spec.structured else {"": self.spec.obs}
         want = {key: tuple(leaf.shape) for key, leaf in leaves.items()}
-        given = obs if self.spec.structured and isinstance(obs, dict) else {"": obs}
-        got = {key: np.shape(value) for key, value in given.items()}
+        got = _shapes_of(obs) if self.spec.structured == isinstance(obs, dict) else None
         if got == want:
             return True
-        rows = {shape[0] for shape in got.values() if shape}
-        if set(got) == set(want) and len(rows) == 1 and all(
+        rows = {shape[0] for shape in (got or {}).values() if shape}
+        if got is not None and set(got) == set(want) and len(rows) == 1 and all(
                 got[key][1:] == shape for key, shape in want.items()):  # fmt: skip
             return False
-        raise ConfigError(f"{self.record.agent}'s policy on {self.record.env} reads one "
-                          f"observation of {_shapes(want)}, or a batch of them (a leading "
-                          f"dimension); got {_shapes(got)}")  # fmt: skip
+        env = self.record.env
+        given = _shapes(got) if got is not None else _kind(obs)
+        raise ConfigError(f"{self.record.agent}'s policy on {env} reads observations as "
+                          f"rlherd.make({env!r}) gives them: one of {_shapes(want)}, or a batch "
+                          f"of them (a leading dimension); got {given}")  # fmt: skip
 
     def act(self, obs: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The action for ``obs`` (one observation or a batch) and what the policy computed
@@ -355,8 +358,28 @@ def _check_finite(obs: Any) -> None:
 
 
 def _shapes(shapes: dict[str, tuple]) -> str:
-    """``shape (4,)``, or ``shapes {'image': (7, 7, 3), ...}`` for a dict observation's."""
-    return f"shape {shapes['']}" if list(shapes) == [""] else f"shapes {shapes}"
+    """``shape (4,)``, or ``shapes {'image': (7, 7, 3), ...} (a dict of arrays)`` for a dict
+    observation's."""
+    return f"shape {shapes['']}" if list(shapes) == [""] else f"shapes {shapes} (a dict of arrays)"
+
+
+def _shapes_of(obs: Any) -> dict[str, tuple] | None:
+    """The shape of ``obs`` (``""``'s), or of each of its arrays by key; None where one is no
+    array (a raw Tuple observation's tuple, which numpy cannot shape)."""
+    try:
+        if isinstance(obs, dict):
+            return {key: np.shape(value) for key, value in obs.items()}
+        return {"": np.shape(obs)}
+    except ValueError:
+        return None
+
+
+def _kind(obs: Any) -> str:
+    """What an observation of the wrong structure is: its type, and its keys or shape."""
+    if isinstance(obs, dict):
+        return f"a dict of {sorted(map(str, obs))}"
+    shapes = _shapes_of(obs)
+    return f"a {type(obs).__name__} object" + (f" of shape {shapes['']}" if shapes else "")
 
 
 class _KeepOutputs:
@@ -379,9 +402,24 @@ def load_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
                 best: bool = False) -> TrainedPolicy:  # fmt: skip
     """The latest policy of the run in ``run_dir`` (a finished or running one; ``best``: its
     best evaluation's, kept by ``--save-best``), read as plain data from its checkpoint: see
-    :class:`TrainedPolicy`. Runs of the device runtime (whose games live on the device) and of
-    agents that act by searching their environment (MCTS) are played with ``rlherd eval``
-    instead. ``run_dir`` may be a package (rlherd package)."""
+    :class:`TrainedPolicy`. Runs of the device runtime (whose games live on the device), of
+    agents that act by searching their environment (MCTS) and of games of several policies
+    (each acts for its own agents, which one observation does not say) are played with
+    ``rlherd eval`` instead. ``run_dir`` may be a package (rlherd package)."""
+    trained = run_policy(run_dir, greedy, seed, best)
+    policies = sorted(set(trained.spec.policies))
+    if len(policies) > 1:
+        raise ConfigError(f"{run_dir} trains {len(policies)} policies ({', '.join(policies)}), "
+                          "each acting for its own agents of a game, which load_policy's "
+                          "observations do not say; play it with rlherd eval (or train one "
+                          "policy: --policies shared)")  # fmt: skip
+    return trained
+
+
+def run_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
+               best: bool = False) -> TrainedPolicy:  # fmt: skip
+    """:func:`load_policy`'s policy, a game of several policies' too, whose actor rlherd's own
+    players (``rlherd package``'s score) step over whole games, agent by agent, as eval does."""
     check_seed(seed)
     record, builder, checkpoint = load_run(run_dir, best)
     runtime = RUNTIMES.get(record.runtime)

@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from rlherd import types as F
-from rlherd.commands.evaluate import load_policy
+from rlherd.commands.evaluate import run_policy
 from rlherd.core import EnvSpec, Leaf
 from rlherd.errors import ConfigError
 from rlherd.networks.distributions import (
@@ -324,7 +324,7 @@ def export(
     fmt = file_format(fmt, output)
     if fmt == "onnx":
         require_onnx()
-    trained = load_policy(run_dir, best=best)
+    trained = run_policy(run_dir, best=best)
     spec, record = trained.spec, trained.record
     if len(set(spec.policies)) > 1:
         raise ConfigError(f"{run_dir} trains {len(set(spec.policies))} policies "

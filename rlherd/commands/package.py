@@ -25,7 +25,7 @@ import numpy as np
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
-from rlherd.commands.evaluate import load_policy, load_run
+from rlherd.commands.evaluate import load_run, run_policy
 from rlherd.commands.plot import plot_runs
 from rlherd.commands.seeds import SEED_DIR, seed_dirs
 from rlherd.commands.train import resolve_config
@@ -189,7 +189,7 @@ def _score(
     ..., played by the package in ``folder`` read back as ``rlherd eval`` reads it (what is
     scored is what is shared); and the first episode's frames if ``render``, with the
     environment's frame rate."""
-    policy = load_policy(folder, greedy=True, seed=seed)
+    policy = run_policy(folder, greedy=True, seed=seed)
     env = _make(record, render, policy.spec.agent_index)
     actor = policy.make_actor()
     returns, lengths, frames = run_episodes(env, actor, episodes, seed, record=render)

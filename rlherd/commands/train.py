@@ -22,6 +22,7 @@ from rlherd.commands.evaluate import builder_of, run_spec
 from rlherd.config import apply_overrides, as_type, check_seed, to_json
 from rlherd.envs.bsuite import RESULTS, STEP_BOUND, episode_budget
 from rlherd.errors import ConfigError, Notice
+from rlherd.replay.demonstrations import check_source
 from rlherd.run.callbacks import Callbacks, RunInfo, check_callbacks
 from rlherd.run.evaluation import Evaluator, Snapshots
 from rlherd.run.package import is_package
@@ -118,6 +119,44 @@ def check_environment(agent: str, env_id: str, runtime: str) -> None:
             "a multi-agent game")  # fmt: skip
         raise ConfigError(f"{env_id} is {kind}, which the {runtime} runtime does not step; "
                           f"{where}")  # fmt: skip
+
+
+def check_pairing(agent: str, env: str, runtime: str, config: Any, preset: str,
+                  given: dict[str, Any], env_kwargs: dict[str, Any]) -> Any:  # fmt: skip
+    """A new run's checks before its environment is made (``rlherd check-env`` makes the same
+    ones, so it cannot promise what ``train`` refuses): the runtime runs the agent and steps
+    the environment, a two-player OpenSpiel game is played by MCTS's self-play, a bsuite id on
+    the single runtime; and the runtime's settings (its defaults, the agent's preset's
+    ``suggested`` ones, the ``given`` ones), which it returns."""
+    check_runtime(agent, runtime)
+    check_environment(agent, env, runtime)
+    if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
+        rl_envs.check_id(env)  # a game OpenSpiel does not have is named as such first
+        raise ConfigError(
+            f"{env} is a two-player game, played by self-play with values negated between "
+            "players; train it with mcts (its openspiel preset sets two_player=True)"
+        )
+    suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
+    if rl_envs.family(env) == "bsuite":
+        given = _bsuite_settings(env, runtime, given, env_kwargs)
+    return settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
+
+
+def checked_builder(agent: str, config: Any, spec: Any, runtime: str, settings: Any,
+                    env: str, env_kwargs: dict[str, Any]) -> Any:  # fmt: skip
+    """The run's builder (one per policy of a game), once its networks are built for the
+    environment's ``spec``, the runtime has accepted it with ``settings`` and the
+    demonstrations a replay agent mixes in can be had: the checks a run makes once its spec is
+    known, before its directory is made (``rlherd check-env`` makes them too)."""
+    demonstrations = getattr(settings, "demonstrations", "")
+    builder = for_policies(BUILDERS[agent](config), spec, settings.policy_overrides,
+                           demonstrations)  # fmt: skip
+    if spec is not None:  # None: the device runtime's own game, whose networks it builds
+        builder.make_networks(spec)  # spaces its networks cannot read
+    RUNTIMES[runtime].check(builder, settings)
+    if demonstrations and builder.dataflow == "replay":
+        check_source(demonstrations, env, env_kwargs)
+    return builder
 
 
 def default_runtime(agent: str, env: str, given: dict[str, Any]) -> str:
@@ -299,9 +338,8 @@ def train(
     notice = rl_envs.dropped_notice(spec) if spec is not None and resume is None else None
     if notice:
         warnings.warn(notice, ObservationNotice, stacklevel=2)
-    builder = for_policies(BUILDERS[agent](config), spec, settings.policy_overrides,
-                           getattr(settings, "demonstrations", ""))  # fmt: skip
-    RUNTIMES[runtime].check(builder, settings)
+    builder = checked_builder(agent, config, spec, runtime, settings, record.env,
+                              record.env_kwargs)  # fmt: skip
     if rundir is None:
         rundir = _new_run_dir(run_dir, agent, record.env, overwrite)
         rundir.lock()
@@ -367,19 +405,8 @@ def _new_record(agent: str | None, env: str | Callable[..., Any] | None, runtime
     agent_overrides, given = split_overrides(agent, overrides)
     runtime = runtime or default_runtime(agent, env, given)
     config, preset = resolve_config(agent, env, preset, agent_overrides)
-    check_runtime(agent, runtime)
-    check_environment(agent, env, runtime)
-    if rl_envs.family(env) == "openspiel" and not getattr(config, "two_player", False):
-        rl_envs.check_id(env)  # a game OpenSpiel does not have is named as such first
-        raise ConfigError(
-            f"{env} is a two-player game, played by self-play with values negated between "
-            "players; train it with mcts (its openspiel preset sets two_player=True)"
-        )
-    suggested = BUILDERS[agent].runtime_defaults.get(preset, {})
+    settings = check_pairing(agent, env, runtime, config, preset, given, env_kwargs or {})
     bsuite = rl_envs.family(env) == "bsuite"
-    if bsuite:
-        given = _bsuite_settings(env, runtime, given, env_kwargs or {})
-    settings = settings_mod.resolve(runtime, suggested, given, BUILDERS[agent].dataflow)
     if total_steps is None:
         total_steps = STEP_BOUND if bsuite else BUILDERS[agent].default_total_steps[preset]
     eval_every = eval_every or _default_eval_every(runtime, total_steps, eval_episodes_given)

@@ -7,6 +7,13 @@ action their observations, rewards and flags (clients count episodes). The wire 
 a simulator in another language can serve too. An observation is one array, or a dict of named
 arrays (one per key of a flat ``Dict`` space, as :func:`rlherd.envs.make` gives them).
 
+An exception raised by the environment (making, resetting or stepping it) ends the stream with
+``FAILED_PRECONDITION`` (``ENV_FAILED``) and the environment's traceback, which the client raises
+as :class:`EnvFailed`: a status gRPC never gives itself, so it is not taken for an outage. A
+:class:`~rlherd.errors.ConfigError` (rlherd's own one line on the environment, as its check of
+each step's output) travels as that line, marked in the trailing metadata, and the client raises
+it as one, as in-process environments do.
+
 Everything received is validated (dtype, shape, byte count, size limit, action inside the action
 space; by the client, a step's arrays against the spec: observation keys, dtypes and shapes); a
 malformed message ends *that* stream with ``INVALID_ARGUMENT`` (by the client: ``ProtocolError``)
@@ -27,6 +34,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
@@ -54,6 +62,12 @@ IDLE_S = 300.0  # a stream whose client sends nothing for this long is cancelled
 STOP_S = 5.0  # the longest `serve-env` takes to stop on SIGTERM / SIGINT
 STEP_S = 60.0  # a client's stream is cancelled if the server does not answer a step this fast
 FIRST_REPLY_S = 180.0  # ... or its first message (its environments are being built) this fast
+# How a stream ends when the environment itself raised: a status gRPC never gives on its own
+# (a fault of the network or the server's process is UNAVAILABLE, CANCELLED, ...), so a client
+# tells the environment's bug, which retrying repeats, from an outage.
+ENV_FAILED = grpc.StatusCode.FAILED_PRECONDITION
+MAX_TRACEBACK_CHARS = 8000  # the end of the environment's traceback, where it raised
+CONFIG_ERROR = "rlherd-config-error"  # ENV_FAILED's metadata: a ConfigError, one line to show
 DTYPES = frozenset(
     ("bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
      "float16", "float32", "float64")
@@ -62,6 +76,12 @@ DTYPES = frozenset(
 
 class ProtocolError(ValueError):
     """A message that does not follow env_server.proto or does not fit the environment."""
+
+
+class EnvFailed(RuntimeError):
+    """The environment raised inside its server (its status ``ENV_FAILED``); the message is the
+    server's address and the environment's id and traceback there. Its own bug or bad output
+    (a wrong-shape observation), which reconnecting would only repeat."""
 
 
 # ------------------------------------------------------------------------------ typed arrays
@@ -379,10 +399,11 @@ class EnvServicer:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"reset: seed must be >= 0, got {first.reset.seed}")  # fmt: skip
         n = self.num_envs
-        envs = rl_envs.make_vector(self.env_id, n, **self.env_kwargs)
+        envs = self._run_env(context, rl_envs.make_vector, self.env_id, n, **self.env_kwargs)
         try:
             space = envs.single_action_space
-            obs, _ = envs.reset(seed=first.reset.seed if first.reset.has_seed else None)
+            seed = first.reset.seed if first.reset.has_seed else None
+            obs, _ = self._run_env(context, envs.reset, seed=seed)
             yield pb.ServerMessage(
                 spec=pb.Spec(
                     env_id=self.env_id,
@@ -416,14 +437,25 @@ class EnvServicer:
                     action = check_action(from_array(msg.action.action, "action"), space, n)
                 except ProtocolError as e:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-                try:
-                    obs, reward, terminated, truncated, _ = envs.step(action)
-                except Exception as e:
-                    context.abort(grpc.StatusCode.INTERNAL, f"{self.env_id} raised: {e!r}")
+                obs, reward, terminated, truncated, _ = self._run_env(context, envs.step, action)
                 reward = np.asarray(reward, dtype=np.float32)
                 terminated, truncated = np.asarray(terminated), np.asarray(truncated)
         finally:
             envs.close()
+
+    def _run_env(self, context, call, *args: Any, **kwargs: Any) -> Any:
+        """``call(*args, **kwargs)``, the environments' own code; what it raises ends the stream
+        with ``ENV_FAILED`` and its traceback, so the client stops rather than reconnecting
+        to an environment that raises again (a network fault is ``UNAVAILABLE``)."""
+        try:
+            return call(*args, **kwargs)
+        except ConfigError as e:  # rlherd's own one line on it (its checks of a step's output)
+            context.set_trailing_metadata(((CONFIG_ERROR, "1"),))
+            context.abort(ENV_FAILED, f"{self.env_id}: {e}")
+        except Exception as e:  # its frames, not this one's
+            tb = "".join(traceback.format_exception(e.with_traceback(e.__traceback__.tb_next)))
+            tb = tb[-MAX_TRACEBACK_CHARS:]
+            context.abort(ENV_FAILED, f"{self.env_id} raised in its environment server:\n{tb}")
 
 
 MALFORMED = object()  # what _parse_request makes of bytes that are not a ClientMessage
@@ -510,11 +542,12 @@ class EnvStream:
     ``absent`` (arrays ``[num_envs]``; ``absent``: a multi-agent game's rows whose agent is
     away, whose ids ``agents`` names). A broken connection raises ``grpc.RpcError``; a message
     that does not fit the spec, :class:`ProtocolError`; no server, or one serving its most
-    streams for all of ``connect_timeout``, ``ConnectionError``. Setting ``stop`` (a run's
-    stop event) ends those two waits within 0.1 s, and the wait for the server's first message
-    (its environments being built) within 0.5 s, with ``ConnectionError``; a read of a step
-    then raises ``grpc.RpcError`` (CANCELLED). So a stopping run's clients do not wait out their
-    timeouts.
+    streams for all of ``connect_timeout``, ``ConnectionError``; an environment that raised in
+    the server, :class:`EnvFailed` (rlherd's one line on it, ``ConfigError``). Setting ``stop``
+    (a run's stop event) ends those two waits within 0.1 s, and the wait for the server's first
+    message (its environments being built) within 0.5 s, with ``ConnectionError``; a read of a
+    step then raises ``grpc.RpcError`` (CANCELLED). So a stopping run's clients do not wait out
+    their timeouts.
     """
 
     def __init__(
@@ -616,6 +649,13 @@ class EnvStream:
         (self._monitor.opened if first else self._monitor.heard)(self._responses, self._stop)
         try:
             return next(self._responses)
+        except grpc.RpcError as e:
+            if e.code() == ENV_FAILED and (CONFIG_ERROR, "1") in (e.trailing_metadata() or ()):
+                raise ConfigError(f"{e.details()} (in the environment server {self.address})"
+                                  ) from None  # fmt: skip
+            if e.code() == ENV_FAILED:
+                raise EnvFailed(f"{self.address}: {e.details()}") from None
+            raise
         finally:
             self._monitor.closed(self._responses)
 

@@ -101,9 +101,11 @@ def flat_obs(obs: torch.Tensor | dict[str, torch.Tensor], *leading: int) -> torc
 def require_bounded_box(spec: EnvSpec, agent: str) -> None:
     """Continuous-control agents act in a bounded box, which they rescale to ``[-1, 1]``."""
     if spec.action_kind != "continuous":
+        # dqn and impala act in Discrete spaces only: ppo alone in MultiDiscrete ones.
+        instead = "ppo" if spec.action_kind == "multidiscrete" else "dqn, impala or ppo"
         raise ConfigError(
             f"{agent} acts in continuous (Box) action spaces; {spec.env_id} has "
-            f"{spec.action_kind} actions; use dqn, impala or ppo"
+            f"{spec.action_kind} actions; use {instead}"
         )
     if not (np.isfinite(spec.action_low).all() and np.isfinite(spec.action_high).all()):
         raise ConfigError(

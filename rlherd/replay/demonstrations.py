@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from rlherd.core import EnvSpec
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, NeedsInput
 from rlherd.replay import offline
 from rlherd.replay.dataset import ReplayDataset, ReplaySample
 from rlherd.replay.table import SampleBatch, Table
@@ -55,11 +55,7 @@ def expert_episodes(env_id: str, env_kwargs: dict[str, Any], episodes: int | Non
     expert = getattr(env.unwrapped, "expert_action", None)
     if expert is None:
         env.close()
-        raise ConfigError(
-            f"{env_id} has no scripted expert (--demonstrations expert); record demonstrations "
-            "from a trained run with `rlherd eval RUN --record-episodes N --out ID` and pass "
-            "--demonstrations ID"
-        )
+        raise _no_expert(env_id)
     share = None
     if episodes is None:
         recipe = getattr(env.unwrapped, "expert_demonstrations", lambda: (EXPERT_EPISODES, None))
@@ -68,6 +64,28 @@ def expert_episodes(env_id: str, env_kwargs: dict[str, Any], episodes: int | Non
         return _recorded(env, lambda obs, first: expert(), episodes, share, seed)
     finally:
         env.close()
+
+
+def check_source(source: str, env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Refuse, before a run starts, ``expert`` demonstrations of an environment that has no
+    scripted expert (the default of dqfd and r2d3): its user must name recorded ones."""
+    from rlherd import envs as rl_envs
+
+    if source.partition(":")[0] != EXPERT:
+        return
+    env = rl_envs.make(env_id, **env_kwargs)
+    try:
+        if getattr(env.unwrapped, "expert_action", None) is None:
+            raise _no_expert(env_id)
+    finally:
+        env.close()
+
+
+def _no_expert(env_id: str) -> NeedsInput:
+    return NeedsInput(
+        f"{env_id} has no scripted expert (--demonstrations expert); record demonstrations "
+        "from a trained run with `rlherd eval RUN --record-episodes N --out ID` and pass "
+        "--demonstrations ID", "--demonstrations ID")
 
 
 def _recorded(env: Any, act: Callable, episodes: int, share: float | None,

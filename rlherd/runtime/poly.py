@@ -12,9 +12,11 @@ the policy lag is bounded; the learner joins ``batch_size / envs_per_actor`` per
 through the agent's adder into the learner's replay tables (rate-limited: actor threads wait).
 
 Faults: a broken stream is retried with exponential backoff (``reconnects`` in the metrics) while
-the other actors go on; a local server that dies is restarted (``server_restarts``). A server
-out of reach is said on stderr once when its first stream breaks and once when a stream reaches
-it again (:class:`Outages`). If the
+the other actors go on; a local server that dies is restarted (``server_restarts``). An
+environment that raises in its server (:class:`~rlherd.envs.server.EnvFailed`) or data that does
+not fit (``ProtocolError``) stops the run at once with that error: retrying would repeat it. A
+server out of reach is said on stderr once when its first stream breaks and once when a stream
+reaches it again (:class:`Outages`). If the
 learner gets nothing for ``stall_timeout_s``, the run stops with the actors' last errors. A
 resumed run continues the learner exactly; streams start new episodes.
 """
@@ -320,7 +322,7 @@ class Actors:
                                            "retrying")  # fmt: skip
                 time.sleep(backoff)
                 backoff, attempt = min(2 * backoff, MAX_BACKOFF_S), attempt + 1
-            except BaseException as e:  # a bug or bad data (ProtocolError): will not fix itself
+            except BaseException as e:  # a bug, bad data, the env's own error: will not fix itself
                 self._fail(e)
                 return
             finally:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlherd.config import apply_overrides
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, NeedsInput
 
 # Where a run runs, not what it is: a run's record is portable without them, and a resumed run
 # may be given its own (another GPU, the cluster's new address and its machines' resources).
@@ -227,9 +227,9 @@ class Offline(Common):
     def check(self) -> None:
         super().check()
         if not self.dataset:
-            raise ConfigError(
+            raise NeedsInput(
                 "the offline runtime learns from a dataset: pass --dataset ID (a Minari dataset; "
-                "rlherd collect RUN --episodes N --out ID records one)"
+                "rlherd collect RUN --episodes N --out ID records one)", "--dataset ID"
             )
         if self.total_episodes:
             raise ConfigError("the offline runtime plays no episodes of its own (--total-steps "

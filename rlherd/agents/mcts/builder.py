@@ -41,10 +41,11 @@ class MCTSBuilder(TransitionReplayBuilder):
                           step_reward=((), np.float32), step_terminated=((), np.bool_))  # fmt: skip
         return extras
 
-    def check_environments(self, envs: Any) -> None:
+    def check_environments(self, spec: EnvSpec, envs: Any) -> None:
         """The simulator copies the environments it plays: try it, as a run's first step would."""
         if self.config.model == "simulator":
-            Simulator().bind(envs.envs if isinstance(envs, gym.vector.SyncVectorEnv) else None)
+            played = envs.envs if isinstance(envs, gym.vector.SyncVectorEnv) else None
+            Simulator(spec).bind(played)
 
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> MCTSNetworks:
         return MCTSNetworks(spec, self.config).to(device)
@@ -69,7 +70,7 @@ class MCTSBuilder(TransitionReplayBuilder):
         """A training actor samples visits at the config's temperature; an evaluator with the
         greedy policy takes the most visited action."""
         c = self.config
-        model = Simulator() if c.model == "simulator" else LearnedModel(policy.net.model)
+        model = Simulator(spec) if c.model == "simulator" else LearnedModel(policy.net.model)
         temperature = c.temperature if adder is not None or not policy.greedy else 0.0
         client = None
         if variable_source is not None:

@@ -15,9 +15,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents.mcts.search import ModelStep
-from rlherd.core import stack_obs
+from rlherd.core import EnvSpec, stack_obs
 from rlherd.errors import ConfigError
 
 
@@ -62,34 +63,77 @@ def legal_actions(obs: Any) -> np.ndarray | None:
     return None if mask is None else np.asarray(mask, dtype=bool)
 
 
+OUT_OF_REACH = ("model=simulator searches with copies of the environments it plays, and these "
+                "are out of its reach here")
+GAME_ROWS = (f"{OUT_OF_REACH} (a PettingZoo game's rows, whose step moves its other players "
+             "too)")
+
+
+def in_game(spec: EnvSpec) -> bool:
+    """A PettingZoo game's rows (its agents', or a turn-based game's with the opponent's
+    replies): no Gymnasium environment a simulator could copy, on any runtime."""
+    return rl_envs.family(spec.env_id) == "pettingzoo"
+
+
+def learned_refusal(spec: EnvSpec) -> str | None:
+    """Why ``model=learned`` cannot search ``spec``'s environment; None where it can."""
+    if not spec.structured:
+        return None
+    return (f"model=learned predicts the next observation as one array, and {spec.env_id} "
+            f"observes a dict of arrays ({', '.join(spec.obs)}; an action mask makes one too)")
+
+
+def cannot_train(env_id: str, simulator: str, learned: str) -> ConfigError:
+    """Neither model can search ``env_id``: the one line that says so, rather than each model's
+    refusal sending the user to the other."""
+    return ConfigError(f"MCTS cannot train {env_id}, as neither of its models can search it: "
+                       f"{simulator}; and {learned}. Train it with another agent (rlherd "
+                       f"check-env {env_id} lists those that can)")  # fmt: skip
+
+
 class Simulator:
     """``model=simulator``: searches step copies of the environments the actor plays, which it
     is handed (``bind``) by the environment loop. The search is exact for deterministic
-    environments; a stochastic one is sampled once per edge."""
+    environments; a stochastic one is sampled once per edge. ``spec``, the environment's, lets a
+    refusal say whether ``model=learned`` can search it instead."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: EnvSpec) -> None:
+        self.spec = spec
         self.envs: list[gym.Env] | None = None
         self.memos: list[dict[int, Any]] = []
 
     def bind(self, envs: list[gym.Env] | None) -> None:
         if envs is None:
-            raise ConfigError(
-                "model=simulator searches with copies of the environments it plays, and these "
-                "are out of its reach here (a PettingZoo game's agents' rows, BatchEnv "
-                "processes with env_workers > 0, or ale-py's native vector env): "
-                "--set model=learned, or for a single-agent environment --env-workers 0 and "
-                "--native-vector-env false"
-            )
+            raise self._out_of_reach()
         self.envs, self.memos = list(envs), [_shared(env) for env in envs]
         for env, memo in zip(self.envs, self.memos, strict=True):
             try:
                 copy.deepcopy(env, dict(memo))
             except Exception as e:
-                raise ConfigError(
-                    f"model=simulator copies the environment at every node, and "
-                    f"{env.spec.id if env.spec else type(env).__name__} cannot be copied "
-                    f"({type(e).__name__}: {e}); use --set model=learned"
-                ) from e
+                name = env.spec.id if env.spec else type(env).__name__
+                raise self._refused(f"model=simulator copies the environment at every node, "
+                                    f"and {name} cannot be copied ({type(e).__name__}: {e})",
+                                    "use --set model=learned") from e  # fmt: skip
+
+    def _out_of_reach(self) -> ConfigError:
+        """A game's rows are always out of reach; other environments are not with
+        ``--env-workers 0`` and ``--native-vector-env false``."""
+        if in_game(self.spec):
+            return self._refused(GAME_ROWS, "--set model=learned")
+        flags = "--env-workers 0 and --native-vector-env false"
+        why = (f"{OUT_OF_REACH} (BatchEnv processes with env_workers > 0, or ale-py's native "
+               "vector env)")  # fmt: skip
+        learned = learned_refusal(self.spec)
+        if learned is not None:
+            return ConfigError(f"{why}: {flags} bring them in reach ({learned})")
+        return ConfigError(f"{why}: --set model=learned, or {flags}")
+
+    def _refused(self, why: str, fix: str) -> ConfigError:
+        """``why``, and ``fix`` (the learned model) where it can search the environment."""
+        learned = learned_refusal(self.spec)
+        if learned is None:
+            return ConfigError(f"{why}; {fix}")
+        return cannot_train(self.spec.env_id, why, learned)
 
     def _snapshot(self, env: gym.Env, i: int) -> Snapshot:
         emulator = _emulator(env)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from rlherd.agents.mcts.config import MCTSConfig
+from rlherd.agents.mcts.models import GAME_ROWS, cannot_train, in_game, learned_refusal
 from rlherd.core import EnvSpec
 from rlherd.errors import ConfigError
 from rlherd.networks import require_discrete, torso_of
@@ -29,12 +30,12 @@ class TransitionModel(nn.Module):
 
     def __init__(self, spec: EnvSpec, hidden_sizes: tuple[int, ...]):
         super().__init__()
-        if spec.structured:
-            raise ConfigError(
-                f"model=learned predicts the next observation as one array, and {spec.env_id} "
-                f"observes a dict of arrays ({', '.join(spec.obs)}; an action mask makes one "
-                "too); search with the environment itself: --set model=simulator"
-            )
+        learned = learned_refusal(spec)
+        if learned is not None and in_game(spec):  # a game's rows: no simulator either
+            raise cannot_train(spec.env_id, GAME_ROWS, learned)
+        if learned is not None:
+            raise ConfigError(f"{learned}; search with the environment itself: --set "
+                              "model=simulator")  # fmt: skip
         self.obs_shape, self.num_actions = spec.obs_shape, spec.num_actions
         flat = math.prod(spec.obs_shape)
         inputs = (flat + spec.num_actions, *hidden_sizes)
