@@ -6,6 +6,7 @@ end honestly (Ctrl-C, a finished run, a crashed start)."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import queue
 import shutil
@@ -226,6 +227,49 @@ def test_a_damaged_run_file_is_one_line_before_anything_runs(command, name, dama
     assert main(args) == 2
     line = _one_line(capsys)
     assert name in line and ("restore it" in line or "train the run again" in line), line
+
+
+def _replace(path, make):
+    path.unlink()
+    make(path)
+
+
+_NOT_REGULAR = {
+    "a FIFO": os.mkfifo,  # blocked its reader for ever
+    "a link to /dev/zero": lambda path: path.symlink_to("/dev/zero"),  # read until memory ran out
+    "a directory": lambda path: path.mkdir(),
+}
+
+
+@pytest.mark.timeout(120)  # a FIFO blocked the command for ever
+@pytest.mark.parametrize("kind", _NOT_REGULAR)
+@pytest.mark.parametrize("name, command", [
+    ("config.json", "eval"), ("config.json", "resume"), ("summary.json", "eval"),
+    ("checkpoints/latest", "eval"), ("metrics/train.csv", "plot"),
+    ("metrics/train.csv", "resume"),
+])  # fmt: skip
+def test_a_run_file_that_is_no_regular_file_is_one_line(name, command, kind, run_copy, tmp_path,
+                                                        capsys, monkeypatch):  # fmt: skip
+    _replace(run_copy / name, _NOT_REGULAR[kind])
+    _no_episodes(monkeypatch)
+    args = {
+        "eval": ["eval", str(run_copy)],
+        "resume": ["train", "--resume", str(run_copy), "--total-steps", str(2 * STEPS)],
+        "plot": ["plot", str(run_copy), "-o", str(tmp_path / "curves.png")],
+    }[command]
+    assert main(args) == 2
+    line = _one_line(capsys)
+    assert f"{run_copy / name} is " in line and "not a regular file" in line, line
+
+
+def test_a_run_file_too_large_for_what_it_holds_is_one_line(run_copy, capsys, monkeypatch):
+    """A JSON record is read whole, so one of gigabytes (sparse here) is refused unread."""
+    with open(run_copy / "summary.json", "r+b") as f:
+        f.truncate(2**40)
+    _no_episodes(monkeypatch)
+    assert main(["eval", str(run_copy)]) == 2
+    line = _one_line(capsys)
+    assert str(run_copy / "summary.json") in line and "more than the 4,194,304" in line, line
 
 
 @pytest.mark.parametrize("content, says", [

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from rlherd.errors import ConfigError
-from rlherd.run.rundir import make_folder
+from rlherd.run.rundir import make_folder, run_file
 from rlherd.run.statistics import CURVE_REPS, aggregate_curves, find_runs, group_runs
 
 
@@ -18,7 +18,7 @@ def load_curves(run_dir: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]
     path = Path(run_dir) / "metrics" / "train.csv"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: no episode finished in {run_dir} yet?")
-    with open(path, newline="") as f:
+    with open(run_file(path), newline="") as f:
         rows = list(csv.DictReader(f))
     prefix = "episode_return"
     columns = [c for c in (rows[0] if rows else {prefix: ""}) if c.startswith(prefix)]

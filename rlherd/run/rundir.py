@@ -17,6 +17,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import typing
 import warnings
 from collections.abc import Iterator
@@ -38,6 +39,17 @@ RETURN_WINDOW = 20
 FULL_DISK_BYTES = 64 * 2**20
 CHECKPOINT_NAME = re.compile(r"ckpt-\d{12}\.pt")
 SNAPSHOT_NAME = re.compile(r"snapshot-(\d{12})\.pt")
+# The most rlherd reads of a run's JSON record (config.json, summary.json, evaluation.json): far
+# more than it writes there, and little enough to hold in memory.
+JSON_LIMIT = 4 * 2**20
+POINTER_LIMIT = 4096  # checkpoints/latest: one checkpoint's name
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,23 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
+def run_file(path: Path, limit: int | None = None) -> Path:
+    """``path``, checked before it is read: a regular file (where links lead) of at most
+    ``limit`` bytes. Anything else is one line naming it, where reading it would block for ever
+    (a FIFO), never end (a link to /dev/zero) or fail deep inside (a directory). Every reader of
+    a run's files (and of a package's) opens them through this."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a file")
+        raise ConfigError(f"{path} is {kind}, not a regular file; replace it with the file rlherd "
+                          "wrote (from a copy of the run), or train the run again")  # fmt: skip
+    if limit is not None and info.st_size > limit:
+        raise ConfigError(f"{path} holds {info.st_size:,} bytes, more than the {limit:,} rlherd "
+                          "reads from such a file: it is not one rlherd wrote; restore it from a "
+                          "copy of the run, or train the run again")  # fmt: skip
+    return path
+
+
 class CSVLogger:
     """Appends rows to a CSV file; a row with new keys rewrites the header (columns may grow)."""
 
@@ -95,7 +124,7 @@ class CSVLogger:
         self.path = path
         self.fields: list[str] = []
         if path.exists():
-            with open(path, newline="") as f:
+            with open(run_file(path), newline="") as f:
                 self.fields = next(csv.reader(f), [])
         self._file = open(path, "a", newline="")
         self._writer = csv.DictWriter(self._file, self.fields)
@@ -109,7 +138,7 @@ class CSVLogger:
     def _regrow(self, fields: list[str]) -> None:
         self._file.close()
         rows = []
-        if self.path.exists() and self.path.stat().st_size:
+        if self.path.exists() and run_file(self.path).stat().st_size:
             with open(self.path, newline="") as f:
                 rows = list(csv.DictReader(f))
         self.fields = fields
@@ -244,7 +273,7 @@ class RunDir:
         """Drop metric rows written after the checkpoint that a resumed run continues from, at
         ``steps`` of ``counts``."""
         for path in self.metrics_dir.glob("*.csv"):
-            with open(path, newline="") as f:
+            with open(run_file(path), newline="") as f:
                 reader = csv.DictReader(f)
                 fields = reader.fieldnames or []
                 rows = [r for r in reader if int(r.get(counts) or 0) <= steps]
@@ -324,7 +353,7 @@ class RunDir:
         pointer = self.checkpoint_dir / "latest"
         if not pointer.exists():
             return None
-        name = pointer.read_bytes().decode(errors="replace").strip()
+        name = run_file(pointer, POINTER_LIMIT).read_bytes().decode(errors="replace").strip()
         if not CHECKPOINT_NAME.fullmatch(name):
             raise ConfigError(
                 f"{pointer} names {name[:80]!r}, not a checkpoint of this run "
@@ -349,8 +378,8 @@ class RunDir:
                 raise ConfigError(f"{path} links to {path.resolve()}, outside the run directory; "
                                   "replace the link with the file itself")  # fmt: skip
             try:
-                state = torch.load(path, weights_only=True, map_location="cpu")
-            except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+                state = torch.load(run_file(path), weights_only=True, map_location="cpu")
+            except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, ConfigError) as e:
                 if "weights_only" in str(e) or "Unsupported global" in str(e):
                     raise ConfigError(
                         f"{path} holds pickled Python objects (rlherd's checkpoint format before "
@@ -376,7 +405,7 @@ def _read_policy(path: Path) -> dict[str, Any]:
     if path.resolve().parent != path.parent.resolve():
         raise ConfigError(f"{path} links outside the run directory; replace the link with the "
                           "file itself")  # fmt: skip
-    return from_plain(torch.load(path, weights_only=True, map_location="cpu"))
+    return from_plain(torch.load(run_file(path), weights_only=True, map_location="cpu"))
 
 
 def _save_policy(policy: dict[str, Any], path: Path) -> Path:
@@ -447,7 +476,7 @@ def read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {path.parent} an rlherd run directory?")
     try:
-        value = json.loads(path.read_bytes().decode())
+        value = json.loads(run_file(path, JSON_LIMIT).read_bytes().decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(f"{path} is not valid JSON ({e}); restore it from a copy of the run, "
                           "or train the run again") from None  # fmt: skip
