@@ -71,7 +71,7 @@ def test_the_package_holds_the_policy_and_nothing_else(sweep):
     and no optimiser or replay; ``load_policy`` acts the same from the package and the run."""
     from safetensors.torch import load_file
 
-    _, _, checkpoint = load_run(sweep / "seed-0")
+    _, _, checkpoint, _ = load_run(sweep / "seed-0")
     policy = policy_state(checkpoint["learner"])
     tensors = load_file(sweep / "package" / "policy.safetensors")
     assert tensors.keys() == policy.keys()

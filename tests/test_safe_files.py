@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from types import SimpleNamespace
 
 import grpc
@@ -59,6 +60,16 @@ def _one_line(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     return err
+
+
+def _command(name, run_dir, tmp_path) -> list[str]:
+    """The arguments of the command ``name`` on ``run_dir`` (its outputs under ``tmp_path``)."""
+    return {
+        "eval": ["eval", str(run_dir)],
+        "resume": ["train", "--resume", str(run_dir), "--total-steps", str(2 * STEPS)],
+        "plot": ["plot", str(run_dir), "-o", str(tmp_path / "curves.png")],
+        "package": ["package", str(run_dir), "-o", str(tmp_path / "package"), "--no-video"],
+    }[name]
 
 
 def _no_episodes(monkeypatch):
@@ -252,12 +263,7 @@ def test_a_run_file_that_is_no_regular_file_is_one_line(name, command, kind, run
                                                         capsys, monkeypatch):  # fmt: skip
     _replace(run_copy / name, _NOT_REGULAR[kind])
     _no_episodes(monkeypatch)
-    args = {
-        "eval": ["eval", str(run_copy)],
-        "resume": ["train", "--resume", str(run_copy), "--total-steps", str(2 * STEPS)],
-        "plot": ["plot", str(run_copy), "-o", str(tmp_path / "curves.png")],
-    }[command]
-    assert main(args) == 2
+    assert main(_command(command, run_copy, tmp_path)) == 2
     line = _one_line(capsys)
     assert f"{run_copy / name} is " in line and "not a regular file" in line, line
 
@@ -284,6 +290,71 @@ def test_a_checkpoint_of_the_wrong_type_or_an_older_format_is_one_line(
     assert main(["eval", str(run_copy)]) == 2
     line = _one_line(capsys)
     assert says in line and str(_latest(run_copy)) in line
+
+
+def _put(state, keys, value):
+    """``state`` with ``value`` at the path of ``keys``."""
+    inner = state
+    for key in keys[:-1]:
+        inner = inner[key]
+    inner[keys[-1]] = value
+    return state
+
+
+def _empty_pickle(path):
+    """A zip as torch writes one, whose pickle holds an empty dict."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("archive/version", "3\n")
+
+
+# Checkpoints that torch loads as plain data, but that do not fit the run: eval read the policy
+# and resume restored the run with a KeyError, torch's "size mismatch for torso.net.0.weight"
+# or numpy's "state must be for a PCG64 RNG" deep inside.
+_MISFITS = {
+    "an empty dict": lambda state: {},
+    "an empty pickle": None,  # torch's zip, written by _empty_pickle
+    "a counter that is a list": lambda state: _put(state, ["recorder", "counters",
+                                                           "actor_steps"], [1]),  # fmt: skip
+    "a tensor of another shape": lambda state: _put(state, ["learner", "net",
+                                                            "torso.net.0.weight"],
+                                                    torch.zeros(5, 5)),  # fmt: skip
+    "a policy without its torso": lambda state: _put(state, ["learner", "net"], {}),
+    "another generator's state": lambda state: _put(state, ["actor", "rng", "bit_generator"],
+                                                    "MT19937"),  # fmt: skip
+}
+_ACTING = ["an empty dict", "an empty pickle", "a counter that is a list",
+           "a tensor of another shape", "a policy without its torso"]  # what eval reads
+
+
+@pytest.mark.parametrize("command, misfit", [
+    *[(command, misfit) for command in ("eval", "package") for misfit in _ACTING],
+    *[("resume", misfit) for misfit in _MISFITS],
+])  # fmt: skip
+def test_a_checkpoint_that_does_not_fit_the_run_is_one_line(command, misfit, run_copy, tmp_path,
+                                                           capsys, monkeypatch):  # fmt: skip
+    path = _latest(run_copy)
+    if _MISFITS[misfit] is None:
+        _empty_pickle(path)
+    else:
+        torch.save(to_plain(_MISFITS[misfit](RunDir(run_copy).load_checkpoint())), path)
+    _no_episodes(monkeypatch)
+    assert main(_command(command, run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert f"{path} does not fit the run's config" in line or f"{path} lacks" in line, line
+
+
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_network_sizes_edited_after_training_are_one_line(command, run_copy, tmp_path, capsys,
+                                                          monkeypatch):  # fmt: skip
+    record = json.loads((run_copy / "config.json").read_text())
+    record["config"]["hidden_sizes"] = [64, 64]
+    (run_copy / "config.json").write_text(json.dumps(record))
+    _no_episodes(monkeypatch)
+    assert main(_command(command, run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert f"{_latest(run_copy)} does not fit the run's config" in line, line
+    assert "size mismatch for torso.net.0.weight" in line and "config.json edited" in line
 
 
 def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path, capsys,

@@ -192,6 +192,7 @@ class RunDir:
         self._tb = None
         self._tb_tried = False
         self._lock = None
+        self.loaded: Path | None = None  # the checkpoint load_checkpoint read: messages name it
 
     def lock(self) -> None:
         """Hold this run's lock until the process ends or :meth:`unlock`: two processes never
@@ -392,11 +393,52 @@ class RunDir:
                 if not isinstance(state, dict):
                     raise ConfigError(f"{path} holds a {type(state).__name__}, not an rlherd "
                                       "checkpoint; delete it, or train the run again")  # fmt: skip
+                self.loaded = path
                 return from_plain(state)
         raise FileNotFoundError(
             f"no readable checkpoint in {self.checkpoint_dir} (tried "
             f"{', '.join(p.name for p in candidates)}); the run cannot be resumed"
         )
+
+
+def check_parts(checkpoint: dict[str, Any], path: Path) -> None:
+    """A run's checkpoint (read from ``path``) holds what every reader takes (eval, resume,
+    package): its learner's state and its step counters, numbers. One that lacks them (an empty
+    dict, a crafted file) is one line, not a ``KeyError`` where a reader first looks."""
+    recorder = checkpoint.get("recorder")
+    counters = recorder.get("counters") if isinstance(recorder, dict) else None
+    if not (isinstance(checkpoint.get("learner"), dict) and isinstance(counters, dict)
+            and all(type(v) in (int, float) for v in counters.values())):  # fmt: skip
+        raise ConfigError(f"{path} lacks a learner's state or the run's step counters, so it is "
+                          "not a checkpoint of this run; delete it to use an older one, or "
+                          "train the run again")  # fmt: skip
+
+
+@contextlib.contextmanager
+def fitting(path: Path | None) -> Iterator[None]:
+    """Restoring a run's state or policy from the file at ``path``: a part that does not fit
+    what the run's config builds (tensors of other shapes, as after config.json's network sizes
+    were edited; a part missing; a value of the wrong type, a random state of another
+    generator) is one line naming the file, not the traceback of a ``load_state_dict`` deep in
+    torch or numpy. Only restoring goes in here: a fault of the run itself keeps its traceback."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as e:
+        raise ConfigError(f"{path} does not fit the run's config ({_gist(e)}); was config.json "
+                          "edited after training? Restore the run's files from a copy, or "
+                          "train the run again") from None  # fmt: skip
+
+
+def _gist(error: Exception) -> str:
+    """What ``error`` says in one line: torch's ``load_state_dict`` says it on its second
+    ("Error(s) in loading state_dict for DQNNetwork:" then "size mismatch for ...")."""
+    if isinstance(error, KeyError):
+        return f"it has no {error.args[0]!r}" if error.args else "a part is missing"
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+    line = lines[1] if lines[0].startswith("Error(s) in loading") and len(lines) > 1 else lines[0]
+    return f"{type(error).__name__}: {line[:300]}"
 
 
 def _read_policy(path: Path) -> dict[str, Any]:

@@ -68,15 +68,16 @@ def run(ctx: RunContext) -> None:
     envs = ctx.make_envs(num_envs, settings.env_workers)
     loop = EnvironmentLoop(envs, algorithm, ctx.recorder, ctx.seed)
     if ctx.checkpoint is not None:
-        learner.load_state_dict(ctx.checkpoint["learner"])
-        actor.load_state_dict(ctx.checkpoint["actor"])
-        actor.update(wait=True)
-        load_tables(checkpointed, ctx.checkpoint["tables"])
-        restored = loop.load_state_dict(ctx.checkpoint["loop"])
-        ctx.resumed_envs(loop.envs, restored)  # the restored ones, where they were
-        set_rng_state(ctx.checkpoint["rng"])
-        if settings.record_dataset:
-            algorithm.load_state_dict(ctx.checkpoint["recording"])
+        with ctx.restoring():
+            learner.load_state_dict(ctx.checkpoint["learner"])
+            actor.load_state_dict(ctx.checkpoint["actor"])
+            actor.update(wait=True)
+            load_tables(checkpointed, ctx.checkpoint["tables"])
+            restored = loop.load_state_dict(ctx.checkpoint["loop"])
+            ctx.resumed_envs(loop.envs, restored)  # the restored ones, where they were
+            set_rng_state(ctx.checkpoint["rng"])
+            if settings.record_dataset:
+                algorithm.load_state_dict(ctx.checkpoint["recording"])
 
     def state() -> dict[str, Any]:
         recording = algorithm.state_dict() if settings.record_dataset else None
