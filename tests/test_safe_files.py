@@ -357,6 +357,41 @@ def test_network_sizes_edited_after_training_are_one_line(command, run_copy, tmp
     assert "size mismatch for torso.net.0.weight" in line and "config.json edited" in line
 
 
+@pytest.fixture(scope="module")
+def self_play(tmp_path_factory):
+    """A small self-play run on Connect Four, with snapshots of its policy."""
+    return rlherd.train("ppo", "pettingzoo/pettingzoo.classic.connect_four_v3", total_steps=1_200,
+                        run_dir=tmp_path_factory.mktemp("self-play") / "run", progress=False,
+                        opponent_every=500).path  # fmt: skip
+
+
+def _reshaped(path):
+    """Rewrite the snapshot at ``path`` with its first matrix 3x3."""
+    policy = from_plain(torch.load(path, weights_only=True))
+    name = next(k for k, v in policy.items() if v.dim() == 2)
+    torch.save(to_plain({**policy, name: torch.zeros(3, 3)}), path)
+
+
+_BAD_SNAPSHOTS = {  # each said a traceback: EOFError, UnpicklingError, IsADirectoryError, torch's
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[:3000]),
+    "pickled": lambda path: torch.save({"net": _Runs(path.with_name("pwned"))}, path),
+    "a directory": lambda path: (path.unlink(), path.mkdir()),
+    "of other shapes": _reshaped,
+}
+
+
+@pytest.mark.parametrize("bad", _BAD_SNAPSHOTS)
+def test_a_bad_snapshot_is_one_line(bad, self_play, tmp_path, capsys):
+    run = shutil.copytree(self_play, tmp_path / "run")
+    step = RunDir(run).snapshots()[-1]
+    path = run / "snapshots" / f"snapshot-{step:012d}.pt"
+    _BAD_SNAPSHOTS[bad](path)
+    assert main(["eval", str(run), "--episodes", "2", "--opponent", f"snapshot:{step}"]) == 2
+    line = _one_line(capsys)
+    assert str(path) in line and "train the run again" in line, line
+    assert not path.with_name("pwned").exists()
+
+
 def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path, capsys,
                                                                        monkeypatch):  # fmt: skip
     real_save, saves = torch.save, []

@@ -144,7 +144,9 @@ def turn_opponent(name: str, run_dir: Path, env_id: str, builder, spec, seed: in
                 step = int(checkpoint["recorder"]["counters"]["actor_steps"])
         else:
             step = int(name[9:])
-            net.load_state_dict(rundir.load_snapshot(step))
+            policy = rundir.load_snapshot(step)
+            with fitting(rundir.snapshot_file(step)):
+                net.load_state_dict(policy)
         return PolicyMoves(builder.make_policy(net), seed), f"step:{step}"
     if name.startswith("mcts:") and name[5:].isdigit() and int(name[5:]) > 0:
         return SpielMoves(env_id, int(name[5:]), seed), name

@@ -309,9 +309,11 @@ class RunDir:
         """Write the policy's parameters at ``step`` as ``snapshots/snapshot-<step>.pt``
         (atomically, as plain data): the past selves ``rlherd eval --opponent snapshot:K``
         plays against."""
-        folder = self.path / "snapshots"
-        folder.mkdir(exist_ok=True)
-        return _save_policy(policy, folder / f"snapshot-{step:012d}.pt")
+        (self.path / "snapshots").mkdir(exist_ok=True)
+        return _save_policy(policy, self.snapshot_file(step))
+
+    def snapshot_file(self, step: int) -> Path:
+        return self.path / "snapshots" / f"snapshot-{step:012d}.pt"
 
     def snapshots(self) -> list[int]:
         """The steps of the run's policy snapshots, oldest first."""
@@ -324,7 +326,7 @@ class RunDir:
         if step not in self.snapshots():
             have = ", ".join(map(str, self.snapshots())) or "none"
             raise ConfigError(f"{self.path} has no snapshot at step {step} (it has: {have})")
-        return _read_policy(self.path / "snapshots" / f"snapshot-{step:012d}.pt")
+        return _read_policy(self.snapshot_file(step), "delete it, or train the run again")
 
     # the best evaluation's policy (rlherd.run.callbacks.SaveBest) ----------------------------
     def save_best(self, policy: dict[str, Any], evaluation: dict[str, Any]) -> None:
@@ -342,11 +344,7 @@ class RunDir:
         if not path.exists():
             raise ConfigError(f"{self.path} has no best policy ({path}); train it with "
                               "--save-best (or the SaveBest callback) and evaluations")
-        try:
-            return _read_policy(path)
-        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
-            raise ConfigError(f"{path} is not a policy rlherd wrote ({e}); delete best/ or "
-                              "train the run again") from None
+        return _read_policy(path, "delete best/, or train the run again")
 
     def latest_checkpoint(self) -> Path | None:
         """The checkpoint ``latest`` names. It may only name a ``ckpt-<step>.pt`` file of this
@@ -441,13 +439,23 @@ def _gist(error: Exception) -> str:
     return f"{type(error).__name__}: {line[:300]}"
 
 
-def _read_policy(path: Path) -> dict[str, Any]:
+def _read_policy(path: Path, fix: str) -> dict[str, Any]:
     """A policy's parameters that :func:`_save_policy` wrote, as plain data (nothing in it can
-    run code); a link out of its folder is refused."""
+    run code); a link out of its folder, or a file that holds no such parameters, is one line
+    that says how to ``fix`` it."""
     if path.resolve().parent != path.parent.resolve():
         raise ConfigError(f"{path} links outside the run directory; replace the link with the "
                           "file itself")  # fmt: skip
-    return from_plain(torch.load(run_file(path), weights_only=True, map_location="cpu"))
+    try:
+        policy = torch.load(run_file(path), weights_only=True, map_location="cpu")
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+        pickled = "weights_only" in str(e) or "Unsupported global" in str(e)
+        why = "pickled Python objects, which rlherd does not load" if pickled else _gist(e)
+        raise ConfigError(f"{path} is not a policy rlherd wrote ({why}); {fix}") from None
+    if not isinstance(policy, dict):
+        raise ConfigError(f"{path} holds a {type(policy).__name__}, not a policy's parameters; "
+                          f"{fix}")  # fmt: skip
+    return from_plain(policy)
 
 
 def _save_policy(policy: dict[str, Any], path: Path) -> Path:
