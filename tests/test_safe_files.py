@@ -26,6 +26,7 @@ import rlherd
 import rlherd.commands.evaluate
 import rlherd.run.rundir
 from rlherd.cli import main
+from rlherd.commands.plot import load_curves
 from rlherd.envs.proto import env_server_pb2 as pb
 from rlherd.envs.server import METHOD, serve
 from rlherd.errors import ConfigError
@@ -355,6 +356,41 @@ def test_network_sizes_edited_after_training_are_one_line(command, run_copy, tmp
     line = _one_line(capsys)
     assert f"{_latest(run_copy)} does not fit the run's config" in line, line
     assert "size mismatch for torso.net.0.weight" in line and "config.json edited" in line
+
+
+_HEADER = b"actor_steps,episode_return\n"
+_DAMAGED_CSV = {  # each said AttributeError, ValueError, UnicodeDecodeError or _csv.Error
+    "a row too long": _HEADER + b"1,2,3\n2,3\n",
+    "a short row before the last": _HEADER + b"1\n2,3\n",
+    "a value that is no number": _HEADER + b"abc,1\n",
+    "a NUL byte": _HEADER + b"1,\x002\n",
+    "bytes that are no text": b"\xb9\xff\xfe" * 100,
+    "a field past the csv limit": _HEADER + b"1," + b"x" * 200_000 + b"\n",
+}
+
+
+@pytest.mark.parametrize("damage", _DAMAGED_CSV)
+def test_damaged_metrics_are_one_line_in_plot(damage, run_copy, tmp_path, capsys):
+    path = run_copy / "metrics" / "train.csv"
+    path.write_bytes(_DAMAGED_CSV[damage])
+    assert main(_command("plot", run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert str(path) in line and "restore it from a copy of the run" in line, line
+
+
+def test_the_short_last_row_of_a_run_killed_mid_write_is_left_out(run_copy, tmp_path):
+    (run_copy / "metrics" / "train.csv").write_bytes(_HEADER + b"10,1.5\n20,2.5\n30")
+    steps, curves = load_curves(run_copy)
+    assert steps.tolist() == [10, 20] and curves[""].tolist() == [1.5, 2.5]
+    assert main(_command("plot", run_copy, tmp_path)) == 0
+
+
+def test_a_return_that_is_no_number_is_one_line_in_report(run_copy, capsys):
+    path = run_copy / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "final_return_mean": "abc"}))
+    assert main(["report", str(run_copy)]) == 2
+    line = _one_line(capsys)
+    assert f"{path}: final_return_mean is 'abc', not a number" in line, line
 
 
 @pytest.fixture(scope="module")
