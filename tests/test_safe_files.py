@@ -217,6 +217,8 @@ _DAMAGE = {
     "not UTF-8": b"\xff\xfe\x00",
     "a list": b"[1, 2]",
     "a field of the wrong type": None,  # config.json's seed a string; summary.json: n/a
+    "nested too deep": b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",  # RecursionError
+    "an int of 100,000 digits": b'{"seed": ' + b"9" * 100_000 + b"}",  # ValueError
 }
 
 
@@ -291,6 +293,32 @@ def test_a_checkpoint_of_the_wrong_type_or_an_older_format_is_one_line(
     assert main(["eval", str(run_copy)]) == 2
     line = _one_line(capsys)
     assert says in line and str(_latest(run_copy)) in line
+
+
+def _edit_config(run_dir, change):
+    record = json.loads((run_dir / "config.json").read_text())
+    change(record)
+    (run_dir / "config.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_layers_too_large_for_memory_are_one_line(command, run_copy, tmp_path, capsys,
+                                                  monkeypatch):  # fmt: skip
+    """torch's allocator refused the torso's 16 TB with a traceback."""
+    _edit_config(run_copy, lambda record: record["config"].update(hidden_sizes=[10**12]))
+    _no_episodes(monkeypatch)
+    assert main(_command(command, run_copy, tmp_path)) == 2
+    assert "hidden_sizes [1000000000000]: the torso's layers need more memory" in _one_line(capsys)
+
+
+def test_record_dataset_added_to_a_run_trained_without_it_is_one_line(run_copy, tmp_path, capsys,
+                                                                      monkeypatch):  # fmt: skip
+    """Its resume restored a recording the checkpoint does not hold: a TypeError."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    _edit_config(run_copy, lambda record: record["settings"].update(record_dataset="a/b-v0"))
+    assert main(_command("resume", run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert f"{_latest(run_copy)} holds no recorded episodes" in line, line
 
 
 def _put(state, keys, value):

@@ -525,9 +525,12 @@ def read_json(path: Path) -> dict[str, Any]:
     object) is one line naming the file."""
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {path.parent} an rlherd run directory?")
+    data = run_file(path, JSON_LIMIT).read_bytes()
     try:
-        value = json.loads(run_file(path, JSON_LIMIT).read_bytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        value = json.loads(data.decode())
+    # ValueError: not JSON, or an int of more digits than Python converts; RecursionError:
+    # arrays nested deeper than the parser goes
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ConfigError(f"{path} is not valid JSON ({e}); restore it from a copy of the run, "
                           "or train the run again") from None  # fmt: skip
     if not isinstance(value, dict):
