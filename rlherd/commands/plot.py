@@ -52,7 +52,7 @@ def _numbers(path: Path, header: list[str], rows: list[list[str]],
         raise ConfigError(f"{path} has no {missing[0]} column; restore it from a copy of the run")
     for r, row in enumerate(rows, start=1):
         if len(row) != len(header):
-            raise ConfigError(f"{path}: row {r} has {len(row)} fields, the header "
+            raise ConfigError(f"{path}: row {r} has {len(row)} fields where the header has "
                               f"{len(header)}; {_FIX}")  # fmt: skip
     index = [header.index(name) for name in names]
     table = [[_number(path, r, header[i], row[i]) for i in index]
