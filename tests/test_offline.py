@@ -430,6 +430,68 @@ def test_the_command_line_collects_and_trains_offline(minari_root, tmp_path, cap
             f"in: --env {CORRIDOR}, where it was recorded") in capsys.readouterr().err
 
 
+def _metadata(change):
+    """Rewrite a dataset's metadata.json as ``change`` makes it (in place, or returned)."""
+
+    def damage(data):
+        meta = json.loads((data / "metadata.json").read_text())
+        changed = change(meta)
+        (data / "metadata.json").write_text(json.dumps(meta if changed is None else changed))
+
+    return damage
+
+
+def _actions(change):
+    """Replace episode 0's actions with what ``change`` makes of them."""
+
+    def damage(data):
+        import h5py
+
+        with h5py.File(data / "main_data.hdf5", "r+") as f:
+            actions = f["episode_0/actions"][()]
+            del f["episode_0/actions"]
+            f["episode_0/actions"] = change(actions)
+
+    return damage
+
+
+# Each said a traceback deep in Minari, Gymnasium, numpy or torch (TypeError, AttributeError,
+# AssertionError, a 7 PiB allocation, IndexError), or (actions out of range, as demonstrations)
+# taught moves that do not exist.
+_DAMAGED_DATASETS = {
+    "rlherd's record a number": (_metadata(lambda m: m.update(rlherd=5)), "'rlherd' is '5'"),
+    "rlherd's record a list": (_metadata(lambda m: m.update(rlherd="[1, 2]")),
+                               "not the JSON object rlherd records"),  # fmt: skip
+    "metadata a list": (_metadata(lambda m: [1]), "metadata.json holds a JSON list"),
+    "an unknown space": (_metadata(lambda m: m.update(observation_space='{"type": "Evil"}')),
+                         "observation_space is not a space Gymnasium makes"),  # fmt: skip
+    "no actions to take": (_metadata(lambda m: m.update(action_space=json.dumps(
+        {"type": "Discrete", "dtype": "int64", "start": 0, "n": 0}))),
+        "action_space is not a space Gymnasium makes"),  # fmt: skip
+    "10^15 episodes": (_metadata(lambda m: m.update(total_episodes=10**15)),
+                       "counts 1000000000000000 episodes, more than its"),  # fmt: skip
+    "too few actions": (_actions(lambda a: a[:3]), "episode 0 has 3 actions, not the"),
+    "actions out of range": (_actions(lambda a: np.full_like(a, 10**9)),
+                             "episode 0 has actions outside its Discrete(2)"),  # fmt: skip
+}
+
+
+@pytest.mark.parametrize("use", ["dataset", "demonstrations"])
+@pytest.mark.parametrize("damage", _DAMAGED_DATASETS)
+def test_a_damaged_dataset_is_one_line(damage, use, minari_root, tmp_path, capsys):
+    record_scripted(CORRIDOR, corridor_expert, 3, 0.0, 0, "corridor/damaged-v0")
+    damaged, says = _DAMAGED_DATASETS[damage]
+    damaged(minari_root / "corridor" / "damaged-v0" / "data")
+    agent = ["bc", "--dataset"] if use == "dataset" else ["dqfd", "--demonstrations"]
+    assert main(["train", agent[0], "--env", CORRIDOR, agent[1], "corridor/damaged-v0",
+                 "--total-steps", "30", "--no-progress", "--run-dir",
+                 str(tmp_path / "run")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "'corridor/damaged-v0'" in err and "is damaged or not a Minari dataset" in err, err
+    assert says in err, err
+
+
 # ------------------------------------------------------------------------- dict observations
 @pytest.fixture
 def mixed_dataset(minari_root):

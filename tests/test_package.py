@@ -71,7 +71,7 @@ def test_the_package_holds_the_policy_and_nothing_else(sweep):
     and no optimiser or replay; ``load_policy`` acts the same from the package and the run."""
     from safetensors.torch import load_file
 
-    _, _, checkpoint = load_run(sweep / "seed-0")
+    _, _, checkpoint, _ = load_run(sweep / "seed-0")
     policy = policy_state(checkpoint["learner"])
     tensors = load_file(sweep / "package" / "policy.safetensors")
     assert tensors.keys() == policy.keys()
@@ -215,6 +215,44 @@ def test_a_damaged_package_is_one_line(sweep, tmp_path, capsys, damage, said):
     assert main(["eval", str(copy), "--episodes", "1"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err, err
+
+
+def _tensors(change):
+    """Rewrite a package's policy.safetensors as ``change`` makes its tensors."""
+
+    def damage(package_dir: Path) -> None:
+        from safetensors.torch import load_file, save_file
+
+        path = package_dir / "policy.safetensors"
+        save_file(change(load_file(path)), path)
+
+    return damage
+
+
+_MISFITS = {  # eval, export and collect said torch's Missing, Unexpected key(s), size mismatch
+    "missing": _tensors(lambda policy: dict(list(policy.items())[1:])),
+    "extra": _tensors(lambda policy: {**policy, "evil": torch.zeros(1)}),
+    "of another shape": _tensors(lambda policy: {k: torch.zeros(3, 3) for k in policy}),
+    "none": _tensors(lambda policy: {}),
+}
+
+
+@pytest.mark.parametrize("command", ["eval", "export", "collect"])
+@pytest.mark.parametrize("tensors", _MISFITS)
+def test_a_package_whose_tensors_do_not_fit_its_config_is_one_line(sweep, tmp_path, capsys,
+                                                                   monkeypatch, command,
+                                                                   tensors):  # fmt: skip
+    copy = shutil.copytree(sweep / "package", tmp_path / "package")
+    _MISFITS[tensors](copy)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    args = {"eval": ["eval", str(copy), "--episodes", "1"],
+            "export": ["export", str(copy), "--format", "torchscript", "-o", str(tmp_path)],
+            "collect": ["collect", str(copy), "--out", "misfit/run-v0", "--episodes", "1"],
+            }[command]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{copy / 'policy.safetensors'} does not fit the run's config" in err, err
 
 
 def test_package_keeps_to_its_own_files(sweep, tmp_path):

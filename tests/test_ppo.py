@@ -293,7 +293,7 @@ def test_eval_uses_the_trained_observation_statistics(tmp_path):
     )  # fmt: skip
     from rlherd.commands.evaluate import evaluate, load_run
 
-    _, _, checkpoint = load_run(run.path)
+    _, _, checkpoint, _ = load_run(run.path)
     # The learner's statistics: every observation of its batches (8 rollouts of 64 steps) but
     # the few autoreset rows (Pendulum's episodes are 200 steps).
     learned = run.summary["learner_steps"] * 8 * 64

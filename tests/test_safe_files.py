@@ -6,12 +6,14 @@ end honestly (Ctrl-C, a finished run, a crashed start)."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import queue
 import shutil
 import signal
 import subprocess
 import sys
+import zipfile
 from types import SimpleNamespace
 
 import grpc
@@ -24,6 +26,7 @@ import rlherd
 import rlherd.commands.evaluate
 import rlherd.run.rundir
 from rlherd.cli import main
+from rlherd.commands.plot import load_curves
 from rlherd.envs.proto import env_server_pb2 as pb
 from rlherd.envs.server import METHOD, serve
 from rlherd.errors import ConfigError
@@ -58,6 +61,16 @@ def _one_line(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     return err
+
+
+def _command(name, run_dir, tmp_path) -> list[str]:
+    """The arguments of the command ``name`` on ``run_dir`` (its outputs under ``tmp_path``)."""
+    return {
+        "eval": ["eval", str(run_dir)],
+        "resume": ["train", "--resume", str(run_dir), "--total-steps", str(2 * STEPS)],
+        "plot": ["plot", str(run_dir), "-o", str(tmp_path / "curves.png")],
+        "package": ["package", str(run_dir), "-o", str(tmp_path / "package"), "--no-video"],
+    }[name]
 
 
 def _no_episodes(monkeypatch):
@@ -272,6 +285,8 @@ _DAMAGE = {
     "not UTF-8": b"\xff\xfe\x00",
     "a list": b"[1, 2]",
     "a field of the wrong type": None,  # config.json's seed a string; summary.json: n/a
+    "nested too deep": b'{"a": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",  # RecursionError
+    "an int of 100,000 digits": b'{"seed": ' + b"9" * 100_000 + b"}",  # ValueError
 }
 
 
@@ -296,6 +311,44 @@ def test_a_damaged_run_file_is_one_line_before_anything_runs(command, name, dama
     assert name in line and ("restore it" in line or "train the run again" in line), line
 
 
+def _replace(path, make):
+    path.unlink()
+    make(path)
+
+
+_NOT_REGULAR = {
+    "a FIFO": os.mkfifo,  # blocked its reader for ever
+    "a link to /dev/zero": lambda path: path.symlink_to("/dev/zero"),  # read until memory ran out
+    "a directory": lambda path: path.mkdir(),
+}
+
+
+@pytest.mark.timeout(120)  # a FIFO blocked the command for ever
+@pytest.mark.parametrize("kind", _NOT_REGULAR)
+@pytest.mark.parametrize("name, command", [
+    ("config.json", "eval"), ("config.json", "resume"), ("summary.json", "eval"),
+    ("checkpoints/latest", "eval"), ("metrics/train.csv", "plot"),
+    ("metrics/train.csv", "resume"),
+])  # fmt: skip
+def test_a_run_file_that_is_no_regular_file_is_one_line(name, command, kind, run_copy, tmp_path,
+                                                        capsys, monkeypatch):  # fmt: skip
+    _replace(run_copy / name, _NOT_REGULAR[kind])
+    _no_episodes(monkeypatch)
+    assert main(_command(command, run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert f"{run_copy / name} is " in line and "not a regular file" in line, line
+
+
+def test_a_run_file_too_large_for_what_it_holds_is_one_line(run_copy, capsys, monkeypatch):
+    """A JSON record is read whole, so one of gigabytes (sparse here) is refused unread."""
+    with open(run_copy / "summary.json", "r+b") as f:
+        f.truncate(2**40)
+    _no_episodes(monkeypatch)
+    assert main(["eval", str(run_copy)]) == 2
+    line = _one_line(capsys)
+    assert str(run_copy / "summary.json") in line and "more than the 4,194,304" in line, line
+
+
 @pytest.mark.parametrize("content, says", [
     ([1, 2], "holds a list, not an rlherd checkpoint"),
     ({"learner": np.zeros(2)}, "holds pickled Python objects"),  # the format before plain data
@@ -308,6 +361,167 @@ def test_a_checkpoint_of_the_wrong_type_or_an_older_format_is_one_line(
     assert main(["eval", str(run_copy)]) == 2
     line = _one_line(capsys)
     assert says in line and str(_latest(run_copy)) in line
+
+
+def _edit_config(run_dir, change):
+    record = json.loads((run_dir / "config.json").read_text())
+    change(record)
+    (run_dir / "config.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_layers_too_large_for_memory_are_one_line(command, run_copy, tmp_path, capsys,
+                                                  monkeypatch):  # fmt: skip
+    """torch's allocator refused the torso's 16 TB with a traceback."""
+    _edit_config(run_copy, lambda record: record["config"].update(hidden_sizes=[10**12]))
+    _no_episodes(monkeypatch)
+    assert main(_command(command, run_copy, tmp_path)) == 2
+    assert "hidden_sizes [1000000000000]: the torso's layers need more memory" in _one_line(capsys)
+
+
+def test_record_dataset_added_to_a_run_trained_without_it_is_one_line(run_copy, tmp_path, capsys,
+                                                                      monkeypatch):  # fmt: skip
+    """Its resume restored a recording the checkpoint does not hold: a TypeError."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+    _edit_config(run_copy, lambda record: record["settings"].update(record_dataset="a/b-v0"))
+    assert main(_command("resume", run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert f"{_latest(run_copy)} holds no recorded episodes" in line, line
+
+
+def _put(state, keys, value):
+    """``state`` with ``value`` at the path of ``keys``."""
+    inner = state
+    for key in keys[:-1]:
+        inner = inner[key]
+    inner[keys[-1]] = value
+    return state
+
+
+def _empty_pickle(path):
+    """A zip as torch writes one, whose pickle holds an empty dict."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        z.writestr("archive/version", "3\n")
+
+
+# Checkpoints that torch loads as plain data, but that do not fit the run: eval read the policy
+# and resume restored the run with a KeyError, torch's "size mismatch for torso.net.0.weight"
+# or numpy's "state must be for a PCG64 RNG" deep inside.
+_MISFITS = {
+    "an empty dict": lambda state: {},
+    "an empty pickle": None,  # torch's zip, written by _empty_pickle
+    "a counter that is a list": lambda state: _put(state, ["recorder", "counters",
+                                                           "actor_steps"], [1]),  # fmt: skip
+    "a tensor of another shape": lambda state: _put(state, ["learner", "net",
+                                                            "torso.net.0.weight"],
+                                                    torch.zeros(5, 5)),  # fmt: skip
+    "a policy without its torso": lambda state: _put(state, ["learner", "net"], {}),
+    "another generator's state": lambda state: _put(state, ["actor", "rng", "bit_generator"],
+                                                    "MT19937"),  # fmt: skip
+}
+_ACTING = ["an empty dict", "an empty pickle", "a counter that is a list",
+           "a tensor of another shape", "a policy without its torso"]  # what eval reads
+
+
+@pytest.mark.parametrize("command, misfit", [
+    *[(command, misfit) for command in ("eval", "package") for misfit in _ACTING],
+    *[("resume", misfit) for misfit in _MISFITS],
+])  # fmt: skip
+def test_a_checkpoint_that_does_not_fit_the_run_is_one_line(command, misfit, run_copy, tmp_path,
+                                                           capsys, monkeypatch):  # fmt: skip
+    path = _latest(run_copy)
+    if _MISFITS[misfit] is None:
+        _empty_pickle(path)
+    else:
+        torch.save(to_plain(_MISFITS[misfit](RunDir(run_copy).load_checkpoint())), path)
+    _no_episodes(monkeypatch)
+    assert main(_command(command, run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert f"{path} does not fit the run's config" in line or f"{path} lacks" in line, line
+
+
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_network_sizes_edited_after_training_are_one_line(command, run_copy, tmp_path, capsys,
+                                                          monkeypatch):  # fmt: skip
+    record = json.loads((run_copy / "config.json").read_text())
+    record["config"]["hidden_sizes"] = [64, 64]
+    (run_copy / "config.json").write_text(json.dumps(record))
+    _no_episodes(monkeypatch)
+    assert main(_command(command, run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert f"{_latest(run_copy)} does not fit the run's config" in line, line
+    assert "size mismatch for torso.net.0.weight" in line and "config.json edited" in line
+
+
+_HEADER = b"actor_steps,episode_return\n"
+_DAMAGED_CSV = {  # each said AttributeError, ValueError, UnicodeDecodeError or _csv.Error
+    "a row too long": _HEADER + b"1,2,3\n2,3\n",
+    "a short row before the last": _HEADER + b"1\n2,3\n",
+    "a value that is no number": _HEADER + b"abc,1\n",
+    "a NUL byte": _HEADER + b"1,\x002\n",
+    "bytes that are no text": b"\xb9\xff\xfe" * 100,
+    "a field past the csv limit": _HEADER + b"1," + b"x" * 200_000 + b"\n",
+}
+
+
+@pytest.mark.parametrize("damage", _DAMAGED_CSV)
+def test_damaged_metrics_are_one_line_in_plot(damage, run_copy, tmp_path, capsys):
+    path = run_copy / "metrics" / "train.csv"
+    path.write_bytes(_DAMAGED_CSV[damage])
+    assert main(_command("plot", run_copy, tmp_path)) == 2
+    line = _one_line(capsys)
+    assert str(path) in line and "restore it from a copy of the run" in line, line
+
+
+def test_the_short_last_row_of_a_run_killed_mid_write_is_left_out(run_copy, tmp_path):
+    (run_copy / "metrics" / "train.csv").write_bytes(_HEADER + b"10,1.5\n20,2.5\n30")
+    steps, curves = load_curves(run_copy)
+    assert steps.tolist() == [10, 20] and curves[""].tolist() == [1.5, 2.5]
+    assert main(_command("plot", run_copy, tmp_path)) == 0
+
+
+def test_a_return_that_is_no_number_is_one_line_in_report(run_copy, capsys):
+    path = run_copy / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "final_return_mean": "abc"}))
+    assert main(["report", str(run_copy)]) == 2
+    line = _one_line(capsys)
+    assert f"{path}: final_return_mean is 'abc', not a number" in line, line
+
+
+@pytest.fixture(scope="module")
+def self_play(tmp_path_factory):
+    """A small self-play run on Connect Four, with snapshots of its policy."""
+    return rlherd.train("ppo", "pettingzoo/pettingzoo.classic.connect_four_v3", total_steps=1_200,
+                        run_dir=tmp_path_factory.mktemp("self-play") / "run", progress=False,
+                        opponent_every=500).path  # fmt: skip
+
+
+def _reshaped(path):
+    """Rewrite the snapshot at ``path`` with its first matrix 3x3."""
+    policy = from_plain(torch.load(path, weights_only=True))
+    name = next(k for k, v in policy.items() if v.dim() == 2)
+    torch.save(to_plain({**policy, name: torch.zeros(3, 3)}), path)
+
+
+_BAD_SNAPSHOTS = {  # each said a traceback: EOFError, UnpicklingError, IsADirectoryError, torch's
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[:3000]),
+    "pickled": lambda path: torch.save({"net": _Runs(path.with_name("pwned"))}, path),
+    "a directory": lambda path: (path.unlink(), path.mkdir()),
+    "of other shapes": _reshaped,
+}
+
+
+@pytest.mark.parametrize("bad", _BAD_SNAPSHOTS)
+def test_a_bad_snapshot_is_one_line(bad, self_play, tmp_path, capsys):
+    run = shutil.copytree(self_play, tmp_path / "run")
+    step = RunDir(run).snapshots()[-1]
+    path = run / "snapshots" / f"snapshot-{step:012d}.pt"
+    _BAD_SNAPSHOTS[bad](path)
+    assert main(["eval", str(run), "--episodes", "2", "--opponent", f"snapshot:{step}"]) == 2
+    line = _one_line(capsys)
+    assert str(path) in line and "train the run again" in line, line
+    assert not path.with_name("pwned").exists()
 
 
 def test_a_full_disk_stops_with_one_line_and_keeps_the_last_checkpoint(tmp_path, capsys,

@@ -23,32 +23,37 @@ from rlherd.run.evaluation import (
     eval_actor,
     run_episodes,
 )
-from rlherd.run.package import is_package, read_package
+from rlherd.run.package import POLICY_FILE, is_package, read_package
 from rlherd.run.ratings import record_games
-from rlherd.run.rundir import RunDir, RunRecord
+from rlherd.run.rundir import RunDir, RunRecord, check_parts, fitting
 from rlherd.run.video import check_writable, write_video
 from rlherd.runtime import RUNTIMES
 from rlherd.types import batch_of_one
 
 
-def load_run(run_dir: str | Path, best: bool = False) -> tuple[RunRecord, Any, dict[str, Any]]:
-    """A finished or running run: its record, its agent's builder and its latest checkpoint,
-    each checked (with summary.json) before anything runs. With ``best``, the checkpoint's
-    policy is the best evaluation's (``best/policy.pt``, kept by ``--save-best``). A package
-    (``rlherd package``) is read as one: its checkpoint holds the policy and its step counters
+def load_run(run_dir: str | Path,
+             best: bool = False) -> tuple[RunRecord, Any, dict[str, Any], Path]:  # fmt: skip
+    """A finished or running run: its record, its agent's builder, its latest checkpoint and the
+    file its policy comes from (named by a message that it does not fit the run), each checked
+    (with summary.json) before anything runs. With ``best``, the checkpoint's policy is the best
+    evaluation's (``best/policy.pt``, kept by ``--save-best``). A package (``rlherd package``)
+    is read as one: its checkpoint holds the policy and its step counters
     (:func:`rlherd.run.package.read_package`)."""
     if is_package(run_dir):
         if best:
             raise ConfigError(f"{run_dir} is a package, which holds one policy: drop --best")
         record, checkpoint = read_package(run_dir)
-        return record, builder_of(record, Path(run_dir)), checkpoint
+        return record, builder_of(record, Path(run_dir)), checkpoint, Path(run_dir) / POLICY_FILE
     rundir = RunDir(run_dir)
     record = rundir.read_config()
     rundir.read_summary()
     checkpoint = rundir.load_checkpoint()
+    check_parts(checkpoint, rundir.loaded)
+    source = rundir.loaded
     if best:
         checkpoint["learner"] = {**checkpoint["learner"], POLICY_KEY: rundir.load_best()}
-    return record, builder_of(record, rundir.path), checkpoint
+        source = rundir.path / "best" / "policy.pt"
+    return record, builder_of(record, rundir.path), checkpoint, source
 
 
 def builder_of(record: RunRecord, path: Path):
@@ -72,6 +77,19 @@ def run_spec(record: RunRecord):
     return rl_envs.with_policies(spec, record.settings.get("policies", ""),
                                  record.settings.get("agent_index", False),
                                  **record.env_kwargs)  # fmt: skip
+
+
+def policy_network(record: RunRecord, builder, learner_state: dict[str, Any], source: Path):
+    """The run's builder for its policies, its environment's spec and its networks holding the
+    policy in a checkpoint's ``learner_state`` (read from ``source``, named if it does not fit:
+    :func:`~rlherd.run.rundir.fitting`), in evaluation mode."""
+    spec = run_spec(record)
+    builder = for_policies(builder, spec, record.settings.get("policy_overrides", {}))
+    net = builder.make_networks(spec, device="cpu")
+    with fitting(source):
+        net.load_state_dict(policy_state(learner_state))
+    net.eval()
+    return builder, spec, net
 
 
 def play_against(env, actor, opponent, games: int) -> dict[str, float]:
@@ -120,11 +138,15 @@ def turn_opponent(name: str, run_dir: Path, env_id: str, builder, spec, seed: in
         net = builder.make_networks(spec, device="cpu")
         if name == "latest":
             checkpoint = rundir.load_checkpoint()
-            net.load_state_dict(policy_state(checkpoint["learner"]))
-            step = int(checkpoint["recorder"]["counters"]["actor_steps"])
+            check_parts(checkpoint, rundir.loaded)
+            with fitting(rundir.loaded):
+                net.load_state_dict(policy_state(checkpoint["learner"]))
+                step = int(checkpoint["recorder"]["counters"]["actor_steps"])
         else:
             step = int(name[9:])
-            net.load_state_dict(rundir.load_snapshot(step))
+            policy = rundir.load_snapshot(step)
+            with fitting(rundir.snapshot_file(step)):
+                net.load_state_dict(policy)
         return PolicyMoves(builder.make_policy(net), seed), f"step:{step}"
     if name.startswith("mcts:") and name[5:].isdigit() and int(name[5:]) > 0:
         return SpielMoves(env_id, int(name[5:]), seed), name
@@ -182,7 +204,7 @@ def evaluate(
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     if video:  # before the episodes are played, not after
         check_writable(Path(video))
-    record, builder, checkpoint = load_run(run_dir, best)
+    record, builder, checkpoint, source = load_run(run_dir, best)
     _check_opponent(record.env, opponent)
     runtime = RUNTIMES.get(record.runtime)
     if runtime is not None and "gym_envs" not in runtime.provides:
@@ -195,11 +217,7 @@ def evaluate(
         result = own(record, builder, checkpoint, episodes, video, greedy, seed)
         _add_to_summary(run_dir, result)
         return result
-    spec = run_spec(record)
-    builder = for_policies(builder, spec, record.settings.get("policy_overrides", {}))
-    net = builder.make_networks(spec, device="cpu")
-    net.load_state_dict(policy_state(checkpoint["learner"]))
-    net.eval()
+    builder, spec, net = policy_network(record, builder, checkpoint["learner"], source)
     if video and rl_envs.family(record.env) == "pettingzoo":
         raise ConfigError(f"--video records one agent's episode; {record.env} is a multi-agent "
                           "game, which rlherd does not record yet: drop --video")  # fmt: skip
@@ -421,7 +439,7 @@ def run_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
     """:func:`load_policy`'s policy, a game of several policies' too, whose actor rlherd's own
     players (``rlherd package``'s score) step over whole games, agent by agent, as eval does."""
     check_seed(seed)
-    record, builder, checkpoint = load_run(run_dir, best)
+    record, builder, checkpoint, source = load_run(run_dir, best)
     runtime = RUNTIMES.get(record.runtime)
     if runtime is None or "gym_envs" not in runtime.provides:
         raise ConfigError(f"{run_dir} is a {record.runtime} run, whose games live in its "
@@ -429,11 +447,7 @@ def run_policy(run_dir: str | Path, greedy: bool = True, seed: int = 0,
     if "actor_network" in builder.needs:
         raise ConfigError(f"{record.agent} acts by searching its environment, which a policy "
                           "alone cannot; play it with rlherd eval")  # fmt: skip
-    spec = run_spec(record)
-    builder = for_policies(builder, spec, record.settings.get("policy_overrides", {}))
-    net = builder.make_networks(spec, device="cpu")
-    net.load_state_dict(policy_state(checkpoint["learner"]))
-    net.eval()
+    builder, spec, net = policy_network(record, builder, checkpoint["learner"], source)
     return TrainedPolicy(lambda: eval_actor(builder, spec, net, greedy, seed), spec, record)
 
 

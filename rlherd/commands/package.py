@@ -25,7 +25,7 @@ import numpy as np
 
 from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
-from rlherd.commands.evaluate import load_run, run_policy
+from rlherd.commands.evaluate import load_run, policy_network, run_policy
 from rlherd.commands.plot import plot_runs
 from rlherd.commands.seeds import SEED_DIR, seed_dirs
 from rlherd.commands.train import resolve_config
@@ -77,8 +77,9 @@ def package(
     if is_package(run_dir):
         raise ConfigError(f"{run_dir} is a package already; copy the folder to share it again")
     _check_output(run_dir, output, overwrite)
-    record, builder, checkpoint = load_run(run_dir, best)
+    record, builder, checkpoint, source = load_run(run_dir, best)
     _check_packable(run_dir, record, builder)
+    policy_network(record, builder, checkpoint["learner"], source)  # fits: or one line naming it
     summary = RunDir(run_dir).read_summary()
     output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{output.name}-", dir=output.parent) as tmp:

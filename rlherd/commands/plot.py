@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from rlherd.errors import ConfigError
-from rlherd.run.rundir import make_folder
+from rlherd.run.rundir import make_folder, run_file
 from rlherd.run.statistics import CURVE_REPS, aggregate_curves, find_runs, group_runs
+
+_FIX = "restore it from a copy of the run, or delete the row"
 
 
 def load_curves(run_dir: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -18,13 +20,52 @@ def load_curves(run_dir: str | Path) -> tuple[np.ndarray, dict[str, np.ndarray]]
     path = Path(run_dir) / "metrics" / "train.csv"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: no episode finished in {run_dir} yet?")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    header, rows = _rows(path)
+    if not rows:  # no episode yet
+        return np.zeros(0), {"": np.zeros(0)}
     prefix = "episode_return"
-    columns = [c for c in (rows[0] if rows else {prefix: ""}) if c.startswith(prefix)]
-    steps = np.array([float(r["actor_steps"]) for r in rows])
-    curves = {c[len(prefix) + 1:]: np.array([float(r[c]) for r in rows]) for c in columns}
-    return steps, curves
+    columns = [c for c in header if c.startswith(prefix)]
+    table = _numbers(path, header, rows, ["actor_steps", *columns])
+    return table[:, 0], {c[len(prefix) + 1:]: table[:, i + 1] for i, c in enumerate(columns)}
+
+
+def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
+    """A metrics CSV's header and rows, but a short last row: the one a run killed while it
+    wrote it leaves. A file that is not CSV text is one line naming it."""
+    try:
+        with open(run_file(path), newline="", encoding="utf-8") as f:
+            header, *rows = [*csv.reader(f)] or [[]]
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ConfigError(f"{path} is not the CSV rlherd writes ({e}); restore it from a copy "
+                          "of the run") from None  # fmt: skip
+    if rows and len(rows[-1]) < len(header):
+        rows.pop()
+    return header, rows
+
+
+def _numbers(path: Path, header: list[str], rows: list[list[str]],
+             names: list[str]) -> np.ndarray:  # fmt: skip
+    """The columns ``names`` of a metrics CSV's ``rows``, as numbers; a column missing, a row
+    of another length than the header, or a value that is no number is one line naming the
+    file and the row."""
+    if missing := [name for name in names if name not in header]:
+        raise ConfigError(f"{path} has no {missing[0]} column; restore it from a copy of the run")
+    for r, row in enumerate(rows, start=1):
+        if len(row) != len(header):
+            raise ConfigError(f"{path}: row {r} has {len(row)} fields where the header has "
+                              f"{len(header)}; {_FIX}")  # fmt: skip
+    index = [header.index(name) for name in names]
+    table = [[_number(path, r, header[i], row[i]) for i in index]
+             for r, row in enumerate(rows, start=1)]  # fmt: skip
+    return np.array(table, dtype=float).reshape(len(rows), len(names))
+
+
+def _number(path: Path, r: int, column: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{path}: row {r} holds {text[:40]!r} as {column}, not a number; "
+                          f"{_FIX}") from None  # fmt: skip
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:

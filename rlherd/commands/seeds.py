@@ -407,8 +407,10 @@ class _GroupProgress:
 
 def _summary(path: Path) -> dict[str, Any]:
     """A seed's summary.json as it is now (none yet, or unreadable: empty)."""
+    from rlherd.run.rundir import read_json
+
     try:
-        return json.loads((path / "summary.json").read_text())
+        return read_json(path / "summary.json")
     except (OSError, ValueError):
         return {}
 

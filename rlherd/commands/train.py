@@ -28,7 +28,7 @@ from rlherd.run.evaluation import Evaluator, Snapshots
 from rlherd.run.package import is_package
 from rlherd.run.provenance import machine
 from rlherd.run.recorder import Recorder
-from rlherd.run.rundir import RunDir, RunRecord, make_folder
+from rlherd.run.rundir import RunDir, RunRecord, check_parts, fitting, make_folder
 from rlherd.run.tracking import trackers
 from rlherd.runtime import (
     RUNTIMES,
@@ -317,6 +317,7 @@ def train(
         rundir, record, config, settings = _resumed(resume, overrides, given, total_steps,
                                                     eval_every, eval_episodes)  # fmt: skip
         checkpoint = rundir.load_checkpoint()
+        check_parts(checkpoint, rundir.loaded)
     else:
         record, config, settings = _new_record(agent, env, runtime, seed, preset, env_kwargs,
                                                total_steps, eval_every, eval_episodes,
@@ -527,7 +528,8 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
     if spec is not None and spec.policies:  # (the device runtime, without a spec, opens its own)
         recorder.open_windows(spec.policies)
     if checkpoint is not None:
-        recorder.load_state_dict(checkpoint["recorder"])
+        with fitting(rundir.loaded):
+            recorder.load_state_dict(checkpoint["recorder"])
         rundir.truncate_metrics(int(recorder.counters[recorder.counts]), recorder.counts)
     else:
         seed_everything(record.seed)
@@ -546,7 +548,8 @@ def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progres
     with graceful as stop:
         hooks = recorder.callbacks = Callbacks(callbacks, stop)
         ctx = RunContext(builder, record.env, record.env_kwargs, spec, settings, recorder,
-                         record.seed, checkpoint, save, stop, evaluator, snapshots)  # fmt: skip
+                         record.seed, checkpoint, save, stop, evaluator, snapshots,
+                         rundir.loaded)  # fmt: skip
         try:
             hooks.on_start(RunInfo(rundir.path, dataclasses.asdict(record),
                                    resumed=checkpoint is not None, counts=recorder.counts))

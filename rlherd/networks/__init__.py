@@ -294,5 +294,11 @@ class ObservationConfig:
 def torso_of(spec: EnvSpec, config: ObservationConfig) -> nn.Module:
     """The torso an agent's config asks for: :func:`make_torso` with its ``torso``,
     ``hidden_sizes``, ``obs_keys`` and ``obs_encoders`` fields."""
-    return make_torso(spec, config.torso, tuple(config.hidden_sizes), tuple(config.obs_keys),
-                      dict(config.obs_encoders))  # fmt: skip
+    try:
+        return make_torso(spec, config.torso, tuple(config.hidden_sizes),
+                          tuple(config.obs_keys), dict(config.obs_encoders))  # fmt: skip
+    except RuntimeError as e:  # torch.OutOfMemoryError, on a device, is one too
+        if "can't allocate memory" not in str(e) and not isinstance(e, torch.OutOfMemoryError):
+            raise
+        raise ConfigError(f"hidden_sizes {list(config.hidden_sizes)}: the torso's layers need "
+                          "more memory than there is; choose smaller sizes") from None

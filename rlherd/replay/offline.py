@@ -28,6 +28,7 @@ import numpy as np
 
 from rlherd.core import EnvSpec, Leaf, flatten_space, flatten_value
 from rlherd.errors import ConfigError
+from rlherd.run.rundir import JSON_LIMIT, run_file
 from rlherd.types import map_obs
 
 ABOUT_KEY = "rlherd"  # metadata: the env id, env kwargs and policy a dataset was recorded with
@@ -117,9 +118,42 @@ def load_dataset(dataset_id: str) -> Any:
     first episode read, so that a missing or damaged one is one line before anything runs."""
     minari = _minari()
     with _readable(dataset_id):
+        _check_metadata(dataset_id)
         dataset = minari.load_dataset(dataset_id)
         next(iter(dataset.iterate_episodes()), None)  # reads main_data.hdf5
         return dataset
+
+
+def _check_metadata(dataset_id: str) -> None:
+    """What Minari takes on trust from a dataset's metadata.json, checked before Minari reads
+    it: an object, whose spaces Gymnasium makes, whose episode count its data files can hold
+    (Minari allocates an index per episode: 10^15 of them asked for petabytes) and whose
+    ``rlherd`` entry is a JSON object. A fault raises ``ValueError``, which :func:`_readable`
+    words as a damaged dataset."""
+    from minari.serialization import deserialize_space
+    from minari.storage.datasets_root_dir import get_dataset_path
+
+    data = get_dataset_path(dataset_id) / "data"
+    if not (data / "metadata.json").exists():
+        return  # Minari says what is missing
+    meta = json.loads(run_file(data / "metadata.json", JSON_LIMIT).read_bytes())
+    if not isinstance(meta, dict):
+        raise ValueError(f"its metadata.json holds a JSON {type(meta).__name__}, not an object")
+    for key in ("observation_space", "action_space"):
+        try:
+            if key in meta:  # else Minari makes it from the environment's spec
+                deserialize_space(meta[key])
+        except (TypeError, ValueError, KeyError, AssertionError, NotImplementedError) as e:
+            raise ValueError(f"its {key} is not a space Gymnasium makes ({e!r:.100})") from None
+    size = sum(p.stat().st_size for p in data.iterdir() if p.is_file())
+    count = meta.get("total_episodes", 0)
+    if type(count) is not int or not 0 <= count <= size:
+        raise ValueError(f"its metadata counts {str(count)[:20]} episodes, more than its {size:,} "
+                         "bytes of data can hold")  # fmt: skip
+    about = meta.get(ABOUT_KEY, "{}")
+    if not isinstance(about, str) or not isinstance(json.loads(about or "null"), dict):
+        raise ValueError(f"its metadata's {ABOUT_KEY!r} is {str(about)[:60]!r}, not the JSON "
+                         "object rlherd records")  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -160,14 +194,37 @@ def recorded_env(dataset_id: str) -> str | None:
 
 
 def episodes(dataset: Any) -> Iterator[Episode]:
-    """The dataset's episodes, in order."""
+    """The dataset's episodes, in order, each checked (:func:`_check_episode`)."""
     space = dataset.observation_space
     with _readable(dataset.spec.dataset_id):
-        for e in dataset.iterate_episodes():
-            yield Episode(read_observations(space, e.observations), np.asarray(e.actions),
-                          np.asarray(e.rewards, dtype=np.float32),
-                          np.asarray(e.terminations, dtype=bool),
-                          np.asarray(e.truncations, dtype=bool))  # fmt: skip
+        for i, e in enumerate(dataset.iterate_episodes()):
+            yield _check_episode(i, dataset.action_space, Episode(
+                read_observations(space, e.observations), np.asarray(e.actions),
+                np.asarray(e.rewards, dtype=np.float32), np.asarray(e.terminations, dtype=bool),
+                np.asarray(e.truncations, dtype=bool)))  # fmt: skip
+
+
+def _check_episode(index: int, action_space: gym.Space, episode: Episode) -> Episode:
+    """``episode`` (the ``index``-th), if it holds what :func:`fill` reads: as many actions,
+    terminations and truncations as rewards, one observation more, and discrete actions within
+    their space (out of it, an offline learner indexed past its Q-values, and demonstrations
+    taught moves that do not exist). A fault raises ``ValueError``, which :func:`_readable`
+    words as a damaged dataset."""
+    steps, obs = len(episode), episode.observations
+    rows = [("actions", len(episode.actions), steps),
+            ("terminations", len(episode.terminations), steps),
+            ("truncations", len(episode.truncations), steps),
+            *[(f"observations{'' if key is None else f' of {key}'}", len(x), steps + 1)
+              for key, x in (obs.items() if isinstance(obs, dict) else [(None, obs)])]]  # fmt: skip
+    for name, count, want in rows:
+        if count != want:
+            raise ValueError(f"episode {index} has {count} {name}, not the {want} of its "
+                             f"{steps} steps")  # fmt: skip
+    if isinstance(action_space, gym.spaces.Discrete) and steps:
+        low, high = action_space.start, action_space.start + action_space.n
+        if not ((episode.actions >= low) & (episode.actions < high)).all():
+            raise ValueError(f"episode {index} has actions outside its {action_space}")
+    return episode
 
 
 def read_observations(space: gym.Space, stored: Any) -> Observations:

@@ -17,6 +17,8 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from rlherd.run.rundir import run_file
+
 GAMES_FIELDS = ["player", "opponent", "seat", "outcome"]
 PRIOR_DRAWS = 0.5  # a virtual half draw between every pair that met: a player that won every
 # game keeps a finite rating
@@ -60,6 +62,8 @@ def record_games(run_dir: Path, games: list[tuple[str, str, int, float]]) -> dic
     path = run_dir / "metrics" / "games.csv"
     path.parent.mkdir(exist_ok=True)
     new = not path.exists()
+    if not new:
+        run_file(path)  # a FIFO there would block the append below for ever
     with open(path, "a", newline="") as f:
         writer = csv.writer(f)
         if new:

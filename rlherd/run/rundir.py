@@ -17,6 +17,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import typing
 import warnings
 from collections.abc import Iterator
@@ -38,6 +39,17 @@ RETURN_WINDOW = 20
 FULL_DISK_BYTES = 64 * 2**20
 CHECKPOINT_NAME = re.compile(r"ckpt-\d{12}\.pt")
 SNAPSHOT_NAME = re.compile(r"snapshot-(\d{12})\.pt")
+# The most rlherd reads of a run's JSON record (config.json, summary.json, evaluation.json): far
+# more than it writes there, and little enough to hold in memory.
+JSON_LIMIT = 4 * 2**20
+POINTER_LIMIT = 4096  # checkpoints/latest: one checkpoint's name
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFSOCK: "a socket",
+}
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,23 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
+def run_file(path: Path, limit: int | None = None) -> Path:
+    """``path``, checked before it is read: a regular file (where links lead) of at most
+    ``limit`` bytes. Anything else is one line naming it, where reading it would block for ever
+    (a FIFO), never end (a link to /dev/zero) or fail deep inside (a directory). Every reader of
+    a run's files (and of a package's) opens them through this."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a file")
+        raise ConfigError(f"{path} is {kind}, not a regular file; replace it with the file rlherd "
+                          "wrote (from a copy of the run), or train the run again")  # fmt: skip
+    if limit is not None and info.st_size > limit:
+        raise ConfigError(f"{path} holds {info.st_size:,} bytes, more than the {limit:,} rlherd "
+                          "reads from such a file: it is not one rlherd wrote; restore it from a "
+                          "copy of the run, or train the run again")  # fmt: skip
+    return path
+
+
 class CSVLogger:
     """Appends rows to a CSV file; a row with new keys rewrites the header (columns may grow)."""
 
@@ -95,7 +124,7 @@ class CSVLogger:
         self.path = path
         self.fields: list[str] = []
         if path.exists():
-            with open(path, newline="") as f:
+            with open(run_file(path), newline="") as f:
                 self.fields = next(csv.reader(f), [])
         self._file = open(path, "a", newline="")
         self._writer = csv.DictWriter(self._file, self.fields)
@@ -109,7 +138,7 @@ class CSVLogger:
     def _regrow(self, fields: list[str]) -> None:
         self._file.close()
         rows = []
-        if self.path.exists() and self.path.stat().st_size:
+        if self.path.exists() and run_file(self.path).stat().st_size:
             with open(self.path, newline="") as f:
                 rows = list(csv.DictReader(f))
         self.fields = fields
@@ -163,6 +192,7 @@ class RunDir:
         self._tb = None
         self._tb_tried = False
         self._lock = None
+        self.loaded: Path | None = None  # the checkpoint load_checkpoint read: messages name it
 
     def lock(self) -> None:
         """Hold this run's lock until the process ends or :meth:`unlock`: two processes never
@@ -263,7 +293,7 @@ class RunDir:
         """Drop metric rows written after the checkpoint that a resumed run continues from, at
         ``steps`` of ``counts``."""
         for path in self.metrics_dir.glob("*.csv"):
-            with open(path, newline="") as f:
+            with open(run_file(path), newline="") as f:
                 reader = csv.DictReader(f)
                 fields = reader.fieldnames or []
                 rows = [r for r in reader if int(r.get(counts) or 0) <= steps]
@@ -298,9 +328,11 @@ class RunDir:
         """Write the policy's parameters at ``step`` as ``snapshots/snapshot-<step>.pt``
         (atomically, as plain data): the past selves ``rlherd eval --opponent snapshot:K``
         plays against."""
-        folder = self.path / "snapshots"
-        folder.mkdir(exist_ok=True)
-        return _save_policy(policy, folder / f"snapshot-{step:012d}.pt")
+        (self.path / "snapshots").mkdir(exist_ok=True)
+        return _save_policy(policy, self.snapshot_file(step))
+
+    def snapshot_file(self, step: int) -> Path:
+        return self.path / "snapshots" / f"snapshot-{step:012d}.pt"
 
     def snapshots(self) -> list[int]:
         """The steps of the run's policy snapshots, oldest first."""
@@ -313,7 +345,7 @@ class RunDir:
         if step not in self.snapshots():
             have = ", ".join(map(str, self.snapshots())) or "none"
             raise ConfigError(f"{self.path} has no snapshot at step {step} (it has: {have})")
-        return _read_policy(self.path / "snapshots" / f"snapshot-{step:012d}.pt")
+        return _read_policy(self.snapshot_file(step), "delete it, or train the run again")
 
     # the best evaluation's policy (rlherd.run.callbacks.SaveBest) ----------------------------
     def save_best(self, policy: dict[str, Any], evaluation: dict[str, Any]) -> None:
@@ -331,11 +363,7 @@ class RunDir:
         if not path.exists():
             raise ConfigError(f"{self.path} has no best policy ({path}); train it with "
                               "--save-best (or the SaveBest callback) and evaluations")
-        try:
-            return _read_policy(path)
-        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
-            raise ConfigError(f"{path} is not a policy rlherd wrote ({e}); delete best/ or "
-                              "train the run again") from None
+        return _read_policy(path, "delete best/, or train the run again")
 
     def latest_checkpoint(self) -> Path | None:
         """The checkpoint ``latest`` names. It may only name a ``ckpt-<step>.pt`` file of this
@@ -343,7 +371,7 @@ class RunDir:
         pointer = self.checkpoint_dir / "latest"
         if not pointer.exists():
             return None
-        name = pointer.read_bytes().decode(errors="replace").strip()
+        name = run_file(pointer, POINTER_LIMIT).read_bytes().decode(errors="replace").strip()
         if not CHECKPOINT_NAME.fullmatch(name):
             raise ConfigError(
                 f"{pointer} names {name[:80]!r}, not a checkpoint of this run "
@@ -368,8 +396,8 @@ class RunDir:
                 raise ConfigError(f"{path} links to {path.resolve()}, outside the run directory; "
                                   "replace the link with the file itself")  # fmt: skip
             try:
-                state = torch.load(path, weights_only=True, map_location="cpu")
-            except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+                state = torch.load(run_file(path), weights_only=True, map_location="cpu")
+            except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, ConfigError) as e:
                 if "weights_only" in str(e) or "Unsupported global" in str(e):
                     raise ConfigError(
                         f"{path} holds pickled Python objects (rlherd's checkpoint format before "
@@ -382,6 +410,7 @@ class RunDir:
                 if not isinstance(state, dict):
                     raise ConfigError(f"{path} holds a {type(state).__name__}, not an rlherd "
                                       "checkpoint; delete it, or train the run again")  # fmt: skip
+                self.loaded = path
                 return from_plain(state)
         raise FileNotFoundError(
             f"no readable checkpoint in {self.checkpoint_dir} (tried "
@@ -389,13 +418,63 @@ class RunDir:
         )
 
 
-def _read_policy(path: Path) -> dict[str, Any]:
+def check_parts(checkpoint: dict[str, Any], path: Path) -> None:
+    """A run's checkpoint (read from ``path``) holds what every reader takes (eval, resume,
+    package): its learner's state and its step counters, numbers. One that lacks them (an empty
+    dict, a crafted file) is one line, not a ``KeyError`` where a reader first looks."""
+    recorder = checkpoint.get("recorder")
+    counters = recorder.get("counters") if isinstance(recorder, dict) else None
+    if not (isinstance(checkpoint.get("learner"), dict) and isinstance(counters, dict)
+            and all(type(v) in (int, float) for v in counters.values())):  # fmt: skip
+        raise ConfigError(f"{path} lacks a learner's state or the run's step counters, so it is "
+                          "not a checkpoint of this run; delete it to use an older one, or "
+                          "train the run again")  # fmt: skip
+
+
+@contextlib.contextmanager
+def fitting(path: Path | None) -> Iterator[None]:
+    """Restoring a run's state or policy from the file at ``path``: a part that does not fit
+    what the run's config builds (tensors of other shapes, as after config.json's network sizes
+    were edited; a part missing; a value of the wrong type, a random state of another
+    generator) is one line naming the file, not the traceback of a ``load_state_dict`` deep in
+    torch or numpy. Only restoring goes in here: a fault of the run itself keeps its traceback."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as e:
+        raise ConfigError(f"{path} does not fit the run's config ({_gist(e)}); was config.json "
+                          "edited after training? Restore the run's files from a copy, or "
+                          "train the run again") from None  # fmt: skip
+
+
+def _gist(error: Exception) -> str:
+    """What ``error`` says in one line: torch's ``load_state_dict`` says it on its second
+    ("Error(s) in loading state_dict for DQNNetwork:" then "size mismatch for ...")."""
+    if isinstance(error, KeyError):
+        return f"it has no {error.args[0]!r}" if error.args else "a part is missing"
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [""]
+    line = lines[1] if lines[0].startswith("Error(s) in loading") and len(lines) > 1 else lines[0]
+    return f"{type(error).__name__}: {line[:300]}"
+
+
+def _read_policy(path: Path, fix: str) -> dict[str, Any]:
     """A policy's parameters that :func:`_save_policy` wrote, as plain data (nothing in it can
-    run code); a link out of its folder is refused."""
+    run code); a link out of its folder, or a file that holds no such parameters, is one line
+    that says how to ``fix`` it."""
     if path.resolve().parent != path.parent.resolve():
         raise ConfigError(f"{path} links outside the run directory; replace the link with the "
                           "file itself")  # fmt: skip
-    return from_plain(torch.load(path, weights_only=True, map_location="cpu"))
+    try:
+        policy = torch.load(run_file(path), weights_only=True, map_location="cpu")
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as e:
+        pickled = "weights_only" in str(e) or "Unsupported global" in str(e)
+        why = "pickled Python objects, which rlherd does not load" if pickled else _gist(e)
+        raise ConfigError(f"{path} is not a policy rlherd wrote ({why}); {fix}") from None
+    if not isinstance(policy, dict):
+        raise ConfigError(f"{path} holds a {type(policy).__name__}, not a policy's parameters; "
+                          f"{fix}")  # fmt: skip
+    return from_plain(policy)
 
 
 def _save_policy(policy: dict[str, Any], path: Path) -> Path:
@@ -465,9 +544,12 @@ def read_json(path: Path) -> dict[str, Any]:
     object) is one line naming the file."""
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {path.parent} an rlherd run directory?")
+    data = run_file(path, JSON_LIMIT).read_bytes()
     try:
-        value = json.loads(path.read_bytes().decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        value = json.loads(data.decode())
+    # ValueError: not JSON, or an int of more digits than Python converts; RecursionError:
+    # arrays nested deeper than the parser goes
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ConfigError(f"{path} is not valid JSON ({e}); restore it from a copy of the run, "
                           "or train the run again") from None  # fmt: skip
     if not isinstance(value, dict):

@@ -191,7 +191,16 @@ def final_returns(group: Group, policy: str) -> FinalReturns:
     evaluated = f"eval_return_{policy}" if policy else "eval_return_mean"
     metric = evaluated if all(evaluated in run.summary for run in group.runs) else train
     runs = [run for run in group.runs if run.summary.get(metric) is not None]
-    return FinalReturns(group, policy, metric, [float(r.summary[metric]) for r in runs], runs)
+    return FinalReturns(group, policy, metric, [_number(run, metric) for run in runs], runs)
+
+
+def _number(run: RunFiles, metric: str) -> float:
+    """The run's summary's ``metric``; anything but a number there is one line naming the file."""
+    value = run.summary[metric]
+    if type(value) not in (int, float):
+        raise ConfigError(f"{run.path / 'summary.json'}: {metric} is {str(value)[:40]!r}, not a "
+                          "number; restore it from a copy of the run")  # fmt: skip
+    return float(value)
 
 
 @dataclass

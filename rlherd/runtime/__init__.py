@@ -26,6 +26,7 @@ them when called, by which time a run has loaded them anyway.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
 import signal
@@ -172,6 +173,14 @@ class RunContext:
     stop: threading.Event  # set by SIGINT / SIGTERM: stop at the next safe point
     evaluator: Any = None  # rlherd.run.evaluation.Evaluator, or None
     snapshots: Any = None  # rlherd.run.evaluation.Snapshots (self-play), or None
+    checkpoint_file: Path | None = None  # the file ``checkpoint`` was read from
+
+    def restoring(self) -> contextlib.AbstractContextManager[None]:
+        """Where a runtime restores its parts from ``checkpoint``: one that does not fit them
+        is one line naming the file (:func:`rlherd.run.rundir.fitting`)."""
+        from rlherd.run.rundir import fitting
+
+        return fitting(self.checkpoint_file)
 
     def tick(self, state: Callable[[], dict[str, Any]], source: Any = None) -> None:
         """What every runtime does between learner steps: evaluate with ``source``'s parameters

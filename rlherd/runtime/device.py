@@ -294,9 +294,10 @@ def run(ctx: RunContext) -> None:
         g.learner = g.builder.make_learner(g.networks, g.rollouts, max(share, 1))
     loop, learners = DeviceLoop(env, groups, ctx.seed, settings.cuda_graph), Learners(groups)
     if ctx.checkpoint is not None:
-        learners.load_state_dict(ctx.checkpoint["learner"])
-        loop.load_state_dict(ctx.checkpoint["loop"])
-        set_rng_state(ctx.checkpoint["rng"])
+        with ctx.restoring():
+            learners.load_state_dict(ctx.checkpoint["learner"])
+            loop.load_state_dict(ctx.checkpoint["loop"])
+            set_rng_state(ctx.checkpoint["rng"])
 
     def state() -> dict[str, Any]:
         return checkpoint_state(learners, recorder, loop=loop.state_dict())

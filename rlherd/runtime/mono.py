@@ -520,9 +520,10 @@ def run(ctx: RunContext) -> None:
     dataset, checkpointed = with_demonstrations(ctx, dataset, tables, ctx.seed)
     learner = builder.make_learner(networks, dataset, ctx.learner_budget, tables)
     if ctx.checkpoint is not None:
-        learner.load_state_dict(ctx.checkpoint["learner"])
-        load_tables(checkpointed, ctx.checkpoint["tables"])
-        set_rng_state(ctx.checkpoint["rng"])
+        with ctx.restoring():
+            learner.load_state_dict(ctx.checkpoint["learner"])
+            load_tables(checkpointed, ctx.checkpoint["tables"])
+            set_rng_state(ctx.checkpoint["rng"])
         source.publish(networks.state_dict())
     # A resumed run's actors get fresh seeds, so they do not replay the first run's episodes.
     seed = ctx.seed + 7919 * int(ctx.recorder.counters["learner_steps"])

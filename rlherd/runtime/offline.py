@@ -36,10 +36,11 @@ def run(ctx: RunContext) -> None:
     networks = builder.make_networks(spec, settings.device)
     learner = builder.make_learner(networks, dataset, ctx.recorder.total_steps, tables)
     if ctx.checkpoint is not None:
-        learner.load_state_dict(ctx.checkpoint["learner"])
-        for table, state in zip(tables, ctx.checkpoint["tables"], strict=True):
-            table.load_state_dict({**table.state_dict(), **state})
-        set_rng_state(ctx.checkpoint["rng"])
+        with ctx.restoring():
+            learner.load_state_dict(ctx.checkpoint["learner"])
+            for table, state in zip(tables, ctx.checkpoint["tables"], strict=True):
+                table.load_state_dict({**table.state_dict(), **state})
+            set_rng_state(ctx.checkpoint["rng"])
 
     def state() -> dict[str, Any]:
         return checkpoint_state(learner, ctx.recorder,

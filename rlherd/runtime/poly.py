@@ -375,9 +375,10 @@ def run(ctx: RunContext) -> None:
     settings = ctx.settings
     learner, dataset, tables, produce, queue = _learner(ctx)
     if ctx.checkpoint is not None:
-        learner.load_state_dict(ctx.checkpoint["learner"])
-        load_tables(tables, ctx.checkpoint["tables"])
-        set_rng_state(ctx.checkpoint["rng"])
+        with ctx.restoring():
+            learner.load_state_dict(ctx.checkpoint["learner"])
+            load_tables(tables, ctx.checkpoint["tables"])
+            set_rng_state(ctx.checkpoint["rng"])
     lock = threading.Lock()
     acting_net, client, batcher = _batched_policy(ctx, learner, lock)
     outages = Outages()

@@ -34,6 +34,16 @@ from rlherd.runtime import (
 )
 
 
+def _recording(ctx: RunContext) -> dict[str, Any]:
+    """The checkpoint's episodes recorded so far (``record_dataset``); a run trained without
+    it, whose config.json was given it afterwards, has none: one line, not a ``TypeError``."""
+    if ctx.checkpoint.get("recording") is None:
+        raise ConfigError(f"{ctx.checkpoint_file} holds no recorded episodes: the run was "
+                          "trained without record_dataset, which its config.json now sets; "
+                          "remove it there, or record a dataset with rlherd collect")  # fmt: skip
+    return ctx.checkpoint["recording"]
+
+
 def run(ctx: RunContext) -> None:
     builder, spec, settings = ctx.builder, ctx.spec, ctx.settings
     device = settings.device
@@ -68,15 +78,16 @@ def run(ctx: RunContext) -> None:
     envs = ctx.make_envs(num_envs, settings.env_workers)
     loop = EnvironmentLoop(envs, algorithm, ctx.recorder, ctx.seed)
     if ctx.checkpoint is not None:
-        learner.load_state_dict(ctx.checkpoint["learner"])
-        actor.load_state_dict(ctx.checkpoint["actor"])
-        actor.update(wait=True)
-        load_tables(checkpointed, ctx.checkpoint["tables"])
-        restored = loop.load_state_dict(ctx.checkpoint["loop"])
-        ctx.resumed_envs(loop.envs, restored)  # the restored ones, where they were
-        set_rng_state(ctx.checkpoint["rng"])
-        if settings.record_dataset:
-            algorithm.load_state_dict(ctx.checkpoint["recording"])
+        with ctx.restoring():
+            learner.load_state_dict(ctx.checkpoint["learner"])
+            actor.load_state_dict(ctx.checkpoint["actor"])
+            actor.update(wait=True)
+            load_tables(checkpointed, ctx.checkpoint["tables"])
+            restored = loop.load_state_dict(ctx.checkpoint["loop"])
+            ctx.resumed_envs(loop.envs, restored)  # the restored ones, where they were
+            set_rng_state(ctx.checkpoint["rng"])
+            if settings.record_dataset:
+                algorithm.load_state_dict(_recording(ctx))
 
     def state() -> dict[str, Any]:
         recording = algorithm.state_dict() if settings.record_dataset else None
