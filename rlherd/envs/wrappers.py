@@ -24,6 +24,7 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -97,7 +98,7 @@ class StepCheck(gym.Wrapper):
 
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if np.ndim(reward) != 0 or not np.isfinite(reward):
+        if not _one_finite_number(reward):
             raise UnsupportedEnv(f"{self.env_id}'s step() returned the reward {reward!r}; a "
                                  "reward is one finite number")  # fmt: skip
         self._check(obs, info, "step()", ended=terminated or truncated)
@@ -122,12 +123,20 @@ class StepCheck(gym.Wrapper):
 
     def _check_mask(self, mask: np.ndarray, ended: bool) -> None:
         n = int(self.action_space.n)
-        if mask.shape != (n,) or not np.isin(mask, (0, 1)).all():
+        if mask.shape != (n,) or ((mask != 0) & (mask != 1)).any():  # np.isin: 5x the time
             raise UnsupportedEnv(f"{self.env_id}'s action mask {mask.tolist()} is not one 0 or "
                                  f"1 per action ({n}); 1 marks a legal action")  # fmt: skip
         if not ended and not mask.any():
             raise UnsupportedEnv(f"{self.env_id}'s action mask allows no action mid-episode; "
                                  "end the episode (terminated) when no action is legal")
+
+
+def _one_finite_number(reward: Any) -> bool:
+    """Whether ``reward`` is one finite number; a Python (or numpy float64) float the quick way,
+    as most are: this runs at every step."""
+    if isinstance(reward, float | int):
+        return math.isfinite(reward)
+    return np.ndim(reward) == 0 and bool(np.isfinite(reward))
 
 
 def mask_source(env: gym.Env, probe_info: dict[str, Any] | None) -> str | None:
