@@ -8,6 +8,7 @@ import difflib
 import json
 import math
 import numbers
+import stat
 import sys
 import types
 import typing
@@ -15,6 +16,37 @@ from pathlib import Path
 from typing import Any
 
 from rlherd.errors import ConfigError
+
+# The most rlherd reads of a run's JSON record (config.json, summary.json, evaluation.json): far
+# more than it writes there, and little enough to hold in memory.
+JSON_LIMIT = 4 * 2**20
+
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def run_file(path: Path, limit: int | None = None) -> Path:
+    """``path``, checked before it is read: a regular file (where links lead) of at most
+    ``limit`` bytes. Anything else is one line naming it, where reading it would block for ever
+    (a FIFO), never end (a link to /dev/zero) or fail deep inside (a directory). Every reader of
+    a run's files (and of a package's, a dataset's, a --config file's) opens them through
+    this."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a file")
+        raise ConfigError(f"{path} is {kind}, not a regular file; replace it with the file rlherd "
+                          "wrote (from a copy of the run), or train the run again")  # fmt: skip
+    if limit is not None and info.st_size > limit:
+        raise ConfigError(f"{path} holds {info.st_size:,} bytes, more than the {limit:,} rlherd "
+                          "reads from such a file: it is not one rlherd wrote; restore it from a "
+                          "copy of the run, or train the run again")  # fmt: skip
+    return path
+
 
 SEED_BOUND = 2**32  # numpy's legacy seeding (np.random.seed, which a run calls) takes 0 to this - 1
 
@@ -162,7 +194,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
     path = Path(path)
     try:
-        text = path.read_text()
+        text = run_file(path, JSON_LIMIT).read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, json.JSONDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"--config {path}: {str(e).splitlines()[0]}") from None

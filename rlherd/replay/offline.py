@@ -26,9 +26,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlherd.config import JSON_LIMIT, run_file
 from rlherd.core import EnvSpec, Leaf, flatten_space, flatten_value
 from rlherd.errors import ConfigError
-from rlherd.run.rundir import JSON_LIMIT, run_file
 from rlherd.types import map_obs
 
 ABOUT_KEY = "rlherd"  # metadata: the env id, env kwargs and policy a dataset was recorded with

@@ -17,7 +17,6 @@ import os
 import pickle
 import re
 import shutil
-import stat
 import typing
 import warnings
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from typing import Any
 
 import torch
 
+from rlherd.config import JSON_LIMIT, run_file
 from rlherd.errors import ConfigError, Notice
 from rlherd.run.plain import from_plain, to_plain
 
@@ -39,17 +39,7 @@ RETURN_WINDOW = 20
 FULL_DISK_BYTES = 64 * 2**20
 CHECKPOINT_NAME = re.compile(r"ckpt-\d{12}\.pt")
 SNAPSHOT_NAME = re.compile(r"snapshot-(\d{12})\.pt")
-# The most rlherd reads of a run's JSON record (config.json, summary.json, evaluation.json): far
-# more than it writes there, and little enough to hold in memory.
-JSON_LIMIT = 4 * 2**20
 POINTER_LIMIT = 4096  # checkpoints/latest: one checkpoint's name
-_KINDS = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFIFO: "a FIFO (named pipe)",
-    stat.S_IFCHR: "a device",
-    stat.S_IFBLK: "a device",
-    stat.S_IFSOCK: "a socket",
-}
 
 
 @dataclass(frozen=True)
@@ -98,23 +88,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
-
-
-def run_file(path: Path, limit: int | None = None) -> Path:
-    """``path``, checked before it is read: a regular file (where links lead) of at most
-    ``limit`` bytes. Anything else is one line naming it, where reading it would block for ever
-    (a FIFO), never end (a link to /dev/zero) or fail deep inside (a directory). Every reader of
-    a run's files (and of a package's) opens them through this."""
-    info = path.stat()
-    if not stat.S_ISREG(info.st_mode):
-        kind = _KINDS.get(stat.S_IFMT(info.st_mode), "not a file")
-        raise ConfigError(f"{path} is {kind}, not a regular file; replace it with the file rlherd "
-                          "wrote (from a copy of the run), or train the run again")  # fmt: skip
-    if limit is not None and info.st_size > limit:
-        raise ConfigError(f"{path} holds {info.st_size:,} bytes, more than the {limit:,} rlherd "
-                          "reads from such a file: it is not one rlherd wrote; restore it from a "
-                          "copy of the run, or train the run again")  # fmt: skip
-    return path
 
 
 class CSVLogger:
