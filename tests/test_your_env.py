@@ -149,6 +149,19 @@ class Scalar(gym.Env):
         return self._obs(), float(action), False, self.t >= 10, {}
 
 
+class HumanView(OneLegalAction):
+    """OneLegalAction, its mask in info, drawn for a human (here: not at all)."""
+
+    metadata = {"render_modes": ["human"]}
+
+    def __init__(self, render_mode: str | None = None):
+        super().__init__("info")
+        self.render_mode = render_mode
+
+    def render(self):
+        return None
+
+
 class Codes(gym.Env):
     """Codes that do not count from 0: a Discrete from 5, a MultiDiscrete from -1 (int32)."""
 
@@ -273,6 +286,17 @@ def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
     gym.register("test_your_env/InMain-v0", entry_point=in_main)
     with pytest.raises(ConfigError, match="registered by the script that runs"):
         rl_envs.resolve("test_your_env/InMain-v0")
+
+
+def test_a_human_render_of_a_masked_environment_is_made_and_forgets_nothing():
+    """rlherd does not reset an environment drawn for a human to look for its mask: its
+    reset's mask was then refused as one given "from step() but not from reset()", and the id's
+    later makes in the process remembered it had none."""
+    env = rl_envs.make(f"{__name__}:HumanView", render_mode="human")
+    env.reset(seed=0)
+    env.step(env.unwrapped.legal)
+    obs, _ = rl_envs.make(f"{__name__}:HumanView").reset(seed=0)
+    assert obs["action_mask"].sum() == 1
 
 
 def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):

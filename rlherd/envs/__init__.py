@@ -251,14 +251,16 @@ def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
         env = NamedArrays(env)
     own = not type(env.unwrapped).__module__.startswith(_KNOWN_MODULES)  # one's own, say
     looks = own and isinstance(env.action_space, gym.spaces.Discrete)
-    if key not in _MASKS:
-        info = env.reset()[1] if looks and env.render_mode != "human" else None
-        _MASKS[key] = mask_source(env, info)
-    if _MASKS[key] is not None:
-        env = ActionMaskObservation(env, _MASKS[key])
+    blind = looks and env.render_mode == "human"  # a reset to look would open a window
+    source = _MASKS.get(key) if key in _MASKS else mask_source(
+        env, env.reset()[1] if looks and not blind else None)  # fmt: skip
+    if not blind:  # what was not looked for is not remembered for the id's later makes
+        _MASKS[key] = source
+    if source is not None:
+        env = ActionMaskObservation(env, source)
     space = env.observation_space
     masked = looks and isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
-    return StepCheck(env, env_id, masked) if own else env
+    return StepCheck(env, env_id, masked, late_masks=not blind) if own else env
 
 
 def _install_hint(env_id: str) -> str:

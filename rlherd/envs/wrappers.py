@@ -81,12 +81,13 @@ class ActionMaskObservation(gym.Wrapper):
 
 class StepCheck(gym.Wrapper):
     """See the module docstring. ``masked``: the observation holds an action mask, to check at
-    every step; otherwise a mask in a discrete environment's step ``info`` is refused."""
+    every step; otherwise, with ``late_masks`` (the reset's ``info`` was looked at), a mask in a
+    discrete environment's step ``info`` is refused."""
 
-    def __init__(self, env: gym.Env, env_id: str, masked: bool):
+    def __init__(self, env: gym.Env, env_id: str, masked: bool, late_masks: bool = True):
         super().__init__(env)
         self.env_id, self.masked = env_id, masked
-        self.discrete = isinstance(env.action_space, gym.spaces.Discrete)
+        self.late_masks = late_masks and isinstance(env.action_space, gym.spaces.Discrete)
         space = env.observation_space
         self.shapes = {k: s.shape for k, s in space.spaces.items()} if isinstance(
             space, gym.spaces.Dict) else {None: space.shape}  # fmt: skip
@@ -116,7 +117,7 @@ class StepCheck(gym.Wrapper):
                                      "inf")  # fmt: skip
         if self.masked:
             self._check_mask(np.asarray(obs[ACTION_MASK]), ended)
-        elif self.discrete and ACTION_MASK in info:
+        elif self.late_masks and ACTION_MASK in info:
             raise UnsupportedEnv(f"{self.env_id} gives info['action_mask'] from step() but "
                                  "not from reset(), so it would be ignored: give it from "
                                  "reset() too")  # fmt: skip
