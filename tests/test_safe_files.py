@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -164,10 +165,16 @@ def test_a_run_naming_a_function_that_is_no_environment_factory_runs_no_code(
     ``runpy:run_path`` ran a script shipped in the run."""
     marker = tmp_path / "pwned"
     (run_copy / "payload.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    with open(run_copy / "payload.npy", "wb") as f:
+        pickle.dump(_Runs(marker), f)
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
     config = json.loads((run_copy / "config.json").read_text())
-    for env, options in (("os:system", {"command": f"touch {marker}"}),
-                         ("runpy:run_path", {"path_name": str(run_copy / "payload.py")})):
+    stdlib = "where no environment lives (the standard library"
+    for env, options, says in (
+            ("os:system", {"command": f"touch {marker}"}, stdlib),
+            ("runpy:run_path", {"path_name": str(run_copy / "payload.py")}, stdlib),
+            ("numpy:load", {"file": str(run_copy / "payload.npy"), "allow_pickle": True},
+             "not marked as an environment factory")):  # fmt: skip
         (run_copy / "config.json").write_text(json.dumps(
             {**config, "env": env, "env_kwargs": options}))  # fmt: skip
         args = {"eval": ["eval", str(run_copy)],
@@ -179,12 +186,32 @@ def test_a_run_naming_a_function_that_is_no_environment_factory_runs_no_code(
                            str(tmp_path / "again")],
                 }.get(command)  # fmt: skip
         if args is None:
-            with pytest.raises(ConfigError, match="not marked as an environment factory"):
+            with pytest.raises(ConfigError, match=re.escape(says)):
                 rlherd.load_policy(run_copy)
         else:
             assert main(args) == 2
-            assert "not marked as an environment factory" in _one_line(capsys)
+            assert says in _one_line(capsys)
         assert not marker.exists()
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ("mujoco.pwned:Pwned-v0", "would import 'mujoco.pwned' from inside the run directory"),
+    ("venv.__main__:CartPole-v1", "where no environment lives"),
+])  # fmt: skip
+def test_a_run_never_names_a_module_that_runs_code_of_its_choosing(
+        env, says, run_copy, tmp_path, capsys, monkeypatch):  # fmt: skip
+    """A namespace package (mujoco) looks for its submodules on the whole import path, the run's
+    folder first under ``python -m`` there, so a run's own ``mujoco/pwned.py`` was imported; and
+    any installed module's top-level code ran (``venv.__main__`` made a virtualenv)."""
+    (run_copy / "mujoco").mkdir()
+    (run_copy / "mujoco" / "pwned.py").write_text(f"open({str(tmp_path / 'pwned')!r}, 'w')\n")
+    config = json.loads((run_copy / "config.json").read_text())
+    (run_copy / "config.json").write_text(json.dumps({**config, "env": env}))
+    monkeypatch.syspath_prepend(str(run_copy))
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", str(run_copy)]) == 2
+    assert says in _one_line(capsys)
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "eval").exists()
 
 
 def test_a_pettingzoo_id_never_imports_a_module_from_the_run(run_copy, tmp_path, capsys,

@@ -327,30 +327,43 @@ def _registering_module(env_id: str) -> str | None:
 
 
 def check_recorded(env_id: str, run_dir: str | Path) -> None:
-    """Refuse a run's recorded environment whose module is not installed, or would be imported
-    from inside the run directory itself: importing a module runs its code, and a run directory
-    (shared, downloaded) must never run code of its own. (``python -m`` puts the working
-    directory first on the import path, so a run's own ``evil.py`` would be found first.) A
-    PettingZoo id, ``pettingzoo/<module>``, names its module too."""
+    """Refuse a run's recorded environment whose module is not installed, would be imported
+    from inside the run directory itself, or is one no environment lives in (the standard
+    library's, a program's ``__main__``): importing a module runs its code, and a run directory
+    (shared, downloaded) must never run code of its own or choose what runs (``venv.__main__``
+    made a virtualenv). ``python -m`` puts the working directory first on the import path, so a
+    run's own ``evil.py`` would be found first, and a namespace package (``mujoco``) looks for
+    its submodules there too: each part of the name is checked. A PettingZoo id,
+    ``pettingzoo/<module>``, names its module too."""
     module, _ = split_id(env_id)
     if env_id.startswith(PETTINGZOO):
         module = env_id[len(PETTINGZOO):]
     if not module:
         return
-    found = importlib.util.find_spec(module.split(".")[0])
-    if found is None:
-        raise MissingExtra(
-            f"this run's environment {env_id!r} needs the module {module!r}, which is not "
-            "found here; install the package that provides it"
-        )
-    places = [found.origin, *(found.submodule_search_locations or [])]
+    parts = module.split(".")
+    if "__main__" in parts or parts[0] in sys.stdlib_module_names:
+        raise ConfigError(f"this run's environment {env_id!r} names the module {module!r}, "
+                          "where no environment lives (the standard library, or a program's "
+                          "__main__); a run names the module of its environment")  # fmt: skip
     inside = Path(run_dir).resolve()
-    if any(p and Path(p).resolve().is_relative_to(inside) for p in places):
-        raise ConfigError(
-            f"this run's environment {env_id!r} would import {module!r} from inside the run "
-            f"directory ({found.origin}); rlherd imports only installed modules for a run. "
-            "Run from another directory, or install the package"
-        )
+    for k in range(1, len(parts) + 1):
+        try:
+            found = importlib.util.find_spec(".".join(parts[:k]))
+        except (ImportError, ValueError):  # a part that is no package: the import says so
+            return
+        if found is None and k == 1:
+            raise MissingExtra(f"this run's environment {env_id!r} needs the module {module!r}, "
+                               "which is not found here; install the package that provides "
+                               "it")  # fmt: skip
+        if found is None:
+            return
+        places = [found.origin, *(found.submodule_search_locations or [])]
+        if any(p and Path(p).resolve().is_relative_to(inside) for p in places):
+            raise ConfigError(
+                f"this run's environment {env_id!r} would import {found.name!r} from inside the "
+                f"run directory ({found.origin}); rlherd imports only installed modules for a "
+                "run. Run from another directory, or install the package"
+            )
 
 
 @contextlib.contextmanager
