@@ -250,6 +250,24 @@ def test_a_run_to_train_may_not_link_out_of_itself(link, run_copy, tmp_path, cap
     assert all(p.read_text() == "999999,precious-row\n" for p in victim.iterdir())
 
 
+def test_eval_never_writes_through_a_link_in_the_run(run_copy, tmp_path, capsys):
+    """eval writes the run's summary through a temporary file, which a shared run could hold as
+    a link: the file it named was replaced by the summary."""
+    victim = tmp_path / "precious.txt"
+    victim.write_text("precious data\n")
+    (run_copy / ".summary.json.tmp").symlink_to(victim)
+    assert main(["eval", str(run_copy), "--episodes", "1"]) == 2
+    assert "outside the run directory; a run writes only inside itself" in _one_line(capsys)
+    assert victim.read_text() == "precious data\n"
+    # A link left inside the run is removed, never written through.
+    (run_copy / ".summary.json.tmp").unlink()
+    (run_copy / ".summary.json.tmp").symlink_to(run_copy / "config.json")
+    config = (run_copy / "config.json").read_text()
+    assert main(["eval", str(run_copy), "--episodes", "1"]) == 0
+    assert (run_copy / "config.json").read_text() == config
+    assert "eval_return_mean" in json.loads((run_copy / "summary.json").read_text())
+
+
 def test_a_latest_pointer_outside_the_run_is_refused(run_copy, tmp_path, capsys):
     outside = tmp_path / "elsewhere.pt"
     shutil.copy(_latest(run_copy), outside)

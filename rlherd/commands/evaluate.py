@@ -455,4 +455,5 @@ def _add_to_summary(run_dir: str | Path, result: dict[str, Any]) -> None:
     if is_package(run_dir):  # shared as it was made (perhaps read-only, a download): not written
         return
     rundir = RunDir(run_dir)
+    rundir.check_links()
     rundir.write_summary({**rundir.read_summary(), **result})

@@ -17,7 +17,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from rlherd.run.rundir import run_file
+from rlherd.run.rundir import RunDir, run_file
 
 GAMES_FIELDS = ["player", "opponent", "seat", "outcome"]
 PRIOR_DRAWS = 0.5  # a virtual half draw between every pair that met: a player that won every
@@ -59,6 +59,7 @@ def elo(games: list[tuple[str, str, float]], iterations: int = 500) -> dict[str,
 def record_games(run_dir: Path, games: list[tuple[str, str, int, float]]) -> dict[str, float]:
     """Append ``(player, opponent, seat, outcome)`` games to ``metrics/games.csv``, rewrite
     ``ratings.csv`` from all of them, and return the ratings."""
+    RunDir(run_dir).check_links()  # a link in the run would have eval write through it
     path = run_dir / "metrics" / "games.csv"
     path.parent.mkdir(exist_ok=True)
     new = not path.exists()

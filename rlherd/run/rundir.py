@@ -77,7 +77,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with _disk_full_is_one_line(path):
         try:
-            with open(tmp, "wb") as f:
+            tmp.unlink(missing_ok=True)  # a link left there is removed, never written through
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -171,8 +173,8 @@ class RunDir:
         """Hold this run's lock until the process ends or :meth:`unlock`: two processes never
         train one run directory at once, and a lock that no live process holds marks a run
         whose process died (even by SIGKILL: the system drops its locks). A run to be written is
-        first checked for links out of it (:meth:`_check_links`)."""
-        self._check_links()
+        first checked for links out of it (:meth:`check_links`)."""
+        self.check_links()
         # Held open: the lock lasts as long. Never through a link, never truncating.
         fd = os.open(self.path / ".lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         self._lock = os.fdopen(fd, "w")
@@ -183,11 +185,12 @@ class RunDir:
             raise ConfigError(f"{self.path} is in use by another rlherd process; wait for it to "
                               "end, or choose another --run-dir") from None  # fmt: skip
 
-    def _check_links(self) -> None:
-        """Refuse a run holding a link to anything outside it: training writes, prunes and
-        rewrites the run's files (checkpoints, metrics, its lock) in place, so a shared run's
-        ``checkpoints`` linked to another folder had that folder's files deleted, and a linked
-        ``metrics/train.csv`` or ``.lock`` rewrote the file it named."""
+    def check_links(self) -> None:
+        """Refuse a run holding a link to anything outside it, before anything writes into it:
+        training writes, prunes and rewrites the run's files (checkpoints, metrics, its lock) in
+        place, and eval its summary and a game's ratings, so a shared run's ``checkpoints``
+        linked to another folder had that folder's files deleted, and a linked
+        ``metrics/train.csv``, ``.lock`` or ``.summary.json.tmp`` rewrote the file it named."""
         inside = self.path.resolve()
         for folder, dirs, files in os.walk(self.path):
             for name in dirs + files:
