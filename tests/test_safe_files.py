@@ -250,6 +250,18 @@ def test_a_run_to_train_may_not_link_out_of_itself(link, run_copy, tmp_path, cap
     assert all(p.read_text() == "999999,precious-row\n" for p in victim.iterdir())
 
 
+def test_a_bsuite_run_names_no_folder_of_its_own_to_write_in(run_copy, tmp_path, capsys):
+    """bsuite writes its CSV where ``results_dir`` says, replacing one there with ``overwrite``:
+    a run's record naming them had eval write (through a link it planted) anywhere."""
+    config = json.loads((run_copy / "config.json").read_text())
+    (run_copy / "config.json").write_text(json.dumps({
+        **config, "env": "bsuite/deep_sea/0",
+        "env_kwargs": {"results_dir": str(tmp_path / "trap"), "overwrite": True}}))  # fmt: skip
+    assert main(["eval", str(run_copy), "--episodes", "1"]) == 2
+    assert "names results_dir or overwrite" in _one_line(capsys)
+    assert not (tmp_path / "trap").exists()
+
+
 def test_eval_never_writes_through_a_link_in_the_run(run_copy, tmp_path, capsys):
     """eval writes the run's summary through a temporary file, which a shared run could hold as
     a link: the file it named was replaced by the summary."""

@@ -482,6 +482,11 @@ def read_record(folder: Path) -> RunRecord:
                 "not rlherd's: restore it from a copy of the run, or train the run again"
             )
     rl_envs.check_recorded(config["env"], folder)
+    if rl_envs.family(config["env"]) == "bsuite" and {"results_dir", "overwrite"} & set(
+            config["env_kwargs"]):  # fmt: skip
+        raise ConfigError(f"{path}: env_kwargs names results_dir or overwrite, where bsuite "
+                          "writes its CSV, which only the run itself sets (its own folder); "
+                          "drop them")  # fmt: skip
     preset = config.get("preset") if isinstance(config.get("preset"), str) else ""
     machine = config.get("machine") if isinstance(config.get("machine"), dict) else {}
     return RunRecord(**{key: config[key] for key in RUN_FIELDS}, preset=preset,
