@@ -275,17 +275,25 @@ def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
     run = rlherd.train("ppo", "test_your_env/NoRenderMode-v0", total_steps=64,
                        run_dir=tmp_path / "run", progress=False)  # fmt: skip
     assert run.config.env == f"{__name__}:test_your_env/NoRenderMode-v0"
+    resumed = rlherd.train("ppo", "test_your_env/NoRenderMode-v0", resume=run.path,
+                           total_steps=128, progress=False)  # the id as it was given  # fmt: skip
+    assert resumed.summary["actor_steps"] >= 128
     out = subprocess.run([sys.executable, "-m", "rlherd.cli", "eval", str(run.path), "--episodes",
                           "1"], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, PYTHONPATH=os.path.dirname(__file__)))  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert rlherd.train("ppo", "CartPole-v1", total_steps=64, run_dir=tmp_path / "gym",
                         progress=False).config.env == "CartPole-v1"  # fmt: skip
-    # One registered by the script that runs cannot be made by the run's other processes.
+    # One registered by the script that runs, or by a module other than its entry point's,
+    # cannot be made by the run's other processes.
     in_main = type("InMain", (NoRenderMode,), {"__module__": "__main__"})
     gym.register("test_your_env/InMain-v0", entry_point=in_main)
-    with pytest.raises(ConfigError, match="registered by the script that runs"):
-        rl_envs.resolve("test_your_env/InMain-v0")
+    gym.register("test_your_env/Elsewhere-v0", entry_point="mixed_env:MixedCorridor")
+    for env_id, module in (("test_your_env/InMain-v0", "__main__"),
+                           ("test_your_env/Elsewhere-v0", "mixed_env")):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"registered by code this process ran, not by "
+                           f"importing {module} alone"):  # fmt: skip
+            rl_envs.resolve(env_id)
 
 
 def test_a_human_render_of_a_masked_environment_is_made_and_forgets_nothing():

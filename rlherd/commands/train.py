@@ -489,6 +489,8 @@ def _check_resume_flags(record: RunRecord, overrides: dict[str, Any], **given: A
         )
     for name in ("agent", "env", "runtime", "seed"):
         recorded = getattr(record, name)
+        if name == "env" and isinstance(given[name], str) and recorded.endswith(f":{given[name]}"):
+            continue  # the id as given, recorded with the module that registers it
         if given[name] is not None and given[name] != recorded:
             raise ConfigError(
                 f"--resume continues the run as it was started ({name} {recorded!r}); drop "

@@ -23,6 +23,7 @@ import difflib
 import importlib
 import importlib.util
 import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -309,19 +310,25 @@ REGISTERED_HERE = ("gymnasium", "ale_py", "minatar", "shimmy", "rlherd")
 
 
 def _registering_module(env_id: str) -> str | None:
-    """The module to record with a registered id that code of one's own registered (its entry
-    point's module, whose import registers it): a process that did not run that code (an actor,
-    ``rlherd eval``, ``--resume``) would not know the id. None for the ids every process
-    knows."""
+    """The module to record with a registered id that code of one's own registered: a process
+    that did not run that code (an actor, ``rlherd eval``, ``--resume``) would not know the id.
+    The candidate is the entry point's module, kept only if importing it alone registers the id
+    (checked in a fresh process: an id registered elsewhere, or by the running script, is
+    refused with the fix). None for the ids of the packages every process imports."""
     entry = gym.spec(env_id).entry_point
     module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
     if not module or module.split(".")[0] in REGISTERED_HERE:
         return None
-    if module == "__main__":
+    check = ("import gymnasium, importlib, sys; importlib.import_module(sys.argv[1]); "
+             "sys.exit(sys.argv[2] not in gymnasium.registry)")  # fmt: skip
+    alone = module != "__main__" and subprocess.run(
+        [sys.executable, "-c", check, module, env_id], capture_output=True, timeout=300,
+        env={**os.environ, **child_env()}).returncode == 0  # fmt: skip
+    if not alone:
         raise ConfigError(
-            f"{env_id} is registered by the script that runs, which the run's other processes "
-            "(actors, rlherd eval, --resume) do not run: register it in a module of its own "
-            f"(my_envs.py) and train on 'my_envs:{env_id}'"
+            f"{env_id} is registered by code this process ran, not by importing {module} alone, "
+            "so the run's other processes (actors, rlherd eval, --resume) would not know it: "
+            f"train on 'MODULE:{env_id}', naming the module whose import registers it"
         )
     return module
 
