@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import importlib
 import importlib.util
 import os
@@ -316,6 +317,8 @@ def _registering_module(env_id: str) -> str | None:
     (checked in a fresh process: an id registered elsewhere, or by the running script, is
     refused with the fix). None for the ids of the packages every process imports."""
     entry = gym.spec(env_id).entry_point
+    while isinstance(entry, functools.partial):  # Shimmy registers the Control Suite's so
+        entry = entry.func
     module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
     if not module or module.split(".")[0] in REGISTERED_HERE:
         return None
