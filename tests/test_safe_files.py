@@ -268,6 +268,17 @@ def test_a_bsuite_run_names_no_folder_of_its_own_to_write_in(run_copy, tmp_path,
     assert not (tmp_path / "trap").exists()
 
 
+def test_a_run_to_train_holds_no_hard_link(run_copy, tmp_path, capsys):
+    """A metrics CSV hard-linked to a file elsewhere had --resume append to that file."""
+    victim = tmp_path / "precious.csv"
+    victim.write_text("999999,precious-row\n")
+    (run_copy / "metrics" / "train.csv").unlink()
+    os.link(victim, run_copy / "metrics" / "train.csv")
+    assert main(["train", "--resume", str(run_copy), "--total-steps", str(2 * STEPS)]) == 2
+    assert "is a hard link" in _one_line(capsys)
+    assert victim.read_text() == "999999,precious-row\n"
+
+
 def test_eval_never_writes_through_a_link_in_the_run(run_copy, tmp_path, capsys):
     """eval writes the run's summary through a temporary file, which a shared run could hold as
     a link: the file it named was replaced by the summary."""

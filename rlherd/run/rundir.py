@@ -190,7 +190,8 @@ class RunDir:
         training writes, prunes and rewrites the run's files (checkpoints, metrics, its lock) in
         place, and eval its summary and a game's ratings, so a shared run's ``checkpoints``
         linked to another folder had that folder's files deleted, and a linked
-        ``metrics/train.csv``, ``.lock`` or ``.summary.json.tmp`` rewrote the file it named."""
+        ``metrics/train.csv``, ``.lock`` or ``.summary.json.tmp`` rewrote the file it named (a
+        hard link the same)."""
         inside = self.path.resolve()
         for folder, dirs, files in os.walk(self.path):
             for name in dirs + files:
@@ -200,6 +201,9 @@ class RunDir:
                         f"{path} links to {path.resolve()}, outside the run directory; a run "
                         "writes only inside itself: replace the link with what it names"
                     )
+                if not path.is_symlink() and path.is_file() and path.stat().st_nlink > 1:
+                    raise ConfigError(f"{path} is a hard link, a file with another name, which "
+                                      "writing here would change too: replace it with a copy")
 
     def unlock(self) -> None:
         if self._lock is not None:
