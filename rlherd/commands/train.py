@@ -20,7 +20,7 @@ from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
 from rlherd.commands.evaluate import builder_of, run_spec
 from rlherd.config import apply_overrides, as_type, check_seed, to_json
-from rlherd.envs.bsuite import RESULTS, STEP_BOUND, episode_budget
+from rlherd.envs.bsuite import RESULTS, RUN_OPTIONS, STEP_BOUND, episode_budget
 from rlherd.errors import ConfigError, Notice
 from rlherd.replay.demonstrations import check_source
 from rlherd.run.callbacks import Callbacks, RunInfo, check_callbacks
@@ -182,7 +182,7 @@ def _bsuite_settings(env: str, runtime: str, given: dict[str, Any],
     if given.get("env_workers", 0):  # its snapshot, which carries the CSV's logger, is not saved
         raise ConfigError(f"{env}: {why}, in this process, for its checkpoints to keep the "
                           "logger; drop --env-workers")  # fmt: skip
-    if "results_dir" in env_kwargs or "overwrite" in env_kwargs:
+    if RUN_OPTIONS & set(env_kwargs):
         raise ConfigError(f"{env}: the run writes bsuite's CSV in its own {RESULTS}/ folder; "
                           "drop results_dir and overwrite from --env-kwargs")  # fmt: skip
     return {"num_envs": 1, "total_episodes": episode_budget(env), **given}

@@ -25,6 +25,8 @@ from rlherd.errors import ConfigError, MissingExtra
 PREFIX = "bsuite/"
 INSTALL = "pip install 'rlherd[bsuite]'"
 RESULTS = "bsuite"  # a run directory's folder of bsuite's CSV (its training environment's)
+# make_bsuite's options that only the run sets (its RESULTS folder), never a user or a record.
+RUN_OPTIONS = frozenset({"results_dir", "overwrite"})
 # A bsuite run ends at bsuite's episode budget; its step budget is only a bound that no id's
 # budget reaches (the longest, cartpole_swingup's, is a million steps).
 STEP_BOUND = 10_000_000

@@ -475,6 +475,7 @@ def read_record(folder: Path) -> RunRecord:
     environment it names by module must be an installed one (see
     :func:`rlherd.envs.check_recorded`)."""
     from rlherd import envs as rl_envs
+    from rlherd.envs.bsuite import RUN_OPTIONS
 
     path = folder / "config.json"
     config = read_json(path)
@@ -486,8 +487,7 @@ def read_record(folder: Path) -> RunRecord:
                 "not rlherd's: restore it from a copy of the run, or train the run again"
             )
     rl_envs.check_recorded(config["env"], folder)
-    if rl_envs.family(config["env"]) == "bsuite" and {"results_dir", "overwrite"} & set(
-            config["env_kwargs"]):  # fmt: skip
+    if rl_envs.family(config["env"]) == "bsuite" and RUN_OPTIONS & set(config["env_kwargs"]):
         raise ConfigError(f"{path}: env_kwargs names results_dir or overwrite, where bsuite "
                           "writes its CSV, which only the run itself sets (its own folder); "
                           "drop them")  # fmt: skip
