@@ -108,13 +108,12 @@ class StepCheck(gym.Wrapper):
     def _check(self, obs: Any, info: dict[str, Any], call: str, ended: bool) -> None:
         for key, shape in self.shapes.items():
             value = np.asarray(obs if key is None else obs[key])
-            where = "an observation" if key is None else f"observation {key!r}"
             if value.shape != shape:
-                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {where} of shape "
+                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {_leaf(key)} of shape "
                                      f"{value.shape}; its observation space says {shape}")
             if value.dtype.kind == "f" and not np.isfinite(value).all():  # not the learner's
-                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {where} holding NaN or "
-                                     "inf")  # fmt: skip
+                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {_leaf(key)} holding NaN "
+                                     "or inf")  # fmt: skip
         if self.masked:
             self._check_mask(np.asarray(obs[ACTION_MASK]), ended)
         elif self.late_masks and ACTION_MASK in info:
@@ -130,6 +129,11 @@ class StepCheck(gym.Wrapper):
         if not ended and not mask.any():
             raise UnsupportedEnv(f"{self.env_id}'s action mask allows no action mid-episode; "
                                  "end the episode (terminated) when no action is legal")
+
+
+def _leaf(key: str | None) -> str:
+    """How a message names an observation's array (``key`` None: the observation itself)."""
+    return "an observation" if key is None else f"observation {key!r}"
 
 
 def _one_finite_number(reward: Any) -> bool:
