@@ -492,6 +492,22 @@ def test_a_damaged_dataset_is_one_line(damage, use, minari_root, tmp_path, capsy
     assert says in err, err
 
 
+@pytest.mark.parametrize(("agent", "actions"), [("cql", 10.0), ("cql", np.nan), ("crr", -10.0)])
+def test_continuous_actions_outside_their_space_are_one_line(agent, actions, minari_root,
+                                                             tmp_path, capsys):  # fmt: skip
+    """Out of their bounds (or NaN), a tanh policy's log-probability of them was NaN: the run
+    trained on, or stopped as diverged, blaming its learning rate."""
+    assert main(["collect", "--env", "rlherd/Reach-v0", "--episodes", "2", "--out",
+                 "reach/damaged-v0", "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    _actions(lambda a: np.full_like(a, actions))(minari_root / "reach" / "damaged-v0" / "data")
+    assert main(["train", agent, "--env", "rlherd/Reach-v0", "--dataset", "reach/damaged-v0",
+                 "--total-steps", "30", "--no-progress", "--run-dir",
+                 str(tmp_path / "run")]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "episode 0 has actions outside its Box(" in err, err
+
+
 # ------------------------------------------------------------------------- dict observations
 @pytest.fixture
 def mixed_dataset(minari_root):

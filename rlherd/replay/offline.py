@@ -206,10 +206,10 @@ def episodes(dataset: Any) -> Iterator[Episode]:
 
 def _check_episode(index: int, action_space: gym.Space, episode: Episode) -> Episode:
     """``episode`` (the ``index``-th), if it holds what :func:`fill` reads: as many actions,
-    terminations and truncations as rewards, one observation more, and discrete actions within
-    their space (out of it, an offline learner indexed past its Q-values, and demonstrations
-    taught moves that do not exist). A fault raises ``ValueError``, which :func:`_readable`
-    words as a damaged dataset."""
+    terminations and truncations as rewards, one observation more, and actions within their
+    space (out of it, an offline learner indexed past its Q-values, demonstrations taught moves
+    that do not exist, and a tanh policy's log-probability of a continuous one was NaN). A
+    fault raises ``ValueError``, which :func:`_readable` words as a damaged dataset."""
     steps, obs = len(episode), episode.observations
     rows = [("actions", len(episode.actions), steps),
             ("terminations", len(episode.terminations), steps),
@@ -220,11 +220,28 @@ def _check_episode(index: int, action_space: gym.Space, episode: Episode) -> Epi
         if count != want:
             raise ValueError(f"episode {index} has {count} {name}, not the {want} of its "
                              f"{steps} steps")  # fmt: skip
-    if isinstance(action_space, gym.spaces.Discrete) and steps:
-        low, high = action_space.start, action_space.start + action_space.n
-        if not ((episode.actions >= low) & (episode.actions < high)).all():
-            raise ValueError(f"episode {index} has actions outside its {action_space}")
+    if steps and not _within(action_space, episode.actions):
+        raise ValueError(f"episode {index} has actions outside its {action_space}")
     return episode
+
+
+def _within(space: gym.Space, actions: np.ndarray) -> bool:
+    """Whether each of ``actions`` (one row per step) lies in ``space``, all rows at once
+    (``space.contains`` row by row would cost seconds on a large dataset). A continuous action
+    may stray past its bounds by float32 rounding; NaN never passes."""
+    if isinstance(space, gym.spaces.Discrete):
+        low, high = space.start, space.start + space.n - 1
+    elif isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.Box):
+        if actions.shape[1:] != space.shape:
+            return False
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            low, high = space.start, space.start + space.nvec - 1
+        else:
+            low = space.low - 1e-6 * (1.0 + np.abs(space.low))
+            high = space.high + 1e-6 * (1.0 + np.abs(space.high))
+    else:
+        return True
+    return bool(((actions >= low) & (actions <= high)).all())
 
 
 def read_observations(space: gym.Space, stored: Any) -> Observations:
