@@ -246,7 +246,8 @@ class WrongShapes(Codes):
     def step(self, action):
         obs = np.zeros(7 if self.fault == "step" else 4, np.float32)
         obs[0] = np.nan if self.fault == "nan" else 0.0
-        reward = {"reward": np.ones(2), "nan reward": np.nan}.get(self.fault, 1.0)
+        reward = {"reward": np.ones(2), "nan reward": np.nan, "no reward": None}.get(self.fault,
+                                                                                   1.0)
         return obs, reward, False, False, {}
 
 
@@ -257,6 +258,7 @@ class WrongShapes(Codes):
     ("reward", r"step\(\) returned the reward array\(\[1\., 1\.\]\); a reward is one finite "
                "number"),
     ("nan reward", r"step\(\) returned the reward nan"),
+    ("no reward", r"step\(\) returned the reward None"),
     ("nan", r"step\(\) returned an observation holding NaN or inf"),
 ])  # fmt: skip
 def test_an_environment_off_its_own_spaces_is_one_line_naming_it(fault, says, tmp_path):
@@ -267,6 +269,20 @@ def test_an_environment_off_its_own_spaces_is_one_line_naming_it(fault, says, tm
     with pytest.raises(UnsupportedEnv, match=f"{__name__}:WrongShapes's {says}"):
         rlherd.train("ppo", f"{__name__}:WrongShapes", env_kwargs={"fault": fault},
                      total_steps=64, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+
+
+@pytest.mark.parametrize("runtime", ["single", "poly"])
+def test_an_environment_off_its_spaces_in_another_process_is_the_same_one_line(runtime, tmp_path):
+    """With ``env_workers`` the refusal came back as the worker's traceback inside an
+    ``EnvError``, not the one line the same fault gets in-process; an environment server
+    named the environment twice."""
+    workers = {"num_envs": 2, "env_workers": 2} if runtime == "single" else {}
+    with pytest.raises(ConfigError) as refused:
+        rlherd.train("ppo", f"{__name__}:WrongShapes", env_kwargs={"fault": "no reward"},
+                     runtime=runtime, total_steps=64, run_dir=tmp_path / "run", progress=False,
+                     **workers)  # fmt: skip
+    assert re.match(rf"{__name__}:WrongShapes's step\(\) returned the reward None; a reward is "
+                    "one finite number", str(refused.value)), refused.value  # fmt: skip
 
 
 def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
@@ -289,8 +305,12 @@ def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
     in_main = type("InMain", (NoRenderMode,), {"__module__": "__main__"})
     gym.register("test_your_env/InMain-v0", entry_point=in_main)
     gym.register("test_your_env/Elsewhere-v0", entry_point="mixed_env:MixedCorridor")
+    cartpole = "gymnasium.envs.classic_control.cartpole"  # an entry point rlherd's processes know
+    gym.register("test_your_env/LongCartPole-v0", entry_point=f"{cartpole}:CartPoleEnv",
+                 max_episode_steps=2000)  # fmt: skip
     for env_id, module in (("test_your_env/InMain-v0", "__main__"),
-                           ("test_your_env/Elsewhere-v0", "mixed_env")):  # fmt: skip
+                           ("test_your_env/Elsewhere-v0", "mixed_env"),
+                           ("test_your_env/LongCartPole-v0", cartpole)):  # fmt: skip
         with pytest.raises(ConfigError, match=f"registered by code this process ran, not by "
                            f"importing {module} alone"):  # fmt: skip
             rl_envs.resolve(env_id)

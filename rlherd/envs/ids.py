@@ -23,6 +23,7 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -320,12 +321,13 @@ def _registering_module(env_id: str) -> str | None:
     while isinstance(entry, functools.partial):  # Shimmy registers the Control Suite's so
         entry = entry.func
     module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
-    if not module or module.split(".")[0] in REGISTERED_HERE:
+    root = module.split(".")[0]
+    if root in REGISTERED_HERE and env_id in _ids_known(families=root not in BASE):
         return None
     check = ("import gymnasium, importlib, sys; importlib.import_module(sys.argv[1]); "
              "sys.exit(sys.argv[2] not in gymnasium.registry)")  # fmt: skip
-    alone = module != "__main__" and subprocess.run(
-        [sys.executable, "-c", check, module, env_id], capture_output=True, timeout=300,
+    alone = module != "__main__" and root not in REGISTERED_HERE and subprocess.run(
+        [sys.executable, "-P", "-c", check, module, env_id], capture_output=True, timeout=300,
         env={**os.environ, **child_env()}).returncode == 0  # fmt: skip
     if not alone:
         raise ConfigError(
@@ -334,6 +336,23 @@ def _registering_module(env_id: str) -> str | None:
             f"train on 'MODULE:{env_id}', naming the module whose import registers it"
         )
     return module
+
+
+BASE = ("gymnasium", "rlherd")  # of REGISTERED_HERE, those registered by importing rlherd.envs
+
+
+@functools.cache
+def _ids_known(families: bool) -> frozenset[str]:
+    """The ids a fresh process knows once it has imported ``rlherd.envs`` (and, with
+    ``families``, registered the optional families, which takes seconds): asked once per
+    process, of a process that never ran one's own code. (An id that one's own module registers
+    on gymnasium's ``CartPoleEnv`` has an entry point every process imports, but not the id.)"""
+    register = "ids.register_optional_families(); " if families else ""
+    code = (f"import json, gymnasium; from rlherd.envs import ids; {register}"
+            "print(json.dumps(list(gymnasium.registry)))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, **child_env()}, check=True)  # fmt: skip
+    return frozenset(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def check_recorded(env_id: str, run_dir: str | Path) -> None:

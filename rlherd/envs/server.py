@@ -451,7 +451,8 @@ class EnvServicer:
             return call(*args, **kwargs)
         except ConfigError as e:  # rlherd's own one line on it (its checks of a step's output)
             context.set_trailing_metadata(((CONFIG_ERROR, "1"),))
-            context.abort(ENV_FAILED, f"{self.env_id}: {e}")
+            named = str(e).startswith(self.env_id)  # StepCheck's do
+            context.abort(ENV_FAILED, str(e) if named else f"{self.env_id}: {e}")
         except Exception as e:  # its frames, not this one's
             tb = "".join(traceback.format_exception(e.with_traceback(e.__traceback__.tb_next)))
             tb = tb[-MAX_TRACEBACK_CHARS:]

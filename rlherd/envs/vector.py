@@ -13,10 +13,11 @@ the observation size.
   the batch.
 
 Faults: an exception inside an environment is raised here with the worker's traceback and the
-environment's index (:class:`EnvError`); a dead worker raises :class:`WorkerError` (and
-``restart_worker`` replaces it); a step slower than ``timeout`` raises ``TimeoutError`` instead of
-hanging. ``close()``, the context manager and interpreter exit stop every worker, and workers die
-with their parent (:func:`die_with_parent`).
+environment's index (:class:`EnvError`), except rlherd's own refusals (a :class:`ConfigError`,
+such as a :class:`~rlherd.envs.wrappers.StepCheck` finding), raised as they are; a dead worker
+raises :class:`WorkerError` (and ``restart_worker`` replaces it); a step slower than ``timeout``
+raises ``TimeoutError`` instead of hanging. ``close()``, the context manager and interpreter exit
+stop every worker, and workers die with their parent (:func:`die_with_parent`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlherd import types
-from rlherd.errors import exit_status
+from rlherd.errors import ConfigError, exit_status
 
 
 class EnvError(RuntimeError):
@@ -171,6 +172,9 @@ def _worker(
                 break
     except (KeyboardInterrupt, EOFError, BrokenPipeError):
         pass
+    except ConfigError as e:  # a refusal (StepCheck's) is one line here as in-process
+        with contextlib.suppress(OSError):
+            conn.send(("refused", e))
     except Exception:
         with contextlib.suppress(OSError):
             conn.send(("error", (current, traceback.format_exc())))
@@ -307,7 +311,7 @@ class BatchEnv(gym.vector.VectorEnv):
         for i, w in enumerate(sent):
             try:
                 self._expect(w, "ok")
-            except (EnvError, WorkerError, TimeoutError) as e:
+            except (EnvError, ConfigError, WorkerError, TimeoutError) as e:
                 error = error or e
             except BaseException:  # interrupted: the answers not read yet are unknown
                 self._broken.update(sent[i:])
@@ -346,6 +350,8 @@ class BatchEnv(gym.vector.VectorEnv):
         if kind == "error":
             index, tb = payload
             raise EnvError(f"environment {index} raised in its worker:\n{tb}")
+        if kind == "refused":
+            raise payload
         if kind not in (what, "ok"):
             raise RuntimeError(f"unexpected message {kind!r} from worker {w}")
         return payload

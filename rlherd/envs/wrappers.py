@@ -113,7 +113,9 @@ class StepCheck(gym.Wrapper):
                                      f"{value.shape}; its observation space says {shape}")
             if value.dtype.kind == "f" and not np.isfinite(value).all():  # not the learner's
                 raise UnsupportedEnv(f"{self.env_id}'s {call} returned {_leaf(key)} holding NaN "
-                                     "or inf")  # fmt: skip
+                                     "or inf, which no network reads, even where its space's "
+                                     "bounds allow inf: replace them (a gymnasium.wrappers."
+                                     "TransformObservation)")  # fmt: skip
         if self.masked:
             self._check_mask(np.asarray(obs[ACTION_MASK]), ended)
         elif self.late_masks and ACTION_MASK in info:
@@ -141,7 +143,10 @@ def _one_finite_number(reward: Any) -> bool:
     as most are: this runs at every step."""
     if isinstance(reward, float | int):
         return math.isfinite(reward)
-    return np.ndim(reward) == 0 and bool(np.isfinite(reward))
+    try:
+        return np.ndim(reward) == 0 and bool(np.isfinite(reward))
+    except TypeError:  # None, a string: no number at all
+        return False
 
 
 def mask_source(env: gym.Env, probe_info: dict[str, Any] | None) -> str | None:
