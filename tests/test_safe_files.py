@@ -268,6 +268,21 @@ def test_a_bsuite_run_names_no_folder_of_its_own_to_write_in(run_copy, tmp_path,
     assert not (tmp_path / "trap").exists()
 
 
+@pytest.mark.parametrize("savedir", ["trap", 5, "inside"])
+def test_a_nethack_run_records_its_games_only_inside_itself(savedir, run_copy, tmp_path, capsys):
+    """NetHack writes a recording of each game into ``savedir``: a run's record naming a folder
+    had eval write files anywhere the sharer chose."""
+    pytest.importorskip("nle")
+    config = json.loads((run_copy / "config.json").read_text())
+    where = {"trap": str(tmp_path / "trap"), "inside": str(run_copy / "games")}.get(savedir, 5)
+    (run_copy / "config.json").write_text(json.dumps({
+        **config, "env": "NetHackScore-v0",
+        "env_kwargs": {"savedir": where, "save_ttyrec_every": 1}}))  # fmt: skip
+    assert main(["eval", str(run_copy), "--episodes", "1"]) == 2  # a CartPole run's checkpoint
+    assert ("savedir" in _one_line(capsys)) == (savedir != "inside")
+    assert not (tmp_path / "trap").exists()
+
+
 def test_a_run_to_train_holds_no_hard_link(run_copy, tmp_path, capsys):
     """A metrics CSV hard-linked to a file elsewhere had --resume append to that file."""
     victim = tmp_path / "precious.csv"

@@ -475,7 +475,6 @@ def read_record(folder: Path) -> RunRecord:
     environment it names by module must be an installed one (see
     :func:`rlherd.envs.check_recorded`)."""
     from rlherd import envs as rl_envs
-    from rlherd.envs.bsuite import RUN_OPTIONS
 
     path = folder / "config.json"
     config = read_json(path)
@@ -487,14 +486,30 @@ def read_record(folder: Path) -> RunRecord:
                 "not rlherd's: restore it from a copy of the run, or train the run again"
             )
     rl_envs.check_recorded(config["env"], folder)
-    if rl_envs.family(config["env"]) == "bsuite" and RUN_OPTIONS & set(config["env_kwargs"]):
-        raise ConfigError(f"{path}: env_kwargs names results_dir or overwrite, where bsuite "
-                          "writes its CSV, which only the run itself sets (its own folder); "
-                          "drop them")  # fmt: skip
+    _check_written_where(path, rl_envs.family(config["env"]), config["env_kwargs"], folder)
     preset = config.get("preset") if isinstance(config.get("preset"), str) else ""
     machine = config.get("machine") if isinstance(config.get("machine"), dict) else {}
     return RunRecord(**{key: config[key] for key in RUN_FIELDS}, preset=preset,
                      machine=machine)  # fmt: skip
+
+
+def _check_written_where(path: Path, family: str, env_kwargs: dict[str, Any], folder: Path) -> None:
+    """Refuse a record whose environment options would have it write files outside the run, in
+    a folder the run's sharer chose: bsuite's CSV (``results_dir``, which only the run itself
+    sets, and ``overwrite``), NetHack's game recordings (``savedir``, which one may keep inside
+    the run)."""
+    from rlherd.envs.bsuite import RUN_OPTIONS
+
+    if family == "bsuite" and RUN_OPTIONS & set(env_kwargs):
+        raise ConfigError(f"{path}: env_kwargs names results_dir or overwrite, where bsuite "
+                          "writes its CSV, which only the run itself sets (its own folder); "
+                          "drop them")  # fmt: skip
+    savedir = env_kwargs.get("savedir") if family == "nethack" else None
+    if savedir is not None and not (isinstance(savedir, str) and Path(
+            savedir).resolve().is_relative_to(folder.resolve())):  # fmt: skip
+        raise ConfigError(f"{path}: env_kwargs' savedir {savedir!r}, where NetHack writes its "
+                          "game recordings, is no folder inside the run: drop it, or name one "
+                          "inside the run")  # fmt: skip
 
 
 class DiskFull(ConfigError):
