@@ -286,6 +286,26 @@ def test_device_ppo_keeps_its_observation_normalisation(tmp_path):
     assert net["obs_norm.count"].item() >= 1_024
 
 
+@pytest.mark.parametrize("command", ["eval", "resume"])
+def test_network_sizes_edited_after_a_device_run_are_one_line(command, tmp_path, capsys):
+    """The device runtime's own evaluation loaded the policy unchecked: torch's size-mismatch
+    traceback, not the one line every other runtime's run gets."""
+    from rlherd.cli import main
+
+    rlherd.train("ppo", "CartPole-v1", runtime="device", total_steps=512, seed=0, num_envs=8,
+                 run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    record = json.loads((tmp_path / "run" / "config.json").read_text())
+    record["config"]["hidden_sizes"] = [7]
+    (tmp_path / "run" / "config.json").write_text(json.dumps(record))
+    argv = (["eval", str(tmp_path / "run"), "--episodes", "1"] if command == "eval" else
+            ["train", "--resume", str(tmp_path / "run"), "--total-steps", "1024",
+             "--no-progress"])  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not fit the run's config" in err, err
+
+
 def test_recurrent_impala_on_the_device(tmp_path):
     """The device carries each policy's recurrent state across steps and rollouts."""
     run = rlherd.train("impala", "CartPole-v1", runtime="device", total_steps=4_000, seed=0,

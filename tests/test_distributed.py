@@ -546,6 +546,25 @@ def test_resume_restores_counters_and_replay(tmp_path):
 
 
 @pytest.mark.ray
+def test_network_sizes_edited_before_a_resume_are_one_line(tmp_path, capsys):
+    """The learner node's size-mismatch came back as Ray's traceback of the node, not the one
+    line every other runtime's resume gives."""
+    from rlherd.cli import main
+
+    run_dir = tmp_path / "run"
+    rlherd.train("dqn", CORRIDOR, runtime="distributed", total_steps=500, seed=0,
+                 run_dir=run_dir, progress=False)  # fmt: skip
+    record = json.loads((run_dir / "config.json").read_text())
+    record["config"]["hidden_sizes"] = [7]
+    (run_dir / "config.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run_dir), "--total-steps", "100000",
+                 "--no-progress"]) == 2  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not fit the run's config" in err, err
+
+
+@pytest.mark.ray
 @pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
 def test_stopping_a_run_stops_every_node_and_writes_a_final_checkpoint(tmp_path, stop):
     """Ctrl-C (SIGINT to the terminal's process group: the driver and every process it started

@@ -33,7 +33,7 @@ from rlherd.envs.server import METHOD, serve
 from rlherd.errors import ConfigError
 from rlherd.run.loop import SnapshotNotice
 from rlherd.run.plain import KEY_ENV, from_plain, seal, to_plain
-from rlherd.run.rundir import RunDir
+from rlherd.run.rundir import RunDir, fitting
 
 STEPS = 400
 
@@ -532,6 +532,13 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_one_line(command, misfit, run
     assert main(_command(command, run_copy, tmp_path)) == 2
     line = _one_line(capsys)
     assert f"{path} does not fit the run's config" in line or f"{path} lacks" in line, line
+
+
+def test_running_out_of_memory_while_restoring_is_not_called_a_misfit(tmp_path):
+    """CUDA's out-of-memory error is a RuntimeError: it was worded as a checkpoint that does
+    not fit the run's config, sending the user to restore files that were fine."""
+    with pytest.raises(torch.OutOfMemoryError), fitting(tmp_path / "ckpt.pt"):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
 @pytest.mark.parametrize("command", ["eval", "resume"])

@@ -214,7 +214,7 @@ def evaluate(
         if own is None:
             raise ConfigError(f"the {record.runtime} runtime cannot evaluate its runs (its "
                               f"module {runtime.module} has no evaluate())")  # fmt: skip
-        result = own(record, builder, checkpoint, episodes, video, greedy, seed)
+        result = own(record, builder, checkpoint, source, episodes, video, greedy, seed)
         _add_to_summary(run_dir, result)
         return result
     builder, spec, net = policy_network(record, builder, checkpoint["learner"], source)

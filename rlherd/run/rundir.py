@@ -420,7 +420,7 @@ def fitting(path: Path | None) -> Iterator[None]:
     torch or numpy. Only restoring goes in here: a fault of the run itself keeps its traceback."""
     try:
         yield
-    except ConfigError:
+    except (ConfigError, torch.OutOfMemoryError):  # CUDA's is a RuntimeError, not a misfit
         raise
     except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as e:
         raise ConfigError(f"{path} does not fit the run's config ({_gist(e)}); was config.json "

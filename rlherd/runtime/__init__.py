@@ -69,8 +69,8 @@ class Runtime:
     ``check(builder, settings)`` (refuse, before anything is made, an agent it cannot run), and
     where it makes no Gymnasium environments (no ``gym_envs``), ``spec(record)`` (check the
     :class:`~rlherd.run.rundir.RunRecord`'s environment; the spec, or None) and
-    ``evaluate(record, builder, checkpoint, episodes, video, greedy, seed)`` (``rlherd eval``
-    of its runs)."""
+    ``evaluate(record, builder, checkpoint, source, episodes, video, greedy, seed)`` (``rlherd
+    eval`` of its runs; ``source``, the checkpoint's file, names it where it does not fit)."""
 
     name: str
     module: str

@@ -39,7 +39,7 @@ from rlherd.envs.pettingzoo import assign_policies
 from rlherd.errors import ConfigError
 from rlherd.replay.rollouts import RolloutQueue, allocate_rollout, rollout_layout
 from rlherd.run.counting import EpisodeTracker
-from rlherd.run.rundir import RunRecord
+from rlherd.run.rundir import RunRecord, fitting
 from rlherd.run.video import write_video
 from rlherd.runtime import RunContext, checkpoint_state, set_rng_state
 
@@ -327,6 +327,7 @@ def evaluate(
     record: RunRecord,
     builder,
     checkpoint: dict[str, Any],
+    source: Path,
     episodes: int,
     video: str | Path | None,
     greedy: bool,
@@ -334,7 +335,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """Play ``episodes`` games at once on the CPU with the run's policies (greedy: each one's
     evaluation policy) and report each policy's mean return over the first episode of every
-    game, and the tag rate; game 0 is rendered to ``video`` if given."""
+    game, and the tag rate; game 0 is rendered to ``video`` if given. A checkpoint (read from
+    ``source``) that does not fit the run's config is one line."""
     from rlherd.runtime.settings import resolve
 
     env = make_device(record.env, episodes, "cpu", seed, **record.env_kwargs)
@@ -342,7 +344,8 @@ def evaluate(
                                                          cuda_graph=False))  # fmt: skip
     groups = make_groups(builder, record.env, settings, env, evaluation=greedy)
     for g in groups:
-        g.networks.load_state_dict(policy_state(checkpoint["learner"][g.name]))
+        with fitting(source):
+            g.networks.load_state_dict(policy_state(checkpoint["learner"][g.name]))
         g.networks.eval()
     loop = DeviceLoop(env, groups, seed)
     finished = torch.zeros(episodes, dtype=torch.bool)

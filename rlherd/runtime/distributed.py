@@ -255,10 +255,11 @@ class Program:
         # learner holds the checkpoint's parameters.
         self._await_ready()
         if ctx.checkpoint is not None:
-            self._get(self.learner.load_state_dict.remote(ctx.checkpoint["learner"]))
-            if ctx.checkpoint.get("tables"):
-                self._get(self.replay.load_state_dicts.remote(ctx.checkpoint["tables"]))
-            set_rng_state(ctx.checkpoint["rng"])
+            with ctx.restoring():
+                self._restore(self.learner.load_state_dict.remote(ctx.checkpoint["learner"]))
+                if ctx.checkpoint.get("tables"):
+                    self._restore(self.replay.load_state_dicts.remote(ctx.checkpoint["tables"]))
+                set_rng_state(ctx.checkpoint["rng"])
         self.runs = [actor.run.remote() for actor in self.actors]
 
     def _learner_group(self, gpus: int) -> dict:
@@ -469,6 +470,17 @@ class Program:
                 raise cause from None  # said as every runtime says it
             self._raise_if_a_core_node_died()
             raise  # a bug: Ray's error carries the node's traceback
+
+    def _restore(self, ref: Any) -> None:
+        """Wait for a node to restore its part of the checkpoint; what its restore raised (a
+        part that does not fit) is raised here as it was there, for ``ctx.restoring()`` to say
+        in one line as every runtime does."""
+        try:
+            self._get(ref)
+        except RayTaskError as e:
+            if not isinstance(e.cause, Exception):
+                raise
+            raise e.cause from None
 
     def _raise_if_a_core_node_died(self) -> None:
         """Raise :class:`NodeDied` if the learner, replay or counter node is gone (one that has
