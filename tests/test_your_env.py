@@ -873,12 +873,14 @@ class Reached(Exception):
     (f"{__name__}:Counter", ["bc", "dqfd", "mcts", "ppo"]),  # no scripted expert
     ("bsuite/catch/0", ["dqn", "ppo"]),  # trained on single alone
     (f"{__name__}:TwoDials", ["ddpg", "dqn", "ppo"]),
+    ("CartPole-v1", ["dqn", "ppo"]),  # the device runtime has a CartPole of its own
 ])  # fmt: skip
 def test_check_env_lists_the_runtimes_train_accepts(env, agents, tmp_path, monkeypatch):
     """check-env's verdicts are train's own checks: a runtime it lists is one train accepts
     (with the flag it names: --dataset, --demonstrations, whose absence train refuses), and
     one it leaves out train refuses. It listed dqfd without --demonstrations, bsuite ids on
-    every runtime, and told MultiDiscrete actions to use dqn or impala, which refuse them."""
+    every runtime, told MultiDiscrete actions to use dqn or impala, which refuse them, and
+    never listed the device runtime."""
     from rlherd.commands import train as train_module
     from rlherd.commands.check_env import check
     from rlherd.errors import NeedsInput
@@ -891,7 +893,7 @@ def test_check_env_lists_the_runtimes_train_accepts(env, agents, tmp_path, monke
     monkeypatch.setattr(train_module, "_run", reached)
     for agent in agents:
         verdict, flags = report["agents"][agent], report["flags"].get(agent, {})
-        for runtime in (r for r, declared in RUNTIMES.items() if "gym_envs" in declared.provides):
+        for runtime in RUNTIMES:
             try:
                 rlherd.train(agent, env, runtime=runtime, total_steps=100, progress=False,
                              run_dir=tmp_path / f"{agent}-{runtime}")  # fmt: skip

@@ -128,15 +128,16 @@ def runtimes(agent: str, spec: EnvSpec, config: Any, preset: str,
     :func:`~rlherd.commands.train.checked_builder`), with no flag given but the one a runtime
     asks of its user (``--dataset``, ``--demonstrations``: by runtime, the second value); or,
     where none does, why not, as the runtimes that run the agent refuse it."""
-    from rlherd.commands.train import check_pairing, checked_builder
+    from rlherd.commands.train import check_pairing, checked_builder, own_game
 
     able, needed, refusals = [], {}, []
     for runtime, declared in RUNTIMES.items():
-        if "gym_envs" not in declared.provides:  # the device's own games: check-env --consistency
-            continue
         try:
             settings = check_pairing(agent, spec.env_id, runtime, config, preset, {}, env_kwargs)
-            checked_builder(agent, config, spec, runtime, settings, spec.env_id, env_kwargs)
+            if "gym_envs" not in declared.provides:  # the device's: a game of its own, no spec
+                own_game(runtime, spec.env_id, env_kwargs)
+            checked_builder(agent, config, spec if "gym_envs" in declared.provides else None,
+                            runtime, settings, spec.env_id, env_kwargs)  # fmt: skip
         except NeedsInput as e:
             needed[runtime] = e.flag
         except ConfigError as e:

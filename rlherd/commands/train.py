@@ -501,16 +501,25 @@ def _check_resume_flags(record: RunRecord, overrides: dict[str, Any], **given: A
 
 def _spec(record: RunRecord):
     """The environment's spec, made from its id; a runtime that makes no Gymnasium
-    environments (``device``) checks the id itself (its ``spec(record)``), and its runs have no
+    environments (``device``) checks the id itself (:func:`own_game`), and its runs have no
     spec here."""
-    runtime = RUNTIMES[record.runtime]
-    if "gym_envs" in runtime.provides:
+    if "gym_envs" in RUNTIMES[record.runtime].provides:
         return run_spec(record)
-    spec = runtime.hook("spec")
-    if spec is None:
-        raise ConfigError(f"the {record.runtime} runtime makes no Gymnasium environments, and "
-                          f"{runtime.module} has no spec(record) to check the run's")  # fmt: skip
-    return spec(record)
+    return own_game(record.runtime, record.env, record.env_kwargs, record.eval_every)
+
+
+def own_game(runtime: str, env: str, env_kwargs: dict[str, Any], eval_every: int = 0) -> Any:
+    """Refuse ``env`` (with its options) on a ``runtime`` that makes no Gymnasium
+    environments unless it is one of the runtime's own games: its ``spec(record)`` says (and
+    returns the spec a run has before it starts: the device's, None)."""
+    declared = RUNTIMES[runtime]
+    check = declared.hook("spec")
+    if check is None:
+        raise ConfigError(f"the {runtime} runtime makes no Gymnasium environments, and "
+                          f"{declared.module} has no spec(record) to check the run's")  # fmt: skip
+    return check(RunRecord(agent="", env=env, runtime=runtime, seed=0, total_steps=0,
+                           env_kwargs=env_kwargs, eval_every=eval_every, eval_episodes=0,
+                           config={}, settings={}))  # fmt: skip
 
 
 def _run(record: RunRecord, builder, settings, spec, rundir, checkpoint, progress,
