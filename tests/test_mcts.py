@@ -346,7 +346,11 @@ def test_where_neither_model_can_search_mcts_says_it_cannot_train_the_environmen
     with pytest.raises(ConfigError, match=r"--env-workers 0 and --native-vector-env false bring "
                                           r"them in reach \(model=learned predicts"):
         Simulator(dicts).bind(None)
-    with pytest.raises(ConfigError, match=r"dicts observes a dict .*: --set model=simulator$"):
+    # Whether the simulator can copy the environment, only the environment says: the learned
+    # model's refusal sent the user to a simulator that refused it too (NetHack).
+    with pytest.raises(ConfigError, match=r"dicts observes a dict .*: --set model=simulator "
+                                          r"\(rlherd check-env dicts says whether MCTS can "
+                                          r"train it\)$"):  # fmt: skip
         MCTSNetworks(dicts, MCTSConfig(model="learned"))
 
 

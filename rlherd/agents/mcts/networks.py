@@ -33,9 +33,10 @@ class TransitionModel(nn.Module):
         learned = learned_refusal(spec)
         if learned is not None and in_game(spec):  # a game's rows: no simulator either
             raise cannot_train(spec.env_id, GAME_ROWS, learned)
-        if learned is not None:
-            raise ConfigError(f"{learned}; search with the environment itself: --set "
-                              "model=simulator")  # fmt: skip
+        if learned is not None:  # whether the simulator can copy it, only its environment says
+            raise ConfigError(f"{learned}; search with the environment itself, where it can be "
+                              f"copied: --set model=simulator (rlherd check-env {spec.env_id} "
+                              "says whether MCTS can train it)")  # fmt: skip
         self.obs_shape, self.num_actions = spec.obs_shape, spec.num_actions
         flat = math.prod(spec.obs_shape)
         inputs = (flat + spec.num_actions, *hidden_sizes)
