@@ -33,7 +33,7 @@ from rlherd.envs.server import METHOD, serve
 from rlherd.errors import ConfigError
 from rlherd.run.loop import SnapshotNotice
 from rlherd.run.plain import KEY_ENV, from_plain, seal, to_plain
-from rlherd.run.rundir import RunDir, fitting
+from rlherd.run.rundir import CSVLogger, RunDir, fitting
 
 STEPS = 400
 
@@ -281,6 +281,33 @@ def test_a_nethack_run_records_its_games_only_inside_itself(savedir, run_copy, t
     assert main(["eval", str(run_copy), "--episodes", "1"]) == 2  # a CartPole run's checkpoint
     assert ("savedir" in _one_line(capsys)) == (savedir != "inside")
     assert not (tmp_path / "trap").exists()
+
+
+@pytest.mark.parametrize("link", ["symbolic", "hard", "fifo"])
+def test_a_link_planted_after_the_runs_check_is_never_written_through(link, tmp_path):
+    """A run is checked for links before it is written (``check_links``); one planted in the
+    moment after (on a shared folder) had its metrics appended to, or rewritten over, the file
+    it named, and a FIFO blocked the writer for ever."""
+    victim = tmp_path / "victim.csv"
+    victim.write_text("precious\n")
+    metrics = tmp_path / "run" / "metrics"
+    metrics.mkdir(parents=True)
+    for name in ("train.csv", "eval.csv"):
+        path = metrics / name
+        if link == "symbolic":
+            path.symlink_to(victim)
+        elif link == "hard":
+            os.link(victim, path)
+        else:
+            os.mkfifo(path)
+    with pytest.raises(ConfigError, match="train.csv is a link or no regular file"):
+        CSVLogger(metrics / "train.csv")
+    logger = CSVLogger(metrics / "fresh.csv")
+    logger.write({"actor_steps": 1})
+    logger.path = metrics / "eval.csv"  # one rewritten as its columns grow
+    with pytest.raises(ConfigError, match="eval.csv is a (link or no regular file|FIFO)"):
+        logger.write({"actor_steps": 2, "new_column": 3})
+    assert victim.read_text() == "precious\n"
 
 
 def test_a_run_to_train_holds_no_hard_link(run_copy, tmp_path, capsys):

@@ -17,7 +17,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from rlherd.run.rundir import RunDir, run_file
+from rlherd.run.rundir import RunDir, open_to_write
 
 GAMES_FIELDS = ["player", "opponent", "seat", "outcome"]
 PRIOR_DRAWS = 0.5  # a virtual half draw between every pair that met: a player that won every
@@ -62,12 +62,9 @@ def record_games(run_dir: Path, games: list[tuple[str, str, int, float]]) -> dic
     RunDir(run_dir).check_links()  # a link in the run would have eval write through it
     path = run_dir / "metrics" / "games.csv"
     path.parent.mkdir(exist_ok=True)
-    new = not path.exists()
-    if not new:
-        run_file(path)  # a FIFO there would block the append below for ever
-    with open(path, "a", newline="") as f:
+    with open_to_write(path, append=True) as f:  # never through a link planted since
         writer = csv.writer(f)
-        if new:
+        if f.tell() == 0:
             writer.writerow(GAMES_FIELDS)
         writer.writerows(games)
     with open(path, newline="") as f:
@@ -77,7 +74,7 @@ def record_games(run_dir: Path, games: list[tuple[str, str, int, float]]) -> dic
     for player, opponent, _ in every:
         played[player] += 1
         played[opponent] += 1
-    with open(run_dir / "ratings.csv", "w", newline="") as f:
+    with open_to_write(run_dir / "ratings.csv") as f:
         writer = csv.writer(f)
         writer.writerow(["player", "elo", "games"])
         for player, rating in sorted(ratings.items(), key=lambda kv: -kv[1]):

@@ -17,6 +17,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import typing
 import warnings
 from collections.abc import Iterator
@@ -92,16 +93,41 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
+def open_to_write(path: Path, append: bool = False) -> typing.TextIO:
+    """A run's file ``path`` opened to write text (``append``ed to, or from empty), never
+    through a link planted since the run was checked (:meth:`RunDir.check_links`): a symbolic
+    or hard link, a FIFO or a device there is one line, and what it names is left untouched (the
+    file is emptied only once it is known to be the run's own)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    refusal = ConfigError(f"{path} is a link or no regular file, which writing here would "
+                          "write through; a run writes only its own files: replace it with a "
+                          "copy")  # fmt: skip
+    try:
+        fd = os.open(path, flags | (os.O_APPEND if append else 0), 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # a symbolic link; a FIFO no one reads
+            raise refusal from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        os.close(fd)
+        raise refusal
+    if not append:
+        os.ftruncate(fd, 0)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "a" if append else "w", newline="")
+
+
 class CSVLogger:
     """Appends rows to a CSV file; a row with new keys rewrites the header (columns may grow)."""
 
     def __init__(self, path: Path):
         self.path = path
         self.fields: list[str] = []
-        if path.exists():
+        self._file = open_to_write(path, append=True)
+        if path.stat().st_size:
             with open(run_file(path), newline="") as f:
                 self.fields = next(csv.reader(f), [])
-        self._file = open(path, "a", newline="")
         self._writer = csv.DictWriter(self._file, self.fields)
 
     def write(self, row: dict[str, Any]) -> None:
@@ -117,11 +143,11 @@ class CSVLogger:
             with open(self.path, newline="") as f:
                 rows = list(csv.DictReader(f))
         self.fields = fields
-        with open(self.path, "w", newline="") as f:
+        with open_to_write(self.path) as f:
             writer = csv.DictWriter(f, fields)
             writer.writeheader()
             writer.writerows(rows)
-        self._file = open(self.path, "a", newline="")
+        self._file = open_to_write(self.path, append=True)
         self._writer = csv.DictWriter(self._file, self.fields)
 
     def flush(self) -> None:
@@ -277,7 +303,7 @@ class RunDir:
                 reader = csv.DictReader(f)
                 fields = reader.fieldnames or []
                 rows = [r for r in reader if int(r.get(counts) or 0) <= steps]
-            with open(path, "w", newline="") as f:
+            with open_to_write(path) as f:
                 writer = csv.DictWriter(f, fields)
                 writer.writeheader()
                 writer.writerows(rows)
