@@ -285,6 +285,35 @@ def test_an_environment_off_its_spaces_in_another_process_is_the_same_one_line(r
                     "one finite number", str(refused.value)), refused.value  # fmt: skip
 
 
+class OldAPI(Codes):
+    """The old Gym API: ``reset()`` returns the observation alone, ``step()`` four values."""
+
+    def __init__(self, call: str):
+        self.call = call
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed)
+        return obs if self.call == "reset" else (obs, info)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return (obs, reward, terminated, info) if self.call == "step" else (
+            obs, reward, terminated, truncated, info)  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    ("reset", r"reset\(\) returned a dict, not Gymnasium's \(observation, info\)"),
+    ("step", r"step\(\) returned 4 values, not Gymnasium's \(observation, reward, terminated, "
+             r"truncated, info\)"),
+])  # fmt: skip
+def test_the_old_gym_api_is_one_line_naming_the_fix(call, says, tmp_path):
+    """numpy's "not iterable" from looking for an action mask, and "not enough values to
+    unpack" from inside the batch."""
+    with pytest.raises(UnsupportedEnv, match=f"{__name__}:OldAPI's {says}"):
+        rlherd.train("ppo", f"{__name__}:OldAPI", env_kwargs={"call": call}, total_steps=64,
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
+
+
 def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
     """A bare id that code of one's own registered was recorded bare, so ``rlherd eval`` and
     ``--resume`` (processes that never imported the module) called it unknown."""

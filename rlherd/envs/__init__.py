@@ -64,6 +64,7 @@ from rlherd.envs.ids import (
 from rlherd.envs.wrappers import (
     ActionMaskObservation,
     ActionRepeat,
+    ApiCheck,
     NamedArrays,
     StepCheck,
     mask_source,
@@ -246,10 +247,12 @@ def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
     """``env`` with rlherd's one view of observations (:mod:`rlherd.envs.wrappers`), checked at
     every step unless it is of a family rlherd knows keeps to its spaces; ``key`` names its id
     and options."""
+    own = not type(env.unwrapped).__module__.startswith(_KNOWN_MODULES)  # one's own, say
+    if own:
+        env = ApiCheck(env, env_id)
     space = env.observation_space
     if not isinstance(space, gym.spaces.Box) or space.shape == ():
         env = NamedArrays(env)
-    own = not type(env.unwrapped).__module__.startswith(_KNOWN_MODULES)  # one's own, say
     looks = own and isinstance(env.action_space, gym.spaces.Discrete)
     blind = looks and env.render_mode == "human"  # a reset to look would open a window
     source = _MASKS.get(key) if key in _MASKS else mask_source(

@@ -11,6 +11,9 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
   An array observation becomes ``{"observation": ..., "action_mask": ...}``.
+- :class:`ApiCheck`: an environment of one's own held to Gymnasium's API (``reset()`` gives
+  ``(observation, info)``, ``step()`` five values), innermost, so that the old Gym API's returns
+  are one line rather than a failed unpacking inside another wrapper.
 - :class:`StepCheck`: an environment of one's own checked at every step, so that a fault of
   its own is one line naming it rather than numpy's error deep in a batch, a divergence blamed
   on the learning rate, or illegal actions played in silence: each observation array of its
@@ -131,6 +134,38 @@ class StepCheck(gym.Wrapper):
         if not ended and not mask.any():
             raise UnsupportedEnv(f"{self.env_id}'s action mask allows no action mid-episode; "
                                  "end the episode (terminated) when no action is legal")
+
+
+class ApiCheck(gym.Wrapper):
+    """An environment of one's own held to Gymnasium's API, innermost, before any wrapper
+    unpacks what it returns: ``reset()`` gives ``(observation, info)``, ``step()`` five values.
+    The old Gym API's (an observation alone; four values with one ``done``) is one line naming
+    the environment and the fix."""
+
+    def __init__(self, env: gym.Env, env_id: str):
+        super().__init__(env)
+        self.env_id = env_id
+
+    def reset(self, **kwargs: Any):
+        result = self.env.reset(**kwargs)
+        if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+            return result
+        raise UnsupportedEnv(f"{self.env_id}'s reset() returned {_count(result)}, not "
+                             "Gymnasium's (observation, info): return an info dict too")
+
+    def step(self, action: Any):
+        result = self.env.step(action)
+        if isinstance(result, tuple) and len(result) == 5:
+            return result
+        raise UnsupportedEnv(f"{self.env_id}'s step() returned {_count(result)}, not "
+                             "Gymnasium's (observation, reward, terminated, truncated, info): "
+                             "the old Gym API's done is two flags now (gymnasium.utils."
+                             "step_api_compatibility converts)")  # fmt: skip
+
+
+def _count(result: Any) -> str:
+    """What an environment returned, as a message names it: ``4 values``, ``a dict``."""
+    return f"{len(result)} values" if isinstance(result, tuple) else f"a {type(result).__name__}"
 
 
 def _leaf(key: str | None) -> str:
