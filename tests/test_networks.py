@@ -71,6 +71,21 @@ def test_make_torso_auto():
         make_torso(vec, "huge")
 
 
+@pytest.mark.parametrize(("kind", "shape"), [("auto", (64, 64, 3)), ("deep", (84, 84, 4)),
+                                             ("auto", (7, 7, 3))])  # fmt: skip
+def test_a_channels_last_image_is_read_as_its_channels_first_transpose(kind, shape):
+    """A (64, 64, 3) render, the usual layout of one's own image environment, went to a
+    convolution made for channels-first frames: "Kernel size can't be greater than actual
+    input size", from inside torch."""
+    torch.manual_seed(0)
+    net = make_torso(image_spec(shape), kind)
+    h, w, c = shape
+    torch.manual_seed(0)
+    reference = make_torso(image_spec((c, h, w)), kind)
+    x = torch.randint(0, 256, (2, *shape), dtype=torch.uint8)
+    torch.testing.assert_close(net(x), reference(x.permute(0, 3, 1, 2)))
+
+
 def test_lstm_resets_at_episode_starts():
     torch.manual_seed(0)
     core = LSTMCore(3, 5)

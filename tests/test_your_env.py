@@ -285,6 +285,32 @@ def test_an_environment_off_its_spaces_in_another_process_is_the_same_one_line(r
                     "one finite number", str(refused.value)), refused.value  # fmt: skip
 
 
+class Render(gym.Env):
+    """Images laid out as renders are, channels-last (height, width, colour)."""
+
+    observation_space = gym.spaces.Box(0, 255, (40, 40, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        done = bool(self.np_random.random() < 0.1)
+        return self.observation_space.sample(), 1.0, done, False, {}
+
+
+@pytest.mark.parametrize("agent", ["ppo", "dqn", "impala"])
+def test_agents_train_on_channels_last_images(agent, tmp_path):
+    """A convolution made for channels-first frames got them: "Kernel size can't be greater
+    than actual input size", from inside torch."""
+    small = {"dqn": {"min_replay_size": 50},
+             "ppo": {"batch_size": 1, "unroll_length": 32, "minibatches": 1}}.get(agent, {})
+    run = rlherd.train(agent, f"{__name__}:Render", total_steps=200, progress=False,
+                       run_dir=tmp_path / agent, **small)  # fmt: skip
+    assert run.summary["learner_steps"] > 0
+
+
 class OldAPI(Codes):
     """The old Gym API: ``reset()`` returns the observation alone, ``step()`` four values."""
 

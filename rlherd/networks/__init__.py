@@ -223,15 +223,37 @@ def make_torso(
             f"torso 'nethack' reads NetHack's dict of glyphs and blstats; {spec.env_id} "
             f"observes one array of shape {spec.obs_shape}"
         )
+    shape = spec.obs_shape
+    last = spec.is_image and channels_last(shape)
+    chw = (shape[2], shape[0], shape[1]) if last else shape
     if kind == "auto":
-        kind = "mlp" if not spec.is_image else ("shallow" if spec.obs_shape[1] >= 36 else "minatar")
+        kind = "mlp" if not spec.is_image else ("shallow" if chw[1] >= 36 else "minatar")
     if kind == "mlp":
-        return MLPTorso(spec.obs_shape, hidden)
+        return MLPTorso(shape, hidden)
     if not spec.is_image:
-        raise ConfigError(f"torso {kind!r} needs image observations, not {spec.obs_shape}")
-    return {"shallow": AtariShallowTorso, "deep": ImpalaResNetTorso, "minatar": MinAtarTorso}[kind](
-        spec.obs_shape
-    )
+        raise ConfigError(f"torso {kind!r} needs image observations, not {shape}")
+    torso = {"shallow": AtariShallowTorso, "deep": ImpalaResNetTorso, "minatar": MinAtarTorso}[kind]
+    return ChannelsLast(torso(chw)) if last else torso(chw)
+
+
+def channels_last(shape: tuple[int, ...]) -> bool:
+    """Whether an image of ``shape`` (three sides) is laid out channels-last: its last side is
+    its shortest (a ``(64, 64, 3)`` render, MiniGrid's ``(7, 7, 3)``, a ``(84, 84, 4)`` stack),
+    as images of one's own often are; any other (``(4, 84, 84)``, MinAtar's ``(10, 10, 10)``)
+    is channels-first, as rlherd's image torsos read them."""
+    return shape[2] < min(shape[0], shape[1])
+
+
+class ChannelsLast(nn.Module):
+    """An image torso made for channels-first frames reading channels-last ones: each batch
+    ``[N, H, W, C]`` is viewed as ``[N, C, H, W]`` (a permute, no copy) before it."""
+
+    def __init__(self, torso: nn.Module):
+        super().__init__()
+        self.torso, self.out_dim = torso, torso.out_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.torso(x.permute(0, 3, 1, 2))
 
 
 class LSTMCore(nn.Module):

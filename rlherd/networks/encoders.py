@@ -19,7 +19,7 @@ from torch import nn
 
 from rlherd.core import Leaf
 from rlherd.errors import ConfigError
-from rlherd.networks import AtariShallowTorso, MinAtarTorso, MLPTorso
+from rlherd.networks import AtariShallowTorso, MinAtarTorso, MLPTorso, channels_last
 from rlherd.types import ACTION_MASK
 
 __all__ = ["ENCODERS", "auto_encoder", "MultiInputTorso", "NetHackTorso", "egocentric_crop"]
@@ -117,7 +117,7 @@ class _Image(nn.Module):
         super().__init__()
         shape = (1, *leaf.shape) if len(leaf.shape) == 2 else leaf.shape
         self.plane = len(leaf.shape) == 2
-        self.channels_last = shape[2] < min(shape[0], shape[1])
+        self.channels_last = channels_last(shape)
         c, h, w = (shape[2], *shape[:2]) if self.channels_last else shape
         if min(h, w) < 3:
             raise ConfigError(
