@@ -254,6 +254,10 @@ class EnvSpec:
             nvec = tuple(int(n) for n in action_space.nvec)
             return cls(action_kind="multidiscrete", action_nvec=nvec, action_shape=(len(nvec),),
                        **common)  # fmt: skip
+        if isinstance(action_space, gym.spaces.MultiBinary) and len(action_space.shape) == 1:
+            n = int(action_space.shape[0])  # n choices of two: MultiDiscrete([2] * n)'s actions
+            return cls(action_kind="multidiscrete", action_nvec=(2,) * n, action_shape=(n,),
+                       **common)  # fmt: skip
         if isinstance(action_space, gym.spaces.Box):
             if len(action_space.shape) != 1:
                 raise UnsupportedEnv(
@@ -270,7 +274,7 @@ class EnvSpec:
             )
         raise UnsupportedEnv(
             f"{env_id}: action space {action_space!r} is not supported; rlherd agents act in "
-            "Discrete, MultiDiscrete or Box action spaces."
+            "Discrete, MultiDiscrete, MultiBinary (of one dimension) or Box action spaces."
         )
 
 

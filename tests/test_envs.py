@@ -40,8 +40,9 @@ def test_unsupported_spaces_are_named():
     with pytest.raises(TypeError, match="is not supported"):
         EnvSpec.from_spaces("x", gym.spaces.Text(10), gym.spaces.Discrete(2))
     box = gym.spaces.Box(0, 1, (2,))
-    with pytest.raises(TypeError, match="MultiBinary"):
-        EnvSpec.from_spaces("x", box, gym.spaces.MultiBinary(3))
+    with pytest.raises(TypeError, match=r"MultiBinary\(\(2, 2\)\) is not supported"):
+        EnvSpec.from_spaces("x", box, gym.spaces.MultiBinary((2, 2)))  # one dimension only
+    assert EnvSpec.from_spaces("x", box, gym.spaces.MultiBinary(3)).action_nvec == (2, 2, 2)
     # Actions the agents would get wrong in silence, or crash on deep inside: a MultiDiscrete
     # from [-1, 5] (the agents' actions fell outside the space), a Box of shape (2, 2) (shape
     # errors in rollouts and critics) or () .

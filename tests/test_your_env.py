@@ -24,6 +24,7 @@ from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents.acting import explore
 from rlherd.cli import main
+from rlherd.commands.evaluate import evaluate
 from rlherd.commands.train import ObservationNotice
 from rlherd.core import EnvSpec
 from rlherd.envs import ids
@@ -311,6 +312,32 @@ def test_agents_train_on_channels_last_images(agent, tmp_path):
     assert run.summary["learner_steps"] > 0
 
 
+class Bits(gym.Env):
+    """Three switches, each on or off (MultiBinary): one point a step for each set as 1, 0, 1."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.MultiBinary(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, np.int8)), action
+        self.t += 1
+        right = float(np.sum(np.asarray(action) == (1, 0, 1)))
+        return np.zeros(2, np.float32), right, self.t >= 10, False, {}
+
+
+def test_ppo_learns_switches_of_a_multibinary_action_space(tmp_path):
+    """MultiBinary actions (n choices of two, as MultiDiscrete([2] * n)) were refused."""
+    run = rlherd.train("ppo", f"{__name__}:Bits", total_steps=5_000, seed=0, num_envs=2,
+                       env_workers=2, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["actor_steps"] >= 5_000
+    assert evaluate(tmp_path / "run", episodes=5)["eval_return_mean"] == 30.0  # all right
+
+
 class OldAPI(Codes):
     """The old Gym API: ``reset()`` returns the observation alone, ``step()`` four values."""
 
@@ -388,8 +415,6 @@ def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):
     env_id = f"{__name__}:test_your_env/NoRenderMode-v0"
     rl_envs.make(env_id).reset(seed=0)
     run = rlherd.train("ppo", env_id, total_steps=64, run_dir=tmp_path / "run", progress=False)
-    from rlherd.commands.evaluate import evaluate
-
     assert evaluate(run.path, episodes=1)["eval_episodes"] == 1
 
 

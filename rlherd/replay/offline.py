@@ -231,10 +231,12 @@ def _within(space: gym.Space, actions: np.ndarray) -> bool:
     may stray past its bounds by float32 rounding; NaN never passes."""
     if isinstance(space, gym.spaces.Discrete):
         low, high = space.start, space.start + space.n - 1
-    elif isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.Box):
+    elif isinstance(space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary | gym.spaces.Box):
         if actions.shape[1:] != space.shape:
             return False
-        if isinstance(space, gym.spaces.MultiDiscrete):
+        if isinstance(space, gym.spaces.MultiBinary):
+            low, high = 0, 1
+        elif isinstance(space, gym.spaces.MultiDiscrete):
             low, high = space.start, space.start + space.nvec - 1
         else:
             low = space.low - 1e-6 * (1.0 + np.abs(space.low))
