@@ -498,6 +498,15 @@ def test_ids_that_cannot_be_found_name_the_fix(monkeypatch):
         rl_envs.resolve("NetHackScore-v0")
 
 
+def test_an_environment_object_is_refused_naming_what_to_pass_instead():
+    """It was "env must be an id or an environment factory, not <TimeLimit<...>>": which of
+    them, and why not the object, it did not say."""
+    with pytest.raises(ConfigError, match=r"environment object \(a CartPoleEnv\); a run makes its "
+                       r"environments in every process it starts, so pass what makes it: its "
+                       r"id, 'CartPole-v1', or a module-level function"):  # fmt: skip
+        rlherd.train("ppo", gym.make("CartPole-v1"), total_steps=64, progress=False)
+
+
 def test_factories_travel_as_import_paths_and_bad_ones_are_clear_errors():
     assert rl_envs.resolve(one_legal_action) == ONE_LEGAL
 

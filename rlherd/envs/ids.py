@@ -279,6 +279,12 @@ def resolve(env: str | Callable[..., gym.Env]) -> str:
     >>> resolve("CartPole-v1")
     'CartPole-v1'
     """
+    if isinstance(env, gym.Env):  # made here, it could not be made in a run's other processes
+        made_as = f"its id, {env.spec.id!r}, or " if env.spec is not None else ""
+        raise ConfigError(f"env is an environment object (a {type(env.unwrapped).__name__}); a "
+                          "run makes its environments in every process it starts, so pass what "
+                          f"makes it: {made_as}a module-level function that returns "
+                          "it")  # fmt: skip
     if callable(env):
         module, name = getattr(env, "__module__", None), getattr(env, "__qualname__", "")
         if module in (None, "__main__") or not name.isidentifier():
