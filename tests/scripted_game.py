@@ -6,7 +6,9 @@ steps. With ``leave=True`` agent 0 leaves after its first step (terminated); wit
 joins at step ``N`` (absent before); with ``stranger=True`` an agent not among
 ``possible_agents`` joins at step 1; with ``mixed=True`` the agents' spaces differ (agent 0
 observes a longer vector); with ``mixed_actions=True`` agent 0 chooses among 3 actions, the
-others 2; with ``box_actions=True`` agent 0 acts in a Box."""
+others 2; with ``box_actions=True`` agent 0 acts in a Box. ``fault`` breaks agent 1's step:
+``shape`` (an observation of 5), ``nan`` (an observation of NaN), ``reward`` (None), ``missing``
+(no observation)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ class ScriptedGame(ParallelEnv):
 
     def __init__(self, agents: int = 3, length: int = 5, leave: bool = False, join: int = 0,
                  stranger: bool = False, mixed: bool = False,
-                 mixed_actions: bool = False, box_actions: bool = False):  # fmt: skip
+                 mixed_actions: bool = False, box_actions: bool = False,
+                 fault: str = ""):  # fmt: skip
         self.possible_agents = [f"agent_{i}" for i in range(agents)]
+        self.fault = fault
         self.length, self.leave, self.join, self.stranger = length, leave, join, stranger
         self.mixed, self.mixed_actions, self.box_actions = mixed, mixed_actions, box_actions
 
@@ -62,6 +66,14 @@ class ScriptedGame(ParallelEnv):
             obs["agent_0"] = self._obs("agent_0")
         if self.stranger and self.t == 1:
             self.agents.append("stranger")
+        if self.fault == "shape":
+            obs["agent_1"] = np.zeros(5, np.float32)
+        elif self.fault == "nan":
+            obs["agent_1"] = np.full(2, np.nan, np.float32)
+        elif self.fault == "reward":
+            rewards["agent_1"] = None
+        elif self.fault == "missing":
+            del obs["agent_1"]
         return obs, rewards, terms, truncs, {a: {} for a in actions}
 
 

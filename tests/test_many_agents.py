@@ -72,6 +72,24 @@ def test_games_the_host_runtimes_cannot_play_are_clear_errors():
         AgentRows("pettingzoo/mpe2.no_such_game_v0", 1)
 
 
+@pytest.mark.parametrize(("fault", "says"), [
+    ("shape", r"step\(\) returned an observation of shape \(5,\) for agent_1; its observation "
+              r"space says \(2,\)"),
+    ("nan", r"step\(\) returned an observation holding NaN or inf for agent_1"),
+    ("reward", r"step\(\) returned the reward None for agent_1; a reward is one finite number"),
+    ("missing", r"step\(\) returned no observation for agent_1, which acted"),
+])  # fmt: skip
+def test_a_game_of_ones_own_off_its_spaces_is_one_line_naming_it(fault, says, tmp_path):
+    """numpy's "Output array is the wrong shape" from inside the batch; NaN observations and a
+    reward of None reported as training diverged, blaming the learning rate; a missing
+    observation left the agent seeing its last one, in silence."""
+    from rlherd.errors import UnsupportedEnv
+
+    with pytest.raises(UnsupportedEnv, match=f"{GAME}'s {says}"):
+        rlherd.train("ppo", GAME, env_kwargs={"fault": fault}, total_steps=300,
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
+
+
 @pytest.mark.parametrize("runtime", ["single", "mono", "poly"])
 def test_a_shared_policy_learns_each_agents_best_action_counting_environment_steps(
     runtime, tmp_path

@@ -34,10 +34,13 @@ import numpy as np
 
 from rlherd.core import flatten_space, flatten_value
 from rlherd.envs.ids import PETTINGZOO as PREFIX
-from rlherd.errors import ConfigError, MissingExtra
+from rlherd.envs.wrappers import one_finite_number
+from rlherd.errors import ConfigError, MissingExtra, UnsupportedEnv
 
 # Packages whose games rlherd knows how to install.
 INSTALL = {name: "pip install 'rlherd[multiagent]'" for name in ("mpe2", "pettingzoo")}
+# The games of these packages keep to their spaces: not checked at every step.
+KNOWN_GAMES = tuple(f"{PREFIX}{name}." for name in INSTALL)
 
 
 def game_module(env_id: str) -> Any:
@@ -176,6 +179,9 @@ class AgentRows(gym.vector.VectorEnv):
         self.agents_per_game = len(self.possible_agents)
         self._index = {a: i for i, a in enumerate(self.possible_agents)}  # an agent's row in a game
         obs_spaces = {a: first.observation_space(a) for a in self.possible_agents}
+        # A game of one's own is held to its spaces at every step, as StepCheck holds one's own
+        # environment; PettingZoo's and MPE's own games are not.
+        self._checked = None if env_id.startswith(KNOWN_GAMES) else obs_spaces
         act_spaces = {a: first.action_space(a) for a in self.possible_agents}
         agent = self.possible_agents[0]
         self._legal: np.ndarray | None = None  # each agent's actions, where their counts differ
@@ -220,6 +226,7 @@ class AgentRows(gym.vector.VectorEnv):
             obs, _ = game.reset(seed=None if seed is None else seed + g, options=options)
             self._obs[g] = obs
             self._check_agents(game)
+            self._check_step("reset()", game.agents, obs)
         self._over[:] = False
         return self._rows(), {}
 
@@ -238,6 +245,7 @@ class AgentRows(gym.vector.VectorEnv):
             obs, rewards, terms, truncs, _ = game.step(
                 {a: actions[g * n + self._index[a]] for a in live}
             )
+            self._check_step("step()", live, obs, rewards)
             for a in live:
                 row = g * n + self._index[a]
                 reward[row], terminated[row], truncated[row] = rewards[a], terms[a], truncs[a]
@@ -245,6 +253,35 @@ class AgentRows(gym.vector.VectorEnv):
             self._obs[g] = {**self._obs[g], **obs}
             self._over[g] = not game.agents or all(terms[a] or truncs[a] for a in live)
         return self._rows(), reward, terminated, truncated, {}
+
+    def _check_step(self, call: str, agents: list[str], obs: dict[str, Any],
+                    rewards: dict[str, Any] | None = None) -> None:  # fmt: skip
+        """For a game of one's own: an observation for each of ``agents`` (those in the game at
+        reset, those that acted at a step), of its space's shape and finite where its space is
+        a ``Box``, and a reward that is one finite number; a fault is one line naming the game
+        and the agent, not numpy's error inside the batch, a divergence blamed on the learning
+        rate, or an agent left seeing its last observation."""
+        if self._checked is None:
+            return
+        for a in agents:
+            if a not in obs:
+                raise UnsupportedEnv(f"{self.env_id}'s {call} returned no observation for {a}, "
+                                     f"which {'acted' if rewards is not None else 'is in the game'}"
+                                     )  # fmt: skip
+            space = self._checked[a]
+            if isinstance(space, gym.spaces.Box):
+                value = np.asarray(obs[a])
+                if value.shape != space.shape:
+                    raise UnsupportedEnv(f"{self.env_id}'s {call} returned an observation of "
+                                         f"shape {value.shape} for {a}; its observation space "
+                                         f"says {space.shape}")  # fmt: skip
+                if value.dtype.kind == "f" and not np.isfinite(value).all():
+                    raise UnsupportedEnv(f"{self.env_id}'s {call} returned an observation "
+                                         f"holding NaN or inf for {a}")  # fmt: skip
+            if rewards is not None and not one_finite_number(rewards.get(a)):
+                raise UnsupportedEnv(f"{self.env_id}'s {call} returned the reward "
+                                     f"{rewards.get(a)!r} for {a}; a reward is one finite "
+                                     "number")  # fmt: skip
 
     def _check_agents(self, game: Any) -> None:
         strangers = set(game.agents) - self._index.keys()  # every step: no set of the index

@@ -102,7 +102,7 @@ class StepCheck(gym.Wrapper):
 
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        if not _one_finite_number(reward):
+        if not one_finite_number(reward):
             raise UnsupportedEnv(f"{self.env_id}'s step() returned the reward {reward!r}; a "
                                  "reward is one finite number")  # fmt: skip
         self._check(obs, info, "step()", ended=terminated or truncated)
@@ -173,7 +173,7 @@ def _leaf(key: str | None) -> str:
     return "an observation" if key is None else f"observation {key!r}"
 
 
-def _one_finite_number(reward: Any) -> bool:
+def one_finite_number(reward: Any) -> bool:
     """Whether ``reward`` is one finite number; a Python (or numpy float64) float the quick way,
     as most are: this runs at every step."""
     if isinstance(reward, float | int):
