@@ -163,6 +163,16 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     assert "pip install 'rlherd[tune]'" in err
 
 
+def test_a_budget_of_zero_steps_is_refused_not_taken_for_the_presets(tmp_path, capsys):
+    """``--total-steps 0`` ran trials of the preset's run length (100,000 steps for PPO on
+    CartPole) where ``rlherd train --total-steps 0`` is refused. (The storage that cannot be
+    opened comes after the budget's check: with the old behaviour it fails instead of training.)"""
+    err = _error(capsys, ["tune", "ppo", "--env", "CartPole-v1", "--total-steps", "0",
+                          "--trials", "1", "--storage", "nope://x", "--out",
+                          str(tmp_path / "study")])  # fmt: skip
+    assert "--total-steps must be >= 1, got 0" in err, err
+
+
 def test_a_continued_study_must_be_the_same_study(tmp_path, capsys):
     """Trials of another budget would not compare with the study's: refused, naming what
     differs."""

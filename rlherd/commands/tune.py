@@ -230,7 +230,8 @@ def _plan(agent, env, trials, jobs, storage, study_name, space, total_steps, eva
     settings_mod.resolve(default_runtime(agent, env, runtime_fixed), {}, runtime_fixed,
                          BUILDERS[agent].dataflow)  # fmt: skip
     searched = {k: v for k, v in load_space(agent, space).items() if k not in fixed}
-    total_steps = total_steps or BUILDERS[agent].default_total_steps[preset]
+    if total_steps is None:  # 0 is refused below, as train refuses it, not taken for unset
+        total_steps = BUILDERS[agent].default_total_steps[preset]
     if total_steps < 1:
         raise ConfigError(f"--total-steps must be >= 1, got {total_steps}")
     eval_every = eval_every or max(1, total_steps // 10)
