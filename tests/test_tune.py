@@ -185,6 +185,22 @@ def test_a_continued_study_must_be_the_same_study(tmp_path, capsys):
     assert "was made with total_steps 300, eval_every 300" in err
 
 
+def test_a_continued_study_with_another_kind_of_distribution_is_refused(tmp_path, capsys):
+    """A study whose trials drew ``epochs`` from a categorical, continued with a space that draws
+    it as an int: Optuna raised ValueError as the new trial drew it (a traceback, and a failed
+    trial left in the study). Refused in one line before any trial starts."""
+    only_epochs = {name: None for name in SPACES["ppo"]}
+    args = ["tune", "ppo", "--env", "CartPole-v1", "--eval-episodes", "1", "--trials", "1",
+            "--total-steps", "300", "--eval-every", "300", "--out", str(tmp_path / "study")]
+    made = _write(tmp_path / "made.yaml", {**only_epochs, "epochs": ["categorical", [1, 2]]})
+    assert main([*args, "--space", str(made)]) == 0
+    capsys.readouterr()
+    other = _write(tmp_path / "other.yaml", {**only_epochs, "epochs": ["int", 1, 2]})
+    err = _error(capsys, [*args, "--space", str(other)])
+    assert "drew epochs from CategoricalDistribution" in err and "IntDistribution" in err, err
+    assert [row["state"] for row in _rows(tmp_path / "study")] == ["COMPLETE"]
+
+
 @pytest.mark.parametrize("agent", sorted(SPACES))
 def test_every_space_names_real_fields_with_values_the_agent_takes(agent):
     """Each field of a built-in space is one of the agent's config, and each end of its range

@@ -442,6 +442,50 @@ def _open_study(optuna, plan: Plan) -> None:
                            if made_for.get(k) != plan.terms[k])  # fmt: skip
         raise ConfigError(f"study {plan.study_name!r} in {plan.storage} was made with {differ}; "
                           "give the same flags to continue it, or another --study-name")
+    _check_space(optuna, study, plan)
+
+
+def _check_space(optuna, study, plan: Plan) -> None:
+    """Refuse a continued study whose space draws a parameter from another kind of
+    distribution (or, categorical, other choices) than its trials did: Optuna cannot mix them,
+    and found out only as the first new trial drew it, with a traceback and a failed trial."""
+    drawn: dict[str, Any] = {}
+    for trial in study.get_trials(deepcopy=False):
+        drawn.update(trial.distributions)
+    recorder = _Distributions(optuna)
+    suggest(recorder, plan.space, plan.total_steps)
+    for name, new in recorder.drawn.items():
+        if name not in drawn:
+            continue
+        try:
+            optuna.distributions.check_distribution_compatibility(drawn[name], new)
+        except ValueError:
+            raise ConfigError(
+                f"study {plan.study_name!r} in {plan.storage} drew {name} from {drawn[name]}, "
+                f"and this space draws it from {new}, which Optuna cannot mix: give the space "
+                "the study was made with to continue it, or another --study-name"
+            ) from None
+
+
+class _Distributions:
+    """Stands in for an Optuna trial in :func:`suggest`, keeping the distribution each
+    parameter would be drawn from, by Optuna's name for it."""
+
+    def __init__(self, optuna):
+        self.optuna = optuna
+        self.drawn: dict[str, Any] = {}
+
+    def suggest_categorical(self, name: str, choices: list) -> Any:
+        self.drawn[name] = self.optuna.distributions.CategoricalDistribution(choices)
+        return choices[0]
+
+    def suggest_float(self, name: str, low: float, high: float, log: bool = False) -> float:
+        self.drawn[name] = self.optuna.distributions.FloatDistribution(low, high, log=log)
+        return low
+
+    def suggest_int(self, name: str, low: int, high: int, log: bool = False) -> int:
+        self.drawn[name] = self.optuna.distributions.IntDistribution(low, high, log=log)
+        return low
 
 
 def _storage(optuna, url: str):
