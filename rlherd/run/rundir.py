@@ -231,6 +231,24 @@ class RunDir:
                     raise ConfigError(f"{path} is a hard link, a file with another name, which "
                                       "writing here would change too: replace it with a copy")
 
+    def in_use(self) -> bool:
+        """Whether another process holds this run's lock (:meth:`lock`): the run is training
+        now. Only asked, so that a reader can tell a run still on its way to its first
+        checkpoint from one that stopped before it; the lock file is opened to read, never
+        made."""
+        if self._lock is not None:  # ours
+            return False
+        try:  # never through a link; a FIFO planted as .lock does not block the open
+            fd = os.open(self.path / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # no lock file: no process ever trained here
+            return False
+        with os.fdopen(fd) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+        return False
+
     def unlock(self) -> None:
         if self._lock is not None:
             self._lock.close()
@@ -393,6 +411,12 @@ class RunDir:
         older = sorted(self.checkpoint_dir.glob("ckpt-*.pt"), reverse=True)
         candidates = ([latest] if latest is not None else []) + [p for p in older if p != latest]
         if not candidates:
+            if self.in_use():
+                raise FileNotFoundError(
+                    f"no checkpoint in {self.checkpoint_dir} yet: the run is still training, "
+                    "and writes one every checkpoint_interval_s (60 s unless set) and at its "
+                    "end; try again then"
+                )
             raise FileNotFoundError(
                 f"no checkpoint in {self.checkpoint_dir}; the run stopped before its first one"
             )
