@@ -161,7 +161,9 @@ def _add_plot_parser(sub: argparse._SubParsersAction) -> None:
     """``rlherd plot``: learning curves."""
     plot = sub.add_parser("plot", help="draw learning curves of runs")
     plot.add_argument("run_dirs", nargs="+")
-    plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
+    plot.add_argument("-o", "--output", required=True,
+                      help="image file, e.g. curves.png, or a folder to draw curves.png in "
+                      "(one that exists, or figures/)")  # fmt: skip
     plot.add_argument("--window", type=int, default=20, help="episodes to average over")
     plot.add_argument("--title", help="the figure's title")
     plot.add_argument("--aggregate", choices=["mean", "iqm"],

@@ -397,6 +397,15 @@ def test_report_without_rliable_names_the_extra(experiments, monkeypatch, capsys
     assert line.endswith('pip install "rlherd[stats]"'), line
 
 
+def test_plot_to_a_name_ending_in_a_slash_draws_in_that_folder(experiments, capsys):
+    """``-o figures/`` names a folder, made for ``curves.png``; ``Path`` drops the slash, so the
+    figure was written as ``figures.png`` beside it."""
+    assert main(["plot", "runs/a", "-o", "figures/"]) == 0
+    assert capsys.readouterr().out.strip() == str(Path("figures") / "curves.png")
+    assert (experiments.parent / "figures" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (experiments.parent / "figures.png").exists()
+
+
 @pytest.mark.parametrize("kind", ["iqm", "mean"])
 def test_plot_aggregate_writes_an_image(experiments, kind, capsys):
     image = experiments / f"{kind}.png"

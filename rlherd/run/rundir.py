@@ -166,6 +166,13 @@ def make_folder(path: Path, flag: str) -> Path:
     return path
 
 
+def names_folder(path: str | os.PathLike) -> bool:
+    """Whether an output path, as given, names a folder to write in: one that exists, or one
+    written with a trailing separator (``-o exports/``, made if missing), which ``Path``
+    drops: the name alone would otherwise become the file's."""
+    return Path(path).is_dir() or str(path).endswith(("/", os.sep))
+
+
 def check_folder(path: Path, flag: str) -> None:
     """:func:`make_folder`'s refusal without making anything: for a command that checks all its
     folders before it makes any of them."""
