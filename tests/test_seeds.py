@@ -406,6 +406,17 @@ def test_plot_to_a_name_ending_in_a_slash_draws_in_that_folder(experiments, caps
     assert not (experiments.parent / "figures.png").exists()
 
 
+def test_plot_aggregate_of_runs_without_an_episode_is_one_line(experiments, capsys):
+    """Runs that have finished no episode yet (no metrics/train.csv): ``plot --aggregate``
+    wrote an empty figure (and matplotlib's warning of a legend without labels) and exited 0,
+    where ``plot`` without it refuses in one line. It refuses too, and writes nothing."""
+    image = experiments / "none.png"
+    assert main(["plot", "runs/b/seed-4", "--aggregate", "iqm", "-o", str(image)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has finished an episode yet" in err, err
+    assert not image.exists()
+
+
 @pytest.mark.parametrize("kind", ["iqm", "mean"])
 def test_plot_aggregate_writes_an_image(experiments, kind, capsys):
     image = experiments / f"{kind}.png"

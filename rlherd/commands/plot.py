@@ -113,8 +113,10 @@ def plot_runs(
             for policy, returns in curves.items():
                 label = f"{run.path.name} {policy}".strip()
                 ax.plot(steps, smooth(returns, window), label=label)
-    else:
-        _plot_aggregates(ax, run_dirs, window, aggregate, reps)
+    elif not _plot_aggregates(ax, run_dirs, window, aggregate, reps):
+        plt.close(fig)
+        raise ConfigError(f"no run in {', '.join(map(str, run_dirs))} has finished an episode "
+                          "yet (metrics/train.csv): no curve to draw")  # fmt: skip
     ax.set_xlabel("agent steps")
     ylabel = f"episode return (mean of last {window})"
     if aggregate is not None:
@@ -131,9 +133,10 @@ def plot_runs(
     return output
 
 
-def _plot_aggregates(ax, run_dirs: list[str | Path], window: int, kind: str, reps: int) -> None:
+def _plot_aggregates(ax, run_dirs: list[str | Path], window: int, kind: str, reps: int) -> int:
     """Per experiment (and policy): its seeds' smoothed curves, thin, and their ``kind`` on a
-    common step grid, bold, in a band of its 95% bootstrap confidence interval."""
+    common step grid, bold, in a band of its 95% bootstrap confidence interval. Runs with no
+    episode yet are left out; the number of curves drawn."""
     color = 0
     for group in group_runs(find_runs(run_dirs)):
         loaded = [load_curves(run.path) for run in group.runs
@@ -153,3 +156,4 @@ def _plot_aggregates(ax, run_dirs: list[str | Path], window: int, kind: str, rep
             if agg.low is not None:
                 ax.fill_between(agg.steps, agg.low, agg.high, alpha=0.2, linewidth=0, **style)
             color += 1
+    return color
