@@ -163,6 +163,16 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     assert "pip install 'rlherd[tune]'" in err
 
 
+def test_an_integer_range_with_fractional_bounds_is_refused(tmp_path, capsys):
+    """``epochs: [int, 1.5, 3]`` searched 1 to 3: the bounds were cut to integers without a
+    word, so the space searched was not the one written."""
+    space = _write(tmp_path / "space.yaml", {"epochs": ["int", 1.5, 3]})
+    err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--space", str(space),
+                          "--out", str(tmp_path / "study"), "--storage", "nope://x"])  # fmt: skip
+    assert "epochs's bounds must be whole numbers for int, got [1.5, 3]" in err, err
+    assert load_space("ppo", _write(space, {"epochs": ["int", 1.0, 3]}))["epochs"] == ("int", 1, 3)
+
+
 def test_a_budget_of_zero_steps_is_refused_not_taken_for_the_presets(tmp_path, capsys):
     """``--total-steps 0`` ran trials of the preset's run length (100,000 steps for PPO on
     CartPole) where ``rlherd train --total-steps 0`` is refused. (The storage that cannot be

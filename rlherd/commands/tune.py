@@ -316,6 +316,8 @@ def _checked(name: str, distribution: Any, where: str) -> Distribution:
         low, high = number(rest[0]), number(rest[1])
     except (TypeError, ValueError, OverflowError):  # int(inf) overflows
         raise ConfigError(f"{where}: {name}'s bounds must be numbers, got {rest}") from None
+    if number is int and (low != float(rest[0]) or high != float(rest[1])):  # int(1.5) is 1
+        raise ConfigError(f"{where}: {name}'s bounds must be whole numbers for {kind}, got {rest}")
     if not math.isfinite(low) or not math.isfinite(high) or low > high or (
             kind.startswith("log") and low <= 0):  # fmt: skip
         raise ConfigError(f"{where}: {name} needs finite low <= high (and low > 0 for {kind})")
