@@ -397,6 +397,16 @@ def test_report_without_rliable_names_the_extra(experiments, monkeypatch, capsys
     assert line.endswith('pip install "rlherd[stats]"'), line
 
 
+def test_a_folder_of_seed_runs_given_for_one_run_names_them(experiments, capsys):
+    """``rlherd eval runs/a`` after ``--seeds``: the folder holds the runs, and the error said
+    only that it is not a run directory. It names the runs it holds and how to give one."""
+    for command in ("eval", "export"):
+        assert main([command, "runs/a"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert "it holds runs (seed-1, seed-2, seed-3, ...): give one, e.g. runs/a/seed-1" in err
+
+
 def test_plot_to_a_name_ending_in_a_slash_draws_in_that_folder(experiments, capsys):
     """``-o figures/`` names a folder, made for ``curves.png``; ``Path`` drops the slash, so the
     figure was written as ``figures.png`` beside it."""

@@ -193,7 +193,11 @@ class RunDir:
             raise FileNotFoundError(f"{self.path} is a file; give the run directory, the folder "
                                     f"that holds it ({self.path.parent})")  # fmt: skip
         if not create and not (self.path / "config.json").exists():
-            raise FileNotFoundError(f"{self.path} is not an rlherd run directory (no config.json)")
+            runs = sorted(config.parent.name for config in self.path.glob("*/config.json"))
+            held = (f"; it holds runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}):"
+                    f" give one, e.g. {self.path / runs[0]}" if runs else "")  # a --seeds parent
+            raise FileNotFoundError(f"{self.path} is not an rlherd run directory (no config.json)"
+                                    f"{held}")  # fmt: skip
         for d in (self.path, self.metrics_dir, self.checkpoint_dir):
             d.mkdir(parents=True, exist_ok=True)
         self._csv: dict[str, CSVLogger] = {}
