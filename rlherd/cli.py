@@ -96,7 +96,7 @@ def _add_eval_parser(sub: argparse._SubParsersAction) -> None:
     """``rlherd eval``: play a run's policy, or record its episodes."""
     ev = sub.add_parser("eval", help="run a trained policy")
     ev.add_argument("run_dir")
-    ev.add_argument("--episodes", type=int, default=10)
+    ev.add_argument("--episodes", type=int, help="episodes to play (default: 10)")
     ev.add_argument("--video", help="record the first episode to FILE (.gif or .mp4)")
     ev.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
     ev.add_argument("--best", action="store_true",
@@ -161,7 +161,9 @@ def _add_plot_parser(sub: argparse._SubParsersAction) -> None:
     """``rlherd plot``: learning curves."""
     plot = sub.add_parser("plot", help="draw learning curves of runs")
     plot.add_argument("run_dirs", nargs="+")
-    plot.add_argument("-o", "--output", required=True, help="image file, e.g. curves.png")
+    plot.add_argument("-o", "--output", required=True,
+                      help="image file, e.g. curves.png, or a folder to draw curves.png in "
+                      "(one that exists, or figures/)")  # fmt: skip
     plot.add_argument("--window", type=int, default=20, help="episodes to average over")
     plot.add_argument("--title", help="the figure's title")
     plot.add_argument("--aggregate", choices=["mean", "iqm"],
@@ -469,13 +471,20 @@ def _eval(args: argparse.Namespace) -> int:
     if args.record_episodes or args.out:  # eval that records: collect's older spelling
         if not (args.record_episodes and args.out):
             raise ConfigError("--record-episodes N and --out ID go together")
+        # Recording plays the latest policy greedily; these would have been ignored.
+        given = {"--episodes": args.episodes is not None, "--video": args.video,
+                 "--sample": args.sample, "--best": args.best, "--opponent": args.opponent}
+        if ignored := [flag for flag, value in given.items() if value]:
+            raise ConfigError(f"--record-episodes records the latest policy's greedy episodes; "
+                              f"drop {', '.join(ignored)}, which go with evaluating it")
         from rlherd.commands.collect import collect
 
         print(json.dumps(collect(args.run_dir, args.out, args.record_episodes)))
         return 0
     from rlherd.commands.evaluate import evaluate
 
-    print(json.dumps(evaluate(args.run_dir, args.episodes, args.video, not args.sample,
+    episodes = 10 if args.episodes is None else args.episodes
+    print(json.dumps(evaluate(args.run_dir, episodes, args.video, not args.sample,
                               opponent=args.opponent, best=args.best)))  # fmt: skip
     return 0
 

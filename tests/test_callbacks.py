@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -356,16 +357,23 @@ def test_a_bad_config_file_is_one_line(tmp_path, capsys, text, says):
 
 
 def test_the_guides_callback_example_runs(tmp_path, monkeypatch):
-    """The Python example of docs/guides/callbacks-and-tracking.md, with a tiny budget."""
+    """The Python example of docs/guides/callbacks-and-tracking.md, with a tiny budget; the
+    metrics its callback reads are ones its run logs (it read ``total_loss``, which PPO does
+    not log, so it could never stop the run)."""
     from test_docs import ROOT, blocks
 
     (example,) = blocks(ROOT / "docs" / "guides" / "callbacks-and-tracking.md", "python")
     tiny = "eval_every=500, total_steps=1_000, progress=False,"
     assert "eval_every=10_000," in example.text
     monkeypatch.chdir(tmp_path)
+    record, train = Record(), rlherd.train
+    monkeypatch.setattr(rlherd, "train", lambda *args, callbacks=(), **kwargs: train(
+        *args, callbacks=[*callbacks, record], **kwargs))  # fmt: skip
     exec(compile(example.text.replace("eval_every=10_000,", tiny), "guide", "exec"), {})
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "best" / "policy.pt").exists()
+    read = set(re.findall(r"metrics(?:\.get\(|\[)[\"'](\w+)[\"']", example.text))
+    assert read and read <= set().union(*record.logged), (read, record.logged[-1])
 
 
 def test_package_and_export_take_the_best_policy(tmp_path):

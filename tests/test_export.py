@@ -317,6 +317,15 @@ def test_the_guides_script_acts_as_rlherd_for_an_episode(exported, run, name, tm
     assert steps >= 4
 
 
+def test_an_output_ending_in_a_slash_is_a_folder_made_for_the_file(run, workdir, capsys):
+    """``-o exports/new/`` names a folder: the file goes in it by its default name, the folder
+    made. ``Path`` drops the slash, so the export was a file named ``new`` instead."""
+    folder = workdir / "slashed" / "new"
+    assert main(["export", str(run("feedforward")), "-o", f"{folder}/"]) == 0
+    assert capsys.readouterr().out.strip() == str(folder / "policy.onnx")
+    assert folder.is_dir() and (folder / "policy.onnx").stat().st_size > 0
+
+
 def test_the_command_writes_where_it_says_and_refuses_in_one_line(run, workdir, capsys):
     """``rlherd export`` prints the file it wrote (by default in the run directory); a search
     agent and a format its file's name contradicts are one line each, exit 2."""

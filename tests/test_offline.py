@@ -258,6 +258,24 @@ def test_collect_errors_name_the_fix(minari_root, tmp_path, monkeypatch):
         collect(search, "test/mcts-v0", 2, progress=False)
 
 
+def test_eval_record_episodes_refuses_the_flags_it_would_ignore(minari_root, tmp_path, capsys):
+    """``rlherd eval RUN --record-episodes N --out ID`` records the latest policy greedily:
+    given ``--best``, ``--video``, ``--sample``, ``--opponent`` or ``--episodes`` as well, it
+    recorded the latest policy's greedy episodes all the same and said nothing (no video, not
+    the best policy). One line names them now, before any episode is played."""
+    run = rlherd.train("dqn", CORRIDOR, total_steps=300, run_dir=tmp_path / "run",
+                       progress=False).path  # fmt: skip
+    record = ["eval", str(run), "--record-episodes", "2", "--out", "test/record-v0"]
+    for extra in (["--best"], ["--video", str(tmp_path / "first.gif")], ["--sample"],
+                  ["--opponent", "random"], ["--episodes", "5"]):  # fmt: skip
+        assert main([*record, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"drop {extra[0]}," in err, err
+    with pytest.raises(ConfigError, match="no dataset"):
+        offline.load_dataset("test/record-v0")
+    assert main(record) == 0
+
+
 def test_a_run_records_its_training_episodes(minari_root, interrupt_at, tmp_path):
     """``record_dataset`` (D4RL's medium-replay): every training episode, exploration and all,
     in the order the run finished them, survives an interrupt and resume, and is written when

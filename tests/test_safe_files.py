@@ -736,6 +736,26 @@ def test_a_run_in_use_is_not_replaced_or_resumed(run_copy, tmp_path):
         holder.unlock()
 
 
+def test_a_run_still_training_toward_its_first_checkpoint_says_so(run_copy, capsys):
+    """A run that another process is training and that has written no checkpoint yet (its
+    first minute): eval, export and package said "the run stopped before its first one", which
+    sent the user to look for a crash. They say it is still training now; once its process has
+    gone, a run without a checkpoint did stop before its first one."""
+    for path in (run_copy / "checkpoints").iterdir():
+        path.unlink()
+    holder = RunDir(run_copy)
+    holder.lock()
+    try:
+        for argv in (["eval", str(run_copy)], ["export", str(run_copy)]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and "still training" in err, err
+    finally:
+        holder.unlock()
+    assert main(["eval", str(run_copy)]) == 2
+    assert "the run stopped before its first one" in capsys.readouterr().err
+
+
 def test_a_garbage_protobuf_gets_invalid_argument():
     server, address = serve("CartPole-v1", "127.0.0.1:0")
     channel = grpc.insecure_channel(address)

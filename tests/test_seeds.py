@@ -397,6 +397,36 @@ def test_report_without_rliable_names_the_extra(experiments, monkeypatch, capsys
     assert line.endswith('pip install "rlherd[stats]"'), line
 
 
+def test_a_folder_of_seed_runs_given_for_one_run_names_them(experiments, capsys):
+    """``rlherd eval runs/a`` after ``--seeds``: the folder holds the runs, and the error said
+    only that it is not a run directory. It names the runs it holds and how to give one."""
+    for command in ("eval", "export"):
+        assert main([command, "runs/a"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert "it holds runs (seed-1, seed-2, seed-3, ...): give one, e.g. runs/a/seed-1" in err
+
+
+def test_plot_to_a_name_ending_in_a_slash_draws_in_that_folder(experiments, capsys):
+    """``-o figures/`` names a folder, made for ``curves.png``; ``Path`` drops the slash, so the
+    figure was written as ``figures.png`` beside it."""
+    assert main(["plot", "runs/a", "-o", "figures/"]) == 0
+    assert capsys.readouterr().out.strip() == str(Path("figures") / "curves.png")
+    assert (experiments.parent / "figures" / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (experiments.parent / "figures.png").exists()
+
+
+def test_plot_aggregate_of_runs_without_an_episode_is_one_line(experiments, capsys):
+    """Runs that have finished no episode yet (no metrics/train.csv): ``plot --aggregate``
+    wrote an empty figure (and matplotlib's warning of a legend without labels) and exited 0,
+    where ``plot`` without it refuses in one line. It refuses too, and writes nothing."""
+    image = experiments / "none.png"
+    assert main(["plot", "runs/b/seed-4", "--aggregate", "iqm", "-o", str(image)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "has finished an episode yet" in err, err
+    assert not image.exists()
+
+
 @pytest.mark.parametrize("kind", ["iqm", "mean"])
 def test_plot_aggregate_writes_an_image(experiments, kind, capsys):
     image = experiments / f"{kind}.png"

@@ -163,6 +163,26 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     assert "pip install 'rlherd[tune]'" in err
 
 
+def test_an_integer_range_with_fractional_bounds_is_refused(tmp_path, capsys):
+    """``epochs: [int, 1.5, 3]`` searched 1 to 3: the bounds were cut to integers without a
+    word, so the space searched was not the one written."""
+    space = _write(tmp_path / "space.yaml", {"epochs": ["int", 1.5, 3]})
+    err = _error(capsys, ["tune", "ppo", *TINY, "--trials", "1", "--space", str(space),
+                          "--out", str(tmp_path / "study"), "--storage", "nope://x"])  # fmt: skip
+    assert "epochs's bounds must be whole numbers for int, got [1.5, 3]" in err, err
+    assert load_space("ppo", _write(space, {"epochs": ["int", 1.0, 3]}))["epochs"] == ("int", 1, 3)
+
+
+def test_a_budget_of_zero_steps_is_refused_not_taken_for_the_presets(tmp_path, capsys):
+    """``--total-steps 0`` ran trials of the preset's run length (100,000 steps for PPO on
+    CartPole) where ``rlherd train --total-steps 0`` is refused. (The storage that cannot be
+    opened comes after the budget's check: with the old behaviour it fails instead of training.)"""
+    err = _error(capsys, ["tune", "ppo", "--env", "CartPole-v1", "--total-steps", "0",
+                          "--trials", "1", "--storage", "nope://x", "--out",
+                          str(tmp_path / "study")])  # fmt: skip
+    assert "--total-steps must be >= 1, got 0" in err, err
+
+
 def test_a_continued_study_must_be_the_same_study(tmp_path, capsys):
     """Trials of another budget would not compare with the study's: refused, naming what
     differs."""
@@ -173,6 +193,22 @@ def test_a_continued_study_must_be_the_same_study(tmp_path, capsys):
     capsys.readouterr()
     err = _error(capsys, [*args, "--total-steps", "400", "--eval-every", "400"])
     assert "was made with total_steps 300, eval_every 300" in err
+
+
+def test_a_continued_study_with_another_kind_of_distribution_is_refused(tmp_path, capsys):
+    """A study whose trials drew ``epochs`` from a categorical, continued with a space that draws
+    it as an int: Optuna raised ValueError as the new trial drew it (a traceback, and a failed
+    trial left in the study). Refused in one line before any trial starts."""
+    only_epochs = {name: None for name in SPACES["ppo"]}
+    args = ["tune", "ppo", "--env", "CartPole-v1", "--eval-episodes", "1", "--trials", "1",
+            "--total-steps", "300", "--eval-every", "300", "--out", str(tmp_path / "study")]
+    made = _write(tmp_path / "made.yaml", {**only_epochs, "epochs": ["categorical", [1, 2]]})
+    assert main([*args, "--space", str(made)]) == 0
+    capsys.readouterr()
+    other = _write(tmp_path / "other.yaml", {**only_epochs, "epochs": ["int", 1, 2]})
+    err = _error(capsys, [*args, "--space", str(other)])
+    assert "drew epochs from CategoricalDistribution" in err and "IntDistribution" in err, err
+    assert [row["state"] for row in _rows(tmp_path / "study")] == ["COMPLETE"]
 
 
 @pytest.mark.parametrize("agent", sorted(SPACES))

@@ -54,7 +54,7 @@ from rlherd.networks.distributions import (
 )
 from rlherd.run.package import is_package
 from rlherd.run.provenance import machine
-from rlherd.run.rundir import atomic_write_bytes, make_folder
+from rlherd.run.rundir import atomic_write_bytes, make_folder, names_folder
 
 FORMATS = {"onnx": ".onnx", "torchscript": ".pt"}  # format: the default file's suffix
 SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript"}  # suffix: its format
@@ -344,7 +344,7 @@ def export(
         raise ConfigError(f"{run_dir} is a package, which rlherd export does not write into; "
                           f"say where the file goes: -o {name}")  # fmt: skip
     path = Path(output) if output is not None else Path(run_dir)
-    if path.is_dir():  # a folder to write the file in, as `cp` takes one
+    if names_folder(path if output is None else output):  # a folder, as `cp` takes one
         if output is not None and is_package(path):
             raise ConfigError(f"-o {output} is a package, which rlherd export does not write "
                               "into; give a file or another folder")  # fmt: skip

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from rlherd.errors import ConfigError
-from rlherd.run.rundir import make_folder, run_file
+from rlherd.run.rundir import make_folder, names_folder, run_file
 from rlherd.run.statistics import CURVE_REPS, aggregate_curves, find_runs, group_runs
 
 _FIX = "restore it from a copy of the run, or delete the row"
@@ -85,10 +85,10 @@ def plot_runs(
     reps: int = CURVE_REPS,
 ) -> Path:
     """Draw the runs' learning curves into ``output`` (a file, ``.png`` if it names no format,
-    or a folder to write ``curves.png`` in): each run's (``run_dirs`` may name
-    folders of runs, such as the parent of ``--seeds`` runs), or with ``aggregate`` (``iqm``
-    or ``mean``) each experiment's aggregate over its seeds with a 95% bootstrap band
-    (``reps`` resamples at each of 40 steps) over its seeds' own curves."""
+    or a folder to write ``curves.png`` in: one that exists, or ``figures/``): each run's
+    (``run_dirs`` may name folders of runs, such as the parent of ``--seeds`` runs), or with
+    ``aggregate`` (``iqm`` or ``mean``) each experiment's aggregate over its seeds with a 95%
+    bootstrap band (``reps`` resamples at each of 40 steps) over its seeds' own curves."""
     if not window >= 1:
         raise ConfigError(f"--window must be at least 1 episode, got {window}")
     import matplotlib
@@ -96,10 +96,10 @@ def plot_runs(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if names_folder(output):  # a folder to draw in, as `cp` takes one
+        output = Path(output) / "curves.png"
     output = Path(output)
-    if output.is_dir():  # a folder to draw in, as `cp` takes one
-        output = output / "curves.png"
-    elif not output.suffix:  # matplotlib's default format, said in the path printed
+    if not output.suffix:  # matplotlib's default format, said in the path printed
         output = output.with_name(f"{output.name}.png")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     formats = fig.canvas.get_supported_filetypes()
@@ -113,8 +113,10 @@ def plot_runs(
             for policy, returns in curves.items():
                 label = f"{run.path.name} {policy}".strip()
                 ax.plot(steps, smooth(returns, window), label=label)
-    else:
-        _plot_aggregates(ax, run_dirs, window, aggregate, reps)
+    elif not _plot_aggregates(ax, run_dirs, window, aggregate, reps):
+        plt.close(fig)
+        raise ConfigError(f"no run in {', '.join(map(str, run_dirs))} has finished an episode "
+                          "yet (metrics/train.csv): no curve to draw")  # fmt: skip
     ax.set_xlabel("agent steps")
     ylabel = f"episode return (mean of last {window})"
     if aggregate is not None:
@@ -131,9 +133,10 @@ def plot_runs(
     return output
 
 
-def _plot_aggregates(ax, run_dirs: list[str | Path], window: int, kind: str, reps: int) -> None:
+def _plot_aggregates(ax, run_dirs: list[str | Path], window: int, kind: str, reps: int) -> int:
     """Per experiment (and policy): its seeds' smoothed curves, thin, and their ``kind`` on a
-    common step grid, bold, in a band of its 95% bootstrap confidence interval."""
+    common step grid, bold, in a band of its 95% bootstrap confidence interval. Runs with no
+    episode yet are left out; the number of curves drawn."""
     color = 0
     for group in group_runs(find_runs(run_dirs)):
         loaded = [load_curves(run.path) for run in group.runs
@@ -153,3 +156,4 @@ def _plot_aggregates(ax, run_dirs: list[str | Path], window: int, kind: str, rep
             if agg.low is not None:
                 ax.fill_between(agg.steps, agg.low, agg.high, alpha=0.2, linewidth=0, **style)
             color += 1
+    return color

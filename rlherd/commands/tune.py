@@ -230,7 +230,8 @@ def _plan(agent, env, trials, jobs, storage, study_name, space, total_steps, eva
     settings_mod.resolve(default_runtime(agent, env, runtime_fixed), {}, runtime_fixed,
                          BUILDERS[agent].dataflow)  # fmt: skip
     searched = {k: v for k, v in load_space(agent, space).items() if k not in fixed}
-    total_steps = total_steps or BUILDERS[agent].default_total_steps[preset]
+    if total_steps is None:  # 0 is refused below, as train refuses it, not taken for unset
+        total_steps = BUILDERS[agent].default_total_steps[preset]
     if total_steps < 1:
         raise ConfigError(f"--total-steps must be >= 1, got {total_steps}")
     eval_every = eval_every or max(1, total_steps // 10)
@@ -315,6 +316,8 @@ def _checked(name: str, distribution: Any, where: str) -> Distribution:
         low, high = number(rest[0]), number(rest[1])
     except (TypeError, ValueError, OverflowError):  # int(inf) overflows
         raise ConfigError(f"{where}: {name}'s bounds must be numbers, got {rest}") from None
+    if number is int and (low != float(rest[0]) or high != float(rest[1])):  # int(1.5) is 1
+        raise ConfigError(f"{where}: {name}'s bounds must be whole numbers for {kind}, got {rest}")
     if not math.isfinite(low) or not math.isfinite(high) or low > high or (
             kind.startswith("log") and low <= 0):  # fmt: skip
         raise ConfigError(f"{where}: {name} needs finite low <= high (and low > 0 for {kind})")
@@ -441,6 +444,50 @@ def _open_study(optuna, plan: Plan) -> None:
                            if made_for.get(k) != plan.terms[k])  # fmt: skip
         raise ConfigError(f"study {plan.study_name!r} in {plan.storage} was made with {differ}; "
                           "give the same flags to continue it, or another --study-name")
+    _check_space(optuna, study, plan)
+
+
+def _check_space(optuna, study, plan: Plan) -> None:
+    """Refuse a continued study whose space draws a parameter from another kind of
+    distribution (or, categorical, other choices) than its trials did: Optuna cannot mix them,
+    and found out only as the first new trial drew it, with a traceback and a failed trial."""
+    drawn: dict[str, Any] = {}
+    for trial in study.get_trials(deepcopy=False):
+        drawn.update(trial.distributions)
+    recorder = _Distributions(optuna)
+    suggest(recorder, plan.space, plan.total_steps)
+    for name, new in recorder.drawn.items():
+        if name not in drawn:
+            continue
+        try:
+            optuna.distributions.check_distribution_compatibility(drawn[name], new)
+        except ValueError:
+            raise ConfigError(
+                f"study {plan.study_name!r} in {plan.storage} drew {name} from {drawn[name]}, "
+                f"and this space draws it from {new}, which Optuna cannot mix: give the space "
+                "the study was made with to continue it, or another --study-name"
+            ) from None
+
+
+class _Distributions:
+    """Stands in for an Optuna trial in :func:`suggest`, keeping the distribution each
+    parameter would be drawn from, by Optuna's name for it."""
+
+    def __init__(self, optuna):
+        self.optuna = optuna
+        self.drawn: dict[str, Any] = {}
+
+    def suggest_categorical(self, name: str, choices: list) -> Any:
+        self.drawn[name] = self.optuna.distributions.CategoricalDistribution(choices)
+        return choices[0]
+
+    def suggest_float(self, name: str, low: float, high: float, log: bool = False) -> float:
+        self.drawn[name] = self.optuna.distributions.FloatDistribution(low, high, log=log)
+        return low
+
+    def suggest_int(self, name: str, low: int, high: int, log: bool = False) -> int:
+        self.drawn[name] = self.optuna.distributions.IntDistribution(low, high, log=log)
+        return low
 
 
 def _storage(optuna, url: str):

@@ -6,7 +6,8 @@ nothing, to subclass):
 - ``on_start(run)``: the run begins (or resumes); ``run`` is a :class:`RunInfo`.
 - ``on_log(metrics)``: every log interval (``--log-interval-s``) and once at the end, with what
   ``summary.json`` says then (counters, ``sps``, ``final_return_mean``) and the learner's mean
-  metrics since the last log (``total_loss``, ...).
+  metrics since the last log, named as in the run's ``metrics/learner.csv`` (they differ by
+  agent: IMPALA's ``total_loss``, PPO's ``policy_loss`` and ``value_loss``, ...).
 - ``on_eval(results)``: an evaluation finished: the ``metrics/evaluator.csv`` row (the step
   count, ``eval_return_mean``, ...).
 - ``on_checkpoint(path)``: a checkpoint was written to ``path``.

@@ -166,6 +166,13 @@ def make_folder(path: Path, flag: str) -> Path:
     return path
 
 
+def names_folder(path: str | os.PathLike) -> bool:
+    """Whether an output path, as given, names a folder to write in: one that exists, or one
+    written with a trailing separator (``-o exports/``, made if missing), which ``Path``
+    drops: the name alone would otherwise become the file's."""
+    return Path(path).is_dir() or str(path).endswith(("/", os.sep))
+
+
 def check_folder(path: Path, flag: str) -> None:
     """:func:`make_folder`'s refusal without making anything: for a command that checks all its
     folders before it makes any of them."""
@@ -186,7 +193,11 @@ class RunDir:
             raise FileNotFoundError(f"{self.path} is a file; give the run directory, the folder "
                                     f"that holds it ({self.path.parent})")  # fmt: skip
         if not create and not (self.path / "config.json").exists():
-            raise FileNotFoundError(f"{self.path} is not an rlherd run directory (no config.json)")
+            runs = sorted(config.parent.name for config in self.path.glob("*/config.json"))
+            held = (f"; it holds runs ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''}):"
+                    f" give one, e.g. {self.path / runs[0]}" if runs else "")  # a --seeds parent
+            raise FileNotFoundError(f"{self.path} is not an rlherd run directory (no config.json)"
+                                    f"{held}")  # fmt: skip
         for d in (self.path, self.metrics_dir, self.checkpoint_dir):
             d.mkdir(parents=True, exist_ok=True)
         self._csv: dict[str, CSVLogger] = {}
@@ -230,6 +241,24 @@ class RunDir:
                 if not path.is_symlink() and path.is_file() and path.stat().st_nlink > 1:
                     raise ConfigError(f"{path} is a hard link, a file with another name, which "
                                       "writing here would change too: replace it with a copy")
+
+    def in_use(self) -> bool:
+        """Whether another process holds this run's lock (:meth:`lock`): the run is training
+        now. Only asked, so that a reader can tell a run still on its way to its first
+        checkpoint from one that stopped before it; the lock file is opened to read, never
+        made."""
+        if self._lock is not None:  # ours
+            return False
+        try:  # never through a link; a FIFO planted as .lock does not block the open
+            fd = os.open(self.path / ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:  # no lock file: no process ever trained here
+            return False
+        with os.fdopen(fd) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+        return False
 
     def unlock(self) -> None:
         if self._lock is not None:
@@ -393,6 +422,12 @@ class RunDir:
         older = sorted(self.checkpoint_dir.glob("ckpt-*.pt"), reverse=True)
         candidates = ([latest] if latest is not None else []) + [p for p in older if p != latest]
         if not candidates:
+            if self.in_use():
+                raise FileNotFoundError(
+                    f"no checkpoint in {self.checkpoint_dir} yet: the run is still training, "
+                    "and writes one every checkpoint_interval_s (60 s unless set) and at its "
+                    "end; try again then"
+                )
             raise FileNotFoundError(
                 f"no checkpoint in {self.checkpoint_dir}; the run stopped before its first one"
             )
