@@ -194,7 +194,22 @@ def test_the_cli_stops_at_a_return_and_exits_zero(tmp_path, capsys):
     assert (run_dir / "best" / "policy.pt").exists()
     code = main(["train", "dqn", "--env", CORRIDOR, "--run-dir", str(tmp_path / "other"),
                  "--patience", "3"])  # fmt: skip
-    assert code == 2 and "watch evaluations, and this run has none" in capsys.readouterr().err
+    assert code == 2 and "StopWithoutImprovement watches evaluations, and this run has none" in (
+        capsys.readouterr().err)  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--track-project", "mine"], "no tracker is named: add --track"),
+    (["--track-uri", "sqlite:///x.db"], "no tracker is named: add --track"),
+    (["--track", "wandb", "--track-uri", "sqlite:///x.db"], "--track names no mlflow"),
+])  # fmt: skip
+def test_where_to_track_without_a_tracker_to_take_it_is_refused(flags, says, tmp_path, capsys):
+    """--track-project and --track-uri without --track (or the URI without mlflow) were ignored
+    without a word: the run was logged nowhere the user looked."""
+    code = main(["train", "dqn", "--env", CORRIDOR, "--run-dir", str(tmp_path / "run"),
+                 "--total-steps", "100", "--no-progress", *flags])  # fmt: skip
+    assert code == 2 and says in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_callback_that_raises_stops_the_run_with_its_traceback(tmp_path):

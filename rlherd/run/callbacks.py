@@ -159,6 +159,11 @@ class Callbacks:
 HOOKS = ("on_start", "on_log", "on_eval", "on_checkpoint", "on_end")
 
 
+def _watch(watching: list[str]) -> str:
+    """The verb for ``watching`` callbacks: one watches, several watch."""
+    return "watches" if len(watching) == 1 else "watch"
+
+
 def check_callbacks(callbacks: Iterable[Any], eval_every: int, total_steps: int) -> None:
     """Refuse, before a run starts, an object that is no callback, and callbacks that watch
     evaluations in a run that has none (``eval_every`` 0, or above ``total_steps``)."""
@@ -168,10 +173,10 @@ def check_callbacks(callbacks: Iterable[Any], eval_every: int, total_steps: int)
                               f"{', '.join(HOOKS)}; subclass rlherd.run.callbacks.Callback")
     watching = [type(c).__name__ for c in callbacks if getattr(c, "needs_evaluations", False)]
     if watching and eval_every <= 0:
-        raise ConfigError(f"{', '.join(watching)} watch evaluations, and this run has none: set "
-                          "--eval-every N (eval_every=N)")  # fmt: skip
+        raise ConfigError(f"{', '.join(watching)} {_watch(watching)} evaluations, and this run "
+                          "has none: set --eval-every N (eval_every=N)")  # fmt: skip
     if watching and eval_every > total_steps:
-        raise ConfigError(f"{', '.join(watching)} watch evaluations, and this run of "
+        raise ConfigError(f"{', '.join(watching)} {_watch(watching)} evaluations, and this run of "
                           f"{total_steps} steps has none (--eval-every {eval_every}): set "
                           f"--eval-every N with N <= {total_steps}")  # fmt: skip
 

@@ -225,9 +225,17 @@ def _flat(record: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def trackers(names: str, project: str = "rlherd", uri: str | None = None) -> list[Callback]:
     """The trackers ``--track`` names (``wandb``, ``mlflow``, comma-separated), each checked to
-    be installed now, before a run directory is made."""
+    be installed now, before a run directory is made. A project or URI given without a
+    tracker to take it is refused, not ignored (the run would be logged nowhere)."""
+    named = [n.strip() for n in names.split(",") if n.strip()]
+    if not named and (project != "rlherd" or uri is not None):
+        raise ConfigError("--track-project and --track-uri name where a tracker logs, and no "
+                          "tracker is named: add --track wandb, mlflow or wandb,mlflow")
+    if uri is not None and "mlflow" not in named:
+        raise ConfigError("--track-uri is MLflow's tracking URI, and --track names no mlflow: "
+                          "add it (--track mlflow)")
     made: list[Callback] = []
-    for name in filter(None, (n.strip() for n in names.split(","))):
+    for name in named:
         if name not in TRACKERS:
             raise ConfigError(f"unknown tracker {name!r}; --track takes {', '.join(TRACKERS)}")
         try:
