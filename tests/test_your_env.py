@@ -354,16 +354,21 @@ class OldAPI(Codes):
             obs, reward, terminated, truncated, info)  # fmt: skip
 
 
+# Registered, it is made inside gymnasium's own wrappers (TimeLimit unpacks a step's values).
+gym.register("test_your_env/OldAPI-v0", entry_point=OldAPI, max_episode_steps=50)
+
+
 @pytest.mark.parametrize(("call", "says"), [
     ("reset", r"reset\(\) returned a dict, not Gymnasium's \(observation, info\)"),
     ("step", r"step\(\) returned 4 values, not Gymnasium's \(observation, reward, terminated, "
              r"truncated, info\)"),
 ])  # fmt: skip
-def test_the_old_gym_api_is_one_line_naming_the_fix(call, says, tmp_path):
+@pytest.mark.parametrize("env_id", [f"{__name__}:OldAPI", "test_your_env/OldAPI-v0"])
+def test_the_old_gym_api_is_one_line_naming_the_fix(call, says, env_id, tmp_path):
     """numpy's "not iterable" from looking for an action mask, and "not enough values to
-    unpack" from inside the batch."""
-    with pytest.raises(UnsupportedEnv, match=f"{__name__}:OldAPI's {says}"):
-        rlherd.train("ppo", f"{__name__}:OldAPI", env_kwargs={"call": call}, total_steps=64,
+    unpack" from inside the batch (or inside gymnasium's TimeLimit)."""
+    with pytest.raises(UnsupportedEnv, match=rf"{env_id.split('/')[0]}.*'s {says}"):
+        rlherd.train("ppo", env_id, env_kwargs={"call": call}, total_steps=64,
                      run_dir=tmp_path / "run", progress=False)  # fmt: skip
 
 

@@ -249,7 +249,7 @@ def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
     and options."""
     own = not type(env.unwrapped).__module__.startswith(_KNOWN_MODULES)  # one's own, say
     if own:
-        env = ApiCheck(env, env_id)
+        env = _innermost(env, lambda inner: ApiCheck(inner, env_id))
     space = env.observation_space
     if not isinstance(space, gym.spaces.Box) or space.shape == ():
         env = NamedArrays(env)
@@ -264,6 +264,18 @@ def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
     space = env.observation_space
     masked = looks and isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
     return StepCheck(env, env_id, masked, late_masks=not blind) if own else env
+
+
+def _innermost(env: gym.Env, wrap: Callable[[gym.Env], gym.Wrapper]) -> gym.Env:
+    """``env`` with ``wrap`` put around the environment itself, inside the wrappers ``gym.make``
+    added (TimeLimit, OrderEnforcing, PassiveEnvChecker unpack what it returns)."""
+    if not isinstance(env, gym.Wrapper):
+        return wrap(env)
+    outer = env
+    while isinstance(outer.env, gym.Wrapper):
+        outer = outer.env
+    outer.env = wrap(outer.env)
+    return env
 
 
 def _install_hint(env_id: str) -> str:

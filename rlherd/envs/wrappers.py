@@ -165,7 +165,10 @@ class ApiCheck(gym.Wrapper):
 
 def _count(result: Any) -> str:
     """What an environment returned, as a message names it: ``4 values``, ``a dict``."""
-    return f"{len(result)} values" if isinstance(result, tuple) else f"a {type(result).__name__}"
+    if isinstance(result, tuple):
+        return f"{len(result)} values"
+    name = type(result).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _leaf(key: str | None) -> str:
