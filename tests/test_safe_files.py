@@ -30,7 +30,7 @@ from rlherd.cli import main
 from rlherd.commands.plot import load_curves
 from rlherd.envs.proto import env_server_pb2 as pb
 from rlherd.envs.server import METHOD, serve
-from rlherd.errors import ConfigError
+from rlherd.errors import ConfigError, NodeDied
 from rlherd.run.loop import SnapshotNotice
 from rlherd.run.plain import KEY_ENV, from_plain, seal, to_plain
 from rlherd.run.rundir import CSVLogger, RunDir, fitting
@@ -561,11 +561,19 @@ def test_a_checkpoint_that_does_not_fit_the_run_is_one_line(command, misfit, run
     assert f"{path} does not fit the run's config" in line or f"{path} lacks" in line, line
 
 
-def test_running_out_of_memory_while_restoring_is_not_called_a_misfit(tmp_path):
-    """CUDA's out-of-memory error is a RuntimeError: it was worded as a checkpoint that does
-    not fit the run's config, sending the user to restore files that were fine."""
-    with pytest.raises(torch.OutOfMemoryError), fitting(tmp_path / "ckpt.pt"):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+@pytest.mark.parametrize("error", [
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    RuntimeError("[enforce fail at alloc_cpu.cpp:119] DefaultCPUAllocator: can't allocate "
+                 "memory: you tried to allocate 8000000000 bytes"),
+    NodeDied("the replay node died, so the program was stopped"),
+])  # fmt: skip
+def test_running_out_of_memory_or_a_node_while_restoring_is_not_called_a_misfit(error, tmp_path):
+    """CUDA's and the CPU allocator's out-of-memory errors, and a distributed run's node dying
+    while it restores, are RuntimeErrors: each was worded as a checkpoint that does not fit the
+    run's config, sending the user to restore files that were fine."""
+    with pytest.raises(type(error)) as raised, fitting(tmp_path / "ckpt.pt"):
+        raise error
+    assert raised.value is error
 
 
 @pytest.mark.parametrize("command", ["eval", "resume"])

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from rlherd.config import JSON_LIMIT, run_file
-from rlherd.errors import ConfigError, Notice
+from rlherd.errors import ConfigError, NodeDied, Notice
 from rlherd.run.plain import from_plain, to_plain
 
 KEEP_CHECKPOINTS = 2
@@ -481,9 +481,11 @@ def fitting(path: Path | None) -> Iterator[None]:
     torch or numpy. Only restoring goes in here: a fault of the run itself keeps its traceback."""
     try:
         yield
-    except (ConfigError, torch.OutOfMemoryError):  # CUDA's is a RuntimeError, not a misfit
+    except (ConfigError, torch.OutOfMemoryError, NodeDied):  # RuntimeErrors, not misfits
         raise
     except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as e:
+        if "can't allocate memory" in str(e):  # the CPU allocator's out of memory
+            raise
         raise ConfigError(f"{path} does not fit the run's config ({_gist(e)}); was config.json "
                           "edited after training? Restore the run's files from a copy, or "
                           "train the run again") from None  # fmt: skip
