@@ -283,31 +283,40 @@ def test_a_nethack_run_records_its_games_only_inside_itself(savedir, run_copy, t
     assert not (tmp_path / "trap").exists()
 
 
-@pytest.mark.parametrize("link", ["symbolic", "hard", "fifo"])
+@pytest.mark.parametrize("link", ["symbolic", "hard", "fifo", "folder"])
 def test_a_link_planted_after_the_runs_check_is_never_written_through(link, tmp_path):
     """A run is checked for links before it is written (``check_links``); one planted in the
     moment after (on a shared folder) had its metrics appended to, or rewritten over, the file
-    it named, and a FIFO blocked the writer for ever."""
-    victim = tmp_path / "victim.csv"
-    victim.write_text("precious\n")
-    metrics = tmp_path / "run" / "metrics"
-    metrics.mkdir(parents=True)
+    it named (or a file in the folder it named), and a FIFO blocked the writer for ever."""
+    victims = tmp_path / "victims"
+    victims.mkdir()
+    for name in ("train.csv", "eval.csv"):
+        (victims / name).write_text("precious\n")
+    run = tmp_path / "run"
+    metrics = run / "metrics"
+    if link == "folder":
+        run.mkdir()
+        metrics.symlink_to(victims, target_is_directory=True)
+    else:
+        metrics.mkdir(parents=True)
     for name in ("train.csv", "eval.csv"):
         path = metrics / name
         if link == "symbolic":
-            path.symlink_to(victim)
+            path.symlink_to(victims / name)
         elif link == "hard":
-            os.link(victim, path)
-        else:
+            os.link(victims / name, path)
+        elif link == "fifo":
             os.mkfifo(path)
-    with pytest.raises(ConfigError, match="train.csv is a link or no regular file"):
-        CSVLogger(metrics / "train.csv")
-    logger = CSVLogger(metrics / "fresh.csv")
-    logger.write({"actor_steps": 1})
-    logger.path = metrics / "eval.csv"  # one rewritten as its columns grow
-    with pytest.raises(ConfigError, match="eval.csv is a (link or no regular file|FIFO)"):
-        logger.write({"actor_steps": 2, "new_column": 3})
-    assert victim.read_text() == "precious\n"
+    refused = "is a link, or in a folder that is one, or no regular file"
+    with pytest.raises(ConfigError, match=f"train.csv {refused}"):
+        CSVLogger(metrics / "train.csv", root=run)
+    if link != "folder":
+        logger = CSVLogger(metrics / "fresh.csv", root=run)
+        logger.write({"actor_steps": 1})
+        logger.path = metrics / "eval.csv"  # one rewritten as its columns grow
+        with pytest.raises(ConfigError, match=f"eval.csv ({refused}|is a FIFO)"):
+            logger.write({"actor_steps": 2, "new_column": 3})
+    assert [p.read_text() for p in sorted(victims.iterdir())] == ["precious\n"] * 2
 
 
 def test_a_run_to_train_holds_no_hard_link(run_copy, tmp_path, capsys):

@@ -62,7 +62,7 @@ def record_games(run_dir: Path, games: list[tuple[str, str, int, float]]) -> dic
     RunDir(run_dir).check_links()  # a link in the run would have eval write through it
     path = run_dir / "metrics" / "games.csv"
     path.parent.mkdir(exist_ok=True)
-    with open_to_write(path, append=True) as f:  # never through a link planted since
+    with open_to_write(path, append=True, root=run_dir) as f:  # never through a link
         writer = csv.writer(f)
         if f.tell() == 0:
             writer.writerow(GAMES_FIELDS)
@@ -74,7 +74,7 @@ def record_games(run_dir: Path, games: list[tuple[str, str, int, float]]) -> dic
     for player, opponent, _ in every:
         played[player] += 1
         played[opponent] += 1
-    with open_to_write(run_dir / "ratings.csv") as f:
+    with open_to_write(run_dir / "ratings.csv", root=run_dir) as f:
         writer = csv.writer(f)
         writer.writerow(["player", "elo", "games"])
         for player, rating in sorted(ratings.items(), key=lambda kv: -kv[1]):

@@ -93,21 +93,30 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
 
 
-def open_to_write(path: Path, append: bool = False) -> typing.TextIO:
+def open_to_write(path: Path, append: bool = False, root: Path | None = None) -> typing.TextIO:
     """A run's file ``path`` opened to write text (``append``ed to, or from empty), never
     through a link planted since the run was checked (:meth:`RunDir.check_links`): a symbolic
-    or hard link, a FIFO or a device there is one line, and what it names is left untouched (the
-    file is emptied only once it is known to be the run's own)."""
+    or hard link, a FIFO or a device there, or a folder between ``root`` (the run's own folder,
+    which may be reached through a link) and the file that is a link, is one line, and what it
+    names is left untouched (the file is emptied only once it is known to be the run's own)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-    refusal = ConfigError(f"{path} is a link or no regular file, which writing here would "
-                          "write through; a run writes only its own files: replace it with a "
-                          "copy")  # fmt: skip
+    refusal = ConfigError(f"{path} is a link, or in a folder that is one, or no regular file, "
+                          "which writing here would write through; a run writes only its own "
+                          "files: replace it with the file or folder itself")  # fmt: skip
+    parts = path.relative_to(root).parts if root is not None else (path.name,)
+    folder = os.open(root if root is not None else path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fd = os.open(path, flags | (os.O_APPEND if append else 0), 0o644)
+        for part in parts[:-1]:  # each folder inside the run opened without following a link
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        fd = os.open(parts[-1], flags | (os.O_APPEND if append else 0), 0o644, dir_fd=folder)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENXIO):  # a symbolic link; a FIFO no one reads
+        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO):  # links; a FIFO no one reads
             raise refusal from None
         raise
+    finally:
+        os.close(folder)
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
         os.close(fd)
@@ -121,10 +130,10 @@ def open_to_write(path: Path, append: bool = False) -> typing.TextIO:
 class CSVLogger:
     """Appends rows to a CSV file; a row with new keys rewrites the header (columns may grow)."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, root: Path | None = None):
+        self.path, self.root = path, root  # root: the run's folder (open_to_write)
         self.fields: list[str] = []
-        self._file = open_to_write(path, append=True)
+        self._file = open_to_write(path, append=True, root=root)
         if path.stat().st_size:
             with open(run_file(path), newline="") as f:
                 self.fields = next(csv.reader(f), [])
@@ -143,11 +152,11 @@ class CSVLogger:
             with open(self.path, newline="") as f:
                 rows = list(csv.DictReader(f))
         self.fields = fields
-        with open_to_write(self.path) as f:
+        with open_to_write(self.path, root=self.root) as f:
             writer = csv.DictWriter(f, fields)
             writer.writeheader()
             writer.writerows(rows)
-        self._file = open_to_write(self.path, append=True)
+        self._file = open_to_write(self.path, append=True, root=self.root)
         self._writer = csv.DictWriter(self._file, self.fields)
 
     def flush(self) -> None:
@@ -285,7 +294,7 @@ class RunDir:
     def log(self, source: str, row: dict[str, Any], step: int) -> None:
         """Append ``row`` to ``metrics/<source>.csv`` and to TensorBoard as ``source/key``."""
         if source not in self._csv:
-            self._csv[source] = CSVLogger(self.metrics_dir / f"{source}.csv")
+            self._csv[source] = CSVLogger(self.metrics_dir / f"{source}.csv", root=self.path)
         with _disk_full_is_one_line(self._csv[source].path):
             self._csv[source].write(row)
         tb = self._tensorboard()
@@ -332,7 +341,7 @@ class RunDir:
                 reader = csv.DictReader(f)
                 fields = reader.fieldnames or []
                 rows = [r for r in reader if int(r.get(counts) or 0) <= steps]
-            with open_to_write(path) as f:
+            with open_to_write(path, root=self.path) as f:
                 writer = csv.DictWriter(f, fields)
                 writer.writeheader()
                 writer.writerows(rows)
