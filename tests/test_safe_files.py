@@ -268,19 +268,22 @@ def test_a_bsuite_run_names_no_folder_of_its_own_to_write_in(run_copy, tmp_path,
     assert not (tmp_path / "trap").exists()
 
 
-@pytest.mark.parametrize("savedir", ["trap", 5, "inside"])
-def test_a_nethack_run_records_its_games_only_inside_itself(savedir, run_copy, tmp_path, capsys):
-    """NetHack writes a recording of each game into ``savedir``: a run's record naming a folder
-    had eval write files anywhere the sharer chose."""
+@pytest.mark.parametrize("savedir", ["trap", 5, None, "inside"])
+def test_a_nethack_run_records_its_games_only_inside_itself(savedir, run_copy, tmp_path, capsys,
+                                                            monkeypatch):  # fmt: skip
+    """NetHack writes a recording of each game into ``savedir`` (without one, into the working
+    directory's ``nle_data``): a run's record had eval write files where the sharer chose."""
     pytest.importorskip("nle")
+    monkeypatch.chdir(tmp_path)
     config = json.loads((run_copy / "config.json").read_text())
-    where = {"trap": str(tmp_path / "trap"), "inside": str(run_copy / "games")}.get(savedir, 5)
+    where = {"trap": str(tmp_path / "trap"), "inside": str(run_copy / "games"), None: None}.get(
+        savedir, 5)  # fmt: skip
     (run_copy / "config.json").write_text(json.dumps({
         **config, "env": "NetHackScore-v0",
         "env_kwargs": {"savedir": where, "save_ttyrec_every": 1}}))  # fmt: skip
     assert main(["eval", str(run_copy), "--episodes", "1"]) == 2  # a CartPole run's checkpoint
     assert ("savedir" in _one_line(capsys)) == (savedir != "inside")
-    assert not (tmp_path / "trap").exists()
+    assert not (tmp_path / "trap").exists() and not (tmp_path / "nle_data").exists()
 
 
 @pytest.mark.parametrize("link", ["symbolic", "hard", "fifo", "folder"])

@@ -576,8 +576,14 @@ def _check_written_where(path: Path, family: str, env_kwargs: dict[str, Any], fo
         raise ConfigError(f"{path}: env_kwargs names results_dir or overwrite, where bsuite "
                           "writes its CSV, which only the run itself sets (its own folder); "
                           "drop them")  # fmt: skip
-    savedir = env_kwargs.get("savedir") if family == "nethack" else None
-    if savedir is not None and not (isinstance(savedir, str) and Path(
+    if family != "nethack":
+        return
+    savedir = env_kwargs.get("savedir")
+    if savedir is None and env_kwargs.get("save_ttyrec_every"):  # NLE's default: ./nle_data
+        raise ConfigError(f"{path}: env_kwargs' save_ttyrec_every has NetHack record games in "
+                          "the working directory's nle_data, outside the run: name a savedir "
+                          "inside the run, or drop it")  # fmt: skip
+    if savedir is not None and not (isinstance(savedir, str) and savedir and Path(
             savedir).resolve().is_relative_to(folder.resolve())):  # fmt: skip
         raise ConfigError(f"{path}: env_kwargs' savedir {savedir!r}, where NetHack writes its "
                           "game recordings, is no folder inside the run: drop it, or name one "
