@@ -403,6 +403,23 @@ def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
             rl_envs.resolve(env_id)
 
 
+def test_a_fresh_process_that_cannot_list_the_ids_says_what_it_said(tmp_path, monkeypatch):
+    """Asking a fresh process which ids every process knows failed as a bare
+    CalledProcessError, the child's own words (why it failed) dropped."""
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named rlherd' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    ids._ids_known.cache_clear()
+    monkeypatch.setattr(sys, "executable", str(broken))
+    try:
+        with pytest.raises(RuntimeError, match="could not list the ids rlherd registers "
+                           r"\(CalledProcessError\); it said: ModuleNotFoundError: No module "
+                           "named rlherd"):  # fmt: skip
+            ids._ids_known(False)
+    finally:
+        ids._ids_known.cache_clear()
+
+
 def test_a_human_render_of_a_masked_environment_is_made_and_forgets_nothing():
     """rlherd does not reset an environment drawn for a human to look for its mask: its
     reset's mask was then refused as one given "from step() but not from reset()", and the id's

@@ -328,7 +328,7 @@ def _registering_module(env_id: str) -> str | None:
         entry = entry.func
     module = entry.partition(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
     root = module.split(".")[0]
-    if root in REGISTERED_HERE and env_id in _ids_known(families=root not in BASE):
+    if not module or root in REGISTERED_HERE and env_id in _ids_known(root not in BASE):
         return None
     check = ("import gymnasium, importlib, sys; importlib.import_module(sys.argv[1]); "
              "sys.exit(sys.argv[2] not in gymnasium.registry)")  # fmt: skip
@@ -356,9 +356,17 @@ def _ids_known(families: bool) -> frozenset[str]:
     register = "ids.register_optional_families(); " if families else ""
     code = (f"import json, gymnasium; from rlherd.envs import ids; {register}"
             "print(json.dumps(list(gymnasium.registry)))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, **child_env()}, check=True)  # fmt: skip
-    return frozenset(json.loads(out.stdout.strip().splitlines()[-1]))
+    try:
+        out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, **child_env()},
+                             check=True)  # fmt: skip
+        return frozenset(json.loads(out.stdout.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, ValueError, IndexError) as e:  # no answer to read
+        said = getattr(e, "stderr", None) or ""
+        said = said.decode(errors="replace") if isinstance(said, bytes) else said  # a timeout's
+        raise RuntimeError(f"a fresh Python process ({sys.executable}) could not list the ids "
+                           f"rlherd registers ({type(e).__name__}); it said: "
+                           f"{said.strip()[-2000:] or 'nothing'}") from e
 
 
 def check_recorded(env_id: str, run_dir: str | Path) -> None:
