@@ -10,6 +10,7 @@ import pytest
 
 from rlherd import envs
 from rlherd.envs.vector import BatchEnv, EnvError, ExternalProcess, WorkerError
+from rlherd.errors import UnsupportedEnv
 
 
 def fns(env_id, n, **kw):
@@ -170,6 +171,20 @@ def test_external_process_reports_the_environments_exception():
         remote.reset(seed=0)
         with pytest.raises(EnvError, match="Faulty environment fails at step 1"):
             remote.step(0)
+    finally:
+        remote.close()
+
+
+def test_external_process_raises_rlherds_refusal_as_itself():
+    """A StepCheck refusal came back as an EnvError holding the worker's traceback, not the
+    one line it is in-process (and the process goes on, as after any failed call)."""
+    remote = ExternalProcess(functools.partial(envs.make, "test_your_env:WrongShapes",
+                                               fault="no reward"))  # fmt: skip
+    try:
+        remote.reset(seed=0)
+        with pytest.raises(UnsupportedEnv, match=r"step\(\) returned the reward None"):
+            remote.step(0)
+        remote.reset(seed=1)
     finally:
         remote.close()
 

@@ -166,6 +166,8 @@ def _worker(
                 try:  # a failed call is reported; the environment goes on
                     value = getattr(envs[i], name)
                     conn.send(("ok", value(*args, **kwargs) if args is not None else value))
+                except ConfigError as e:  # rlherd's refusal (StepCheck's), as in-process
+                    conn.send(("refused", e))
                 except Exception:
                     conn.send(("error", (first + i, traceback.format_exc())))
             elif cmd == "close":
@@ -324,7 +326,7 @@ class BatchEnv(gym.vector.VectorEnv):
         ``recoverable`` command (``call``) reports, after which the worker goes on."""
         try:
             return self._answer(w, what)
-        except EnvError:
+        except (EnvError, ConfigError):
             if not recoverable:
                 self._broken.add(w)
             raise
@@ -526,7 +528,8 @@ class ExternalProcess(gym.Env):
     """One environment built by ``constructor`` inside its own process (TensorFlow Agents'
     ``ExternalProcess``): ``step``, ``reset``, ``render`` and attribute reads are forwarded and
     wait for the result, with the same fault handling as :class:`BatchEnv` (``EnvError`` with
-    the traceback, ``WorkerError``, ``TimeoutError``, no orphans).
+    the traceback, rlherd's refusals as themselves, ``WorkerError``, ``TimeoutError``, no
+    orphans).
 
     Results travel pickled over a pipe, which suits one environment that must run apart (its own
     GIL, native code that may crash); to step many, use :class:`BatchEnv`, which moves them
