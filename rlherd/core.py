@@ -202,7 +202,9 @@ class EnvSpec:
 
     @property
     def is_image(self) -> bool:
-        """Images are ``[C, H, W]`` (channels first), usually uint8."""
+        """One array of three sides, usually uint8: ``[C, H, W]``, or channels-last
+        ``[H, W, C]`` where the last side is the shortest
+        (:func:`rlherd.networks.channels_last`)."""
         return not self.structured and len(self.obs.shape) == 3
 
     @classmethod
