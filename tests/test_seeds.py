@@ -70,6 +70,20 @@ def test_seeds_make_runs_that_differ_only_in_seed(tmp_path):
     assert "rlherd report group" in out.stderr
 
 
+def test_seeds_into_a_parent_that_holds_their_runs_are_refused_up_front(tmp_path, capsys):
+    """Each seed failed alone ("already holds a run") and the command exited 1, its group
+    progress bar at 100% with the old runs' mean return."""
+    (tmp_path / "seed-1").mkdir()
+    (tmp_path / "seed-1" / "config.json").write_text("{}")
+    code = main(["train", "ppo", "--env", "CartPole-v1", "--seeds", "1-2", "--run-dir",
+                 str(tmp_path), "--total-steps", "100", "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (f"rlherd: error: {tmp_path} already holds the runs of seed 1: "
+                                 f"continue them with `rlherd train --resume {tmp_path}`, or add "
+                                 "--overwrite to train them again")  # fmt: skip
+    assert not (tmp_path / "seed-2").exists()
+
+
 def test_train_seeds_in_python_gives_every_seed_the_same_settings(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", PYTHONPATH)

@@ -176,6 +176,11 @@ def run_seeds(
     if not seeds:
         raise ConfigError("--seeds names no seed; give e.g. --seeds 1-5")
     parent = _new_parent(run_dir, agent, env)
+    held = [k for k in seeds if (parent / f"seed-{k}" / "config.json").exists()]
+    if held and "--overwrite" not in argv:  # each would fail alone, the group reading 100%
+        raise ConfigError(f"{parent} already holds the runs of {_which(held)}: continue them "
+                          f"with `rlherd train --resume {parent}`, or add --overwrite to train "
+                          "them again")  # fmt: skip
     group = [SeedProcess(k, parent / f"seed-{k}", [*argv, "--seed", str(k), "--run-dir",
                                                    str(parent / f"seed-{k}")])
              for k in seeds]  # fmt: skip
