@@ -569,7 +569,8 @@ def _check_written_where(path: Path, family: str, env_kwargs: dict[str, Any], fo
     """Refuse a record whose environment options would have it write files outside the run, in
     a folder the run's sharer chose: bsuite's CSV (``results_dir``, which only the run itself
     sets, and ``overwrite``), NetHack's game recordings (``savedir``, which one may keep inside
-    the run)."""
+    the run; with ``save_ttyrec_every`` and no ``savedir``, NLE writes them into the working
+    directory)."""
     from rlherd.envs.bsuite import RUN_OPTIONS
 
     if family == "bsuite" and RUN_OPTIONS & set(env_kwargs):
