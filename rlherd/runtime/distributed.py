@@ -472,13 +472,14 @@ class Program:
             raise  # a bug: Ray's error carries the node's traceback
 
     def _restore(self, ref: Any) -> None:
-        """Wait for a node to restore its part of the checkpoint; what its restore raised (a
-        part that does not fit) is raised here as it was there, for ``ctx.restoring()`` to say
-        in one line as every runtime does."""
+        """Wait for a node to restore its part of the checkpoint; what a part that does not fit
+        raised there is raised here as it was, for ``ctx.restoring()`` to say in one line as
+        every runtime does (any other error keeps Ray's, which carries the node's traceback)."""
         try:
             self._get(ref)
         except RayTaskError as e:
-            if not isinstance(e.cause, Exception):
+            if not isinstance(e.cause, KeyError | TypeError | ValueError | IndexError |
+                              RuntimeError):  # fmt: skip
                 raise
             raise e.cause from None
 
