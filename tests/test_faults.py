@@ -398,3 +398,26 @@ def test_evaluation_and_recorded_episodes_end_in_an_environment_that_never_does(
     assert evaluation.episode_stats([1.0], [3])["eval_episodes_cut"] == 0
     assert len(recorded[0]) == 50
     assert recorded[0].truncations[-1] and not recorded[0].truncations[:-1].any()
+
+
+UNGUARDED_SCRIPT = """
+import os, sys, rlherd
+marks = sys.argv[1]
+rlherd.train("dqn", "CartPole-v1", total_steps=300, run_dir=os.path.join(marks, "first"),
+             progress=False, overwrite=True)
+open(os.path.join(marks, f"trained-{os.getpid()}"), "w").close()
+rlherd.train("impala", "CartPole-v1", runtime="mono", total_steps=2000, num_actors=2,
+             run_dir=os.path.join(marks, "second"), progress=False)
+"""
+
+
+def test_a_script_without_a_main_guard_trains_once_not_once_per_actor(tmp_path):
+    """Each mono actor imports the user's script before it acts. Unguarded, the script's first
+    run was trained again in full by every actor process before the learner saw them fail."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode != 0
+    assert "guard the script's calls with `if __name__ == '__main__':`" in done.stderr
+    assert len(list(tmp_path.glob("trained-*"))) == 1, "actor processes trained the first run"

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import difflib
 import itertools
+import multiprocessing
 import shutil
 import signal
 import time
@@ -309,6 +310,7 @@ def train(
     ``track_project`` as the W&B project or MLflow experiment and ``track_uri`` as MLflow's
     tracking URI. Neither is part of the run's record: a resumed run takes them anew.
     """
+    _refuse_while_a_child_imports_the_script()
     callbacks = [*callbacks, *trackers(track, track_project, track_uri)]  # checked below
     rundir, checkpoint = None, None
     if resume is not None:
@@ -417,6 +419,20 @@ def _new_record(agent: str | None, env: str | Callable[..., Any] | None, runtime
                        config=to_json(config), settings=to_json(settings),
                        machine=machine())  # fmt: skip
     return record, config, settings
+
+
+def _refuse_while_a_child_imports_the_script() -> None:
+    """A process that ``mono`` or ``env_workers`` starts imports the user's script first (as
+    ``__mp_main__``), so a script with no ``if __name__ == '__main__':`` guard calls ``train``
+    again in every child: each ran the script's earlier runs in full before its own failure was
+    seen. ``_inheriting`` is the flag multiprocessing itself reads to refuse a process started
+    while it is set."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise ConfigError(
+            "rlherd.train was called while a child process imported the script: guard the "
+            "script's calls with `if __name__ == '__main__':` (each actor or environment "
+            "worker process imports it)"
+        )
 
 
 def train_to(agent: str, env: str, run_dir: str | Path, total_steps: int, seed: int = 0,
