@@ -73,9 +73,9 @@ def test_games_the_host_runtimes_cannot_play_are_clear_errors():
 
 
 @pytest.mark.parametrize(("fault", "says"), [
-    ("shape", r"step\(\) returned an observation of shape \(5,\) for agent_1; its observation "
+    ("shape", r"step\(\) returned an observation for agent_1 of shape \(5,\); its observation "
               r"space says \(2,\)"),
-    ("nan", r"step\(\) returned an observation holding NaN or inf for agent_1"),
+    ("nan", r"step\(\) returned an observation for agent_1 holding NaN or inf"),
     ("reward", r"step\(\) returned the reward None for agent_1; a reward is one finite number"),
     ("missing", r"step\(\) returned no observation for agent_1, which acted"),
 ])  # fmt: skip

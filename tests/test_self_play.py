@@ -246,3 +246,31 @@ def test_check_envs_speed_plays_only_legal_moves(monkeypatch):
     check_env.steps_per_second(rows, 0.2, seed=0)
     rows.close()
     assert len(legal) > 20 and all(legal), f"{legal.count(False)} of {len(legal)} moves illegal"
+
+
+NIM = "pettingzoo/turn_game"  # tests/turn_game.py
+
+
+def test_a_turn_based_game_of_ones_own_trains_and_evaluates(tmp_path):
+    run = rlherd.train("ppo", NIM, total_steps=600, run_dir=tmp_path / "run", progress=False)
+    assert run.summary["episodes"] > 0
+    assert evaluate(run.path, episodes=4, opponent="random")["games"] == 4
+
+
+@pytest.mark.parametrize(("fault", "says"), [
+    ("shape", r"observe\(\) returned observation 'observation' for player_1 of shape \(7,\); "
+              r"its observation space says \(6,\)"),
+    ("nan", r"observe\(\) returned observation 'observation' for player_1 holding NaN or inf"),
+    ("reward", r"step\(\) left the reward None for player_1; a reward is one finite number"),
+    ("mask", r"observe\(\) returned an observation for player_1 without 'action_mask'"),
+])  # fmt: skip
+def test_a_turn_based_game_of_ones_own_off_its_spaces_is_one_line_naming_it(fault, says,
+                                                                           tmp_path):  # fmt: skip
+    """As a parallel game of one's own is held at every step: a reward of None was a TypeError
+    inside rlherd, an observation of the wrong shape numpy's error inside the batch, a missing
+    action mask a KeyError, and NaN observations trained on in silence."""
+    from rlherd.errors import UnsupportedEnv
+
+    with pytest.raises(UnsupportedEnv, match=f"{NIM}'s {says}"):
+        rlherd.train("ppo", NIM, env_kwargs={"fault": fault}, total_steps=600,
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip

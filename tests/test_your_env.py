@@ -272,6 +272,38 @@ def test_an_environment_off_its_own_spaces_is_one_line_naming_it(fault, says, tm
                      total_steps=64, run_dir=tmp_path / "run", progress=False)  # fmt: skip
 
 
+class MissingKey(Codes):
+    """A dict observation without one of its space's keys (nested: ``pose.speed``)."""
+
+    observation_space = gym.spaces.Dict({
+        "x": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+        "pose": gym.spaces.Dict({"speed": gym.spaces.Box(-1.0, 1.0, (1,), np.float32)}),
+    })  # fmt: skip
+
+    def __init__(self, nested: bool):
+        self.nested = nested
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        obs = {"x": np.zeros(2, np.float32), "pose": {}} if self.nested else {"pose": {
+            "speed": np.zeros(1, np.float32)}}  # fmt: skip
+        return obs, 1.0, False, False, {}
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_dict_observation_without_a_key_of_its_space_is_one_line(nested, tmp_path):
+    """The view that flattens dict observations failed on the missing key with a bare
+    ``KeyError`` from inside rlherd."""
+    key = "pose.speed" if nested else "x"
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:MissingKey's step\(\) returned an "
+                                             rf"observation without '{key}'"):  # fmt: skip
+        rlherd.train("ppo", f"{__name__}:MissingKey", env_kwargs={"nested": nested},
+                     total_steps=64, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+
+
 @pytest.mark.parametrize("runtime", ["single", "poly"])
 def test_an_environment_off_its_spaces_in_another_process_is_the_same_one_line(runtime, tmp_path):
     """With ``env_workers`` the refusal came back as the worker's traceback inside an

@@ -34,7 +34,7 @@ import numpy as np
 
 from rlherd.core import flatten_space, flatten_value
 from rlherd.envs.ids import PETTINGZOO as PREFIX
-from rlherd.envs.wrappers import one_finite_number
+from rlherd.envs.wrappers import check_observation, leaf_shapes, one_finite_number
 from rlherd.errors import ConfigError, MissingExtra, UnsupportedEnv
 
 # Packages whose games rlherd knows how to install.
@@ -181,7 +181,8 @@ class AgentRows(gym.vector.VectorEnv):
         obs_spaces = {a: first.observation_space(a) for a in self.possible_agents}
         # A game of one's own is held to its spaces at every step, as StepCheck holds one's own
         # environment; PettingZoo's and MPE's own games are not.
-        self._checked = None if env_id.startswith(KNOWN_GAMES) else obs_spaces
+        self._checked = None if env_id.startswith(KNOWN_GAMES) else {
+            a: leaf_shapes(space) for a, space in obs_spaces.items()}  # fmt: skip
         act_spaces = {a: first.action_space(a) for a in self.possible_agents}
         agent = self.possible_agents[0]
         self._legal: np.ndarray | None = None  # each agent's actions, where their counts differ
@@ -257,8 +258,8 @@ class AgentRows(gym.vector.VectorEnv):
     def _check_step(self, call: str, agents: list[str], obs: dict[str, Any],
                     rewards: dict[str, Any] | None = None) -> None:  # fmt: skip
         """For a game of one's own: an observation for each of ``agents`` (those in the game at
-        reset, those that acted at a step), of its space's shape and finite where its space is
-        a ``Box``, and a reward that is one finite number; a fault is one line naming the game
+        reset, those that acted at a step), held to its space (:func:`check_observation`), and
+        a reward that is one finite number; a fault is one line naming the game
         and the agent, not numpy's error inside the batch, a divergence blamed on the learning
         rate, or an agent left seeing its last observation."""
         if self._checked is None:
@@ -268,16 +269,7 @@ class AgentRows(gym.vector.VectorEnv):
                 raise UnsupportedEnv(f"{self.env_id}'s {call} returned no observation for {a}, "
                                      f"which {'acted' if rewards is not None else 'is in the game'}"
                                      )  # fmt: skip
-            space = self._checked[a]
-            if isinstance(space, gym.spaces.Box):
-                value = np.asarray(obs[a])
-                if value.shape != space.shape:
-                    raise UnsupportedEnv(f"{self.env_id}'s {call} returned an observation of "
-                                         f"shape {value.shape} for {a}; its observation space "
-                                         f"says {space.shape}")  # fmt: skip
-                if value.dtype.kind == "f" and not np.isfinite(value).all():
-                    raise UnsupportedEnv(f"{self.env_id}'s {call} returned an observation "
-                                         f"holding NaN or inf for {a}")  # fmt: skip
+            check_observation(obs[a], self._checked[a], f"{self.env_id}'s {call}", f" for {a}")
             if rewards is not None and not one_finite_number(rewards.get(a)):
                 raise UnsupportedEnv(f"{self.env_id}'s {call} returned the reward "
                                      f"{rewards.get(a)!r} for {a}; a reward is one finite "

@@ -30,7 +30,9 @@ import numpy as np
 import torch
 
 from rlherd.core import flatten_space, flatten_value
-from rlherd.errors import ConfigError
+from rlherd.envs.pettingzoo import KNOWN_GAMES
+from rlherd.envs.wrappers import check_mask, check_observation, leaf_shapes, one_finite_number
+from rlherd.errors import ConfigError, UnsupportedEnv
 
 
 def make_turn_game(module: Any, env_id: str, **kwargs: Any) -> Any:
@@ -204,6 +206,8 @@ class TurnGames(gym.vector.VectorEnv):
             raise ConfigError(f"{env_id}'s observations hold no action_mask; rlherd "
                               "plays turn-based games whose observations say the legal moves")
         self.raw_space = raw
+        # A game of one's own is held to its space at every turn; PettingZoo's own are not.
+        self._checked = None if env_id.startswith(KNOWN_GAMES) else leaf_shapes(raw)
         self.single_observation_space, self.dropped = flatten_space(raw)
         self.single_action_space = self.games[0].action_space(self.possible_agents[0])
         self.num_envs = games
@@ -225,7 +229,18 @@ class TurnGames(gym.vector.VectorEnv):
         return self.possible_agents[self.seat[g]]
 
     def _observe(self, g: int) -> Any:
-        return flatten_value(self.raw_space, self.games[g].observe(self.learner(g)))
+        return self._view(g, self.learner(g))
+
+    def _view(self, g: int, agent: str) -> Any:
+        """What ``agent`` sees of game ``g``, flattened; a game of one's own's view is held to
+        its space first (the learner's and the opponent's alike: both are the policy's)."""
+        obs = self.games[g].observe(agent)
+        if self._checked is not None:
+            where = f"{self.env_id}'s observe()"
+            check_observation(obs, self._checked, where, f" for {agent}")
+            check_mask(np.asarray(obs["action_mask"]), int(self.single_action_space.n),
+                       f"{self.env_id} ({agent})", ended=bool(self.over[g]))  # fmt: skip
+        return flatten_value(self.raw_space, obs)
 
     def _rows(self) -> Any:
         rows = [self._observe(g) for g in range(self.num_envs)]
@@ -253,8 +268,7 @@ class TurnGames(gym.vector.VectorEnv):
                    and self.games[g].agent_selection != self.learner(g)]  # fmt: skip
         for which in np.unique(self.opponent[waiting]) if waiting else []:
             mine = [g for g in waiting if self.opponent[g] == which]
-            obs = [flatten_value(self.raw_space, self.games[g].observe(
-                self.games[g].agent_selection)) for g in mine]  # fmt: skip
+            obs = [self._view(g, self.games[g].agent_selection) for g in mine]
             batch = {k: np.stack([o[k] for o in obs]) for k in obs[0]}
             moves = self.opponents.act(int(which), batch, [self.history[g] for g in mine])
             for g, move in zip(mine, moves, strict=True):
@@ -266,6 +280,9 @@ class TurnGames(gym.vector.VectorEnv):
         self.history[g].append(move)
         self.moves += 1
         me = self.learner(g)
+        if self._checked is not None and not one_finite_number(game.rewards[me]):
+            raise UnsupportedEnv(f"{self.env_id}'s step() left the reward "
+                                 f"{game.rewards[me]!r} for {me}; a reward is one finite number")
         gains[g] += game.rewards[me]
         if game.terminations[me] or game.truncations[me]:
             self.over[g] = True

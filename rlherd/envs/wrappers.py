@@ -28,6 +28,7 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -91,9 +92,7 @@ class StepCheck(gym.Wrapper):
         super().__init__(env)
         self.env_id, self.masked = env_id, masked
         self.late_masks = late_masks and isinstance(env.action_space, gym.spaces.Discrete)
-        space = env.observation_space
-        self.shapes = {k: s.shape for k, s in space.spaces.items()} if isinstance(
-            space, gym.spaces.Dict) else {None: space.shape}  # fmt: skip
+        self.shapes = leaf_shapes(env.observation_space)
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
@@ -109,31 +108,53 @@ class StepCheck(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def _check(self, obs: Any, info: dict[str, Any], call: str, ended: bool) -> None:
-        for key, shape in self.shapes.items():
-            value = np.asarray(obs if key is None else obs[key])
-            if value.shape != shape:
-                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {_leaf(key)} of shape "
-                                     f"{value.shape}; its observation space says {shape}")
-            if value.dtype.kind == "f" and not np.isfinite(value).all():  # not the learner's
-                raise UnsupportedEnv(f"{self.env_id}'s {call} returned {_leaf(key)} holding NaN "
-                                     "or inf, which no network reads, even where its space's "
-                                     "bounds allow inf: replace them (a gymnasium.wrappers."
-                                     "TransformObservation)")  # fmt: skip
+        check_observation(obs, self.shapes, f"{self.env_id}'s {call}")
         if self.masked:
-            self._check_mask(np.asarray(obs[ACTION_MASK]), ended)
+            check_mask(np.asarray(obs[ACTION_MASK]), int(self.action_space.n), self.env_id,
+                       ended)  # fmt: skip
         elif self.late_masks and ACTION_MASK in info:
             raise UnsupportedEnv(f"{self.env_id} gives info['action_mask'] from step() but "
                                  "not from reset(), so it would be ignored: give it from "
                                  "reset() too")  # fmt: skip
 
-    def _check_mask(self, mask: np.ndarray, ended: bool) -> None:
-        n = int(self.action_space.n)
-        if mask.shape != (n,) or ((mask != 0) & (mask != 1)).any():  # np.isin: 5x the time
-            raise UnsupportedEnv(f"{self.env_id}'s action mask {mask.tolist()} is not one 0 or "
-                                 f"1 per action ({n}); 1 marks a legal action")  # fmt: skip
-        if not ended and not mask.any():
-            raise UnsupportedEnv(f"{self.env_id}'s action mask allows no action mid-episode; "
-                                 "end the episode (terminated) when no action is legal")
+
+def leaf_shapes(space: gym.Space) -> dict[str | None, tuple[int, ...]]:
+    """The shape of each array an observation of ``space`` holds, by its key (None: the
+    observation is one array), as :func:`check_observation` reads them; spaces with no one
+    shape (a ``Tuple``, a nested ``Dict``) are left out."""
+    leaves = space.spaces if isinstance(space, gym.spaces.Dict) else {None: space}
+    return {k: s.shape for k, s in leaves.items() if s.shape is not None}
+
+
+def check_observation(obs: Any, shapes: dict[str | None, tuple[int, ...]], where: str,
+                      whose: str = "") -> None:  # fmt: skip
+    """An environment's own observation held to its space (``shapes``, :func:`leaf_shapes`):
+    each array there, of its shape, finite. A fault is one line saying ``where`` it came from
+    (``"MyEnv-v0's step()"``) and ``whose`` (``" for player_1"``), not numpy's error inside a
+    batch or a network's NaN blamed on the learning rate."""
+    for key, shape in shapes.items():
+        if key is not None and key not in obs:
+            raise UnsupportedEnv(f"{where} returned an observation{whose} without {key!r}, "
+                                 "which its observation space has")  # fmt: skip
+        value = np.asarray(obs if key is None else obs[key])
+        if value.shape != shape:
+            raise UnsupportedEnv(f"{where} returned {_leaf(key)}{whose} of shape "
+                                 f"{value.shape}; its observation space says {shape}")
+        if value.dtype.kind == "f" and not np.isfinite(value).all():  # not the learner's
+            raise UnsupportedEnv(f"{where} returned {_leaf(key)}{whose} holding NaN or inf, "
+                                 "which no network reads, even where its space's bounds allow "
+                                 "inf: replace them (a gymnasium.wrappers.TransformObservation)")
+
+
+def check_mask(mask: np.ndarray, n: int, name: str, ended: bool) -> None:
+    """An action mask of one's own: one 0 or 1 for each of ``n`` actions, one of them legal
+    unless the episode ``ended``; ``name`` says whose mask (an id, with its agent)."""
+    if mask.shape != (n,) or ((mask != 0) & (mask != 1)).any():  # np.isin: 5x the time
+        raise UnsupportedEnv(f"{name}'s action mask {mask.tolist()} is not one 0 or 1 per "
+                             f"action ({n}); 1 marks a legal action")  # fmt: skip
+    if not ended and not mask.any():
+        raise UnsupportedEnv(f"{name}'s action mask allows no action mid-episode; end the "
+                             "episode (terminated) when no action is legal")
 
 
 class ApiCheck(gym.Wrapper):
@@ -145,10 +166,13 @@ class ApiCheck(gym.Wrapper):
     def __init__(self, env: gym.Env, env_id: str):
         super().__init__(env)
         self.env_id = env_id
+        self._dict = isinstance(env.observation_space, gym.spaces.Dict)
 
     def reset(self, **kwargs: Any):
         result = self.env.reset(**kwargs)
         if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
+            if self._dict:
+                self._check_keys(result[0], self.observation_space, "reset()")
             return result
         raise UnsupportedEnv(f"{self.env_id}'s reset() returned {_count(result)}, not "
                              "Gymnasium's (observation, info): return an info dict too")
@@ -156,11 +180,23 @@ class ApiCheck(gym.Wrapper):
     def step(self, action: Any):
         result = self.env.step(action)
         if isinstance(result, tuple) and len(result) == 5:
+            if self._dict:
+                self._check_keys(result[0], self.observation_space, "step()")
             return result
         raise UnsupportedEnv(f"{self.env_id}'s step() returned {_count(result)}, not "
                              "Gymnasium's (observation, reward, terminated, truncated, info): "
                              "the old Gym API's done is two flags now (gymnasium.utils."
                              "step_api_compatibility converts)")  # fmt: skip
+
+    def _check_keys(self, obs: Any, space: gym.spaces.Dict, call: str, path: str = "") -> None:
+        """Every key of a ``Dict`` space, nested ones too, in the observation: the view that
+        flattens it would fail on the first one missing with a bare ``KeyError``."""
+        for key, sub in space.spaces.items():
+            if not isinstance(obs, Mapping) or key not in obs:
+                raise UnsupportedEnv(f"{self.env_id}'s {call} returned an observation without "
+                                     f"{path + key!r}, which its observation space has")
+            if isinstance(sub, gym.spaces.Dict):
+                self._check_keys(obs[key], sub, call, f"{path}{key}.")
 
 
 def _count(result: Any) -> str:
