@@ -401,23 +401,27 @@ def test_evaluation_and_recorded_episodes_end_in_an_environment_that_never_does(
 
 
 UNGUARDED_SCRIPT = """
-import os, sys, rlherd
-marks = sys.argv[1]
+import json, os, sys, rlherd
+marks, second = sys.argv[1], json.loads(sys.argv[2])
 rlherd.train("dqn", "CartPole-v1", total_steps=300, run_dir=os.path.join(marks, "first"),
              progress=False, overwrite=True)
 open(os.path.join(marks, f"trained-{os.getpid()}"), "w").close()
-rlherd.train("impala", "CartPole-v1", runtime="mono", total_steps=2000, num_actors=2,
-             run_dir=os.path.join(marks, "second"), progress=False)
+rlherd.train("impala", "CartPole-v1", total_steps=2000, run_dir=os.path.join(marks, "second"),
+             progress=False, **second)
 """
 
 
-def test_a_script_without_a_main_guard_trains_once_not_once_per_actor(tmp_path):
-    """Each mono actor imports the user's script before it acts. Unguarded, the script's first
-    run was trained again in full by every actor process before the learner saw them fail."""
+@pytest.mark.parametrize("second", [dict(runtime="mono", num_actors=2),
+                                    dict(num_envs=2, env_workers=2)])  # fmt: skip
+def test_a_script_without_a_main_guard_trains_once_and_is_told_so(second, tmp_path):
+    """Each mono actor and each environment worker imports the user's script first. Unguarded,
+    the script's first run was trained again in full by every child before the learner saw
+    them fail; with env_workers the last line said only that a worker died."""
     script = tmp_path / "unguarded.py"
     script.write_text(UNGUARDED_SCRIPT)
-    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), json.dumps(second)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode != 0
     assert "guard the script's calls with `if __name__ == '__main__':`" in done.stderr
-    assert len(list(tmp_path.glob("trained-*"))) == 1, "actor processes trained the first run"
+    assert "`if __name__ == '__main__':`" in done.stderr.strip().splitlines()[-1]
+    assert len(list(tmp_path.glob("trained-*"))) == 1, "child processes trained the first run"

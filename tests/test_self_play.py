@@ -263,14 +263,26 @@ def test_a_turn_based_game_of_ones_own_trains_and_evaluates(tmp_path):
     ("nan", r"observe\(\) returned observation 'observation' for player_1 holding NaN or inf"),
     ("reward", r"step\(\) left the reward None for player_1; a reward is one finite number"),
     ("mask", r"observe\(\) returned an observation for player_1 without 'action_mask'"),
+    ("mask2", r"action mask for player_1 \[2, 2\] is not one 0 or 1 per action \(2\)"),
+    ("nested", r"observe\(\) returned observation 'extra.1' for player_1 holding NaN or inf"),
 ])  # fmt: skip
 def test_a_turn_based_game_of_ones_own_off_its_spaces_is_one_line_naming_it(fault, says,
                                                                            tmp_path):  # fmt: skip
     """As a parallel game of one's own is held at every step: a reward of None was a TypeError
     inside rlherd, an observation of the wrong shape numpy's error inside the batch, a missing
-    action mask a KeyError, and NaN observations trained on in silence."""
+    action mask a KeyError, and NaN observations (nested ones too) and masks of 2s trained on
+    in silence."""
     from rlherd.errors import UnsupportedEnv
 
     with pytest.raises(UnsupportedEnv, match=f"{NIM}'s {says}"):
         rlherd.train("ppo", NIM, env_kwargs={"fault": fault}, total_steps=600,
+                     run_dir=tmp_path / "run", progress=False)  # fmt: skip
+
+
+def test_a_turn_based_game_whose_seats_differ_is_refused(tmp_path):
+    """One policy takes both seats; a second player that observes more was held to the first
+    player's space, and its observations called the wrong shape."""
+    with pytest.raises(ConfigError, match=f"{NIM}'s two players observe or act in different "
+                                          "spaces"):  # fmt: skip
+        rlherd.train("ppo", NIM, env_kwargs={"fault": "seats"}, total_steps=600,
                      run_dir=tmp_path / "run", progress=False)  # fmt: skip

@@ -3,8 +3,9 @@
 Nim: a pile of ``pile`` stones, each player takes one or two in turn, and whoever takes the last
 wins (+1, the other -1). A player observes the pile, one-hot, and the legal moves
 (``action_mask``). ``fault`` breaks the second player's view or reward: ``shape`` (an
-observation one longer), ``nan`` (an observation of NaN), ``reward`` (None at the end),
-``mask`` (no action mask)."""
+observation one longer), ``nan`` (an observation of NaN), ``reward`` (None after each move),
+``mask`` (no action mask), ``mask2`` (a mask of 2s), ``nested`` (NaN in a leaf of a tuple
+every observation holds), ``seats`` (the second player's observation space is longer)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,15 @@ class Nim(AECEnv):
 
     @functools.cache  # noqa: B019 (PettingZoo's test wants the same object each call)
     def observation_space(self, agent: str) -> gym.Space:
-        return gym.spaces.Dict({
-            "observation": gym.spaces.Box(0, 1, (self.pile0 + 1,), np.float32),
+        longer = self.fault == "seats" and agent == "player_1"
+        spaces = {
+            "observation": gym.spaces.Box(0, 1, (self.pile0 + 1 + longer,), np.float32),
             "action_mask": gym.spaces.Box(0, 1, (2,), np.int8),
-        })  # fmt: skip
+        }  # fmt: skip
+        if self.fault == "nested":
+            spaces["extra"] = gym.spaces.Tuple((gym.spaces.Discrete(2),
+                                                gym.spaces.Box(-1, 1, (2,), np.float32)))
+        return gym.spaces.Dict(spaces)
 
     @functools.cache  # noqa: B019
     def action_space(self, agent: str) -> gym.Space:
@@ -45,6 +51,11 @@ class Nim(AECEnv):
             board[:] = np.nan
         if agent == "player_1" and self.fault == "mask":
             return {"observation": board}
+        if agent == "player_1" and self.fault == "mask2":
+            mask = mask * 2
+        if self.fault == "nested":
+            extra = np.full(2, np.nan if agent == "player_1" else 0.0, np.float32)
+            return {"observation": board, "action_mask": mask, "extra": (0, extra)}
         return {"observation": board, "action_mask": mask}
 
     def reset(self, seed=None, options=None):

@@ -34,7 +34,7 @@ import numpy as np
 
 from rlherd.core import flatten_space, flatten_value
 from rlherd.envs.ids import PETTINGZOO as PREFIX
-from rlherd.envs.wrappers import check_observation, leaf_shapes, one_finite_number
+from rlherd.envs.wrappers import FlatView, one_finite_number
 from rlherd.errors import ConfigError, MissingExtra, UnsupportedEnv
 
 # Packages whose games rlherd knows how to install.
@@ -182,7 +182,7 @@ class AgentRows(gym.vector.VectorEnv):
         # A game of one's own is held to its spaces at every step, as StepCheck holds one's own
         # environment; PettingZoo's and MPE's own games are not.
         self._checked = None if env_id.startswith(KNOWN_GAMES) else {
-            a: leaf_shapes(space) for a, space in obs_spaces.items()}  # fmt: skip
+            a: FlatView(space) for a, space in obs_spaces.items()}
         act_spaces = {a: first.action_space(a) for a in self.possible_agents}
         agent = self.possible_agents[0]
         self._legal: np.ndarray | None = None  # each agent's actions, where their counts differ
@@ -258,7 +258,7 @@ class AgentRows(gym.vector.VectorEnv):
     def _check_step(self, call: str, agents: list[str], obs: dict[str, Any],
                     rewards: dict[str, Any] | None = None) -> None:  # fmt: skip
         """For a game of one's own: an observation for each of ``agents`` (those in the game at
-        reset, those that acted at a step), held to its space (:func:`check_observation`), and
+        reset, those that acted at a step), held to its space (:class:`FlatView`), and
         a reward that is one finite number; a fault is one line naming the game
         and the agent, not numpy's error inside the batch, a divergence blamed on the learning
         rate, or an agent left seeing its last observation."""
@@ -269,7 +269,8 @@ class AgentRows(gym.vector.VectorEnv):
                 raise UnsupportedEnv(f"{self.env_id}'s {call} returned no observation for {a}, "
                                      f"which {'acted' if rewards is not None else 'is in the game'}"
                                      )  # fmt: skip
-            check_observation(obs[a], self._checked[a], f"{self.env_id}'s {call}", f" for {a}")
+            view, where, whose = self._checked[a], f"{self.env_id}'s {call}", f" for {a}"
+            view.check(view.flat(obs[a], where, whose), where, whose)
             if rewards is not None and not one_finite_number(rewards.get(a)):
                 raise UnsupportedEnv(f"{self.env_id}'s {call} returned the reward "
                                      f"{rewards.get(a)!r} for {a}; a reward is one finite "

@@ -31,7 +31,7 @@ import torch
 
 from rlherd.core import flatten_space, flatten_value
 from rlherd.envs.pettingzoo import KNOWN_GAMES
-from rlherd.envs.wrappers import check_mask, check_observation, leaf_shapes, one_finite_number
+from rlherd.envs.wrappers import FlatView, check_mask, one_finite_number
 from rlherd.errors import ConfigError, UnsupportedEnv
 
 
@@ -205,9 +205,15 @@ class TurnGames(gym.vector.VectorEnv):
         if not isinstance(raw, gym.spaces.Dict) or "action_mask" not in raw.spaces:
             raise ConfigError(f"{env_id}'s observations hold no action_mask; rlherd "
                               "plays turn-based games whose observations say the legal moves")
+        first = self.games[0]
+        spaces = [(first.observation_space(a), first.action_space(a)) for a in self.possible_agents]
+        if spaces[0] != spaces[1]:
+            raise ConfigError(f"{env_id}'s two players observe or act in different spaces; "
+                              "rlherd's self-play has one policy take both seats")  # fmt: skip
         self.raw_space = raw
         # A game of one's own is held to its space at every turn; PettingZoo's own are not.
-        self._checked = None if env_id.startswith(KNOWN_GAMES) else leaf_shapes(raw)
+        self._check = None if env_id.startswith(KNOWN_GAMES) else FlatView(raw)
+        self._where = f"{env_id}'s observe()"
         self.single_observation_space, self.dropped = flatten_space(raw)
         self.single_action_space = self.games[0].action_space(self.possible_agents[0])
         self.num_envs = games
@@ -228,25 +234,48 @@ class TurnGames(gym.vector.VectorEnv):
     def learner(self, g: int) -> str:
         return self.possible_agents[self.seat[g]]
 
-    def _observe(self, g: int) -> Any:
-        return self._view(g, self.learner(g))
-
-    def _view(self, g: int, agent: str) -> Any:
-        """What ``agent`` sees of game ``g``, flattened; a game of one's own's view is held to
-        its space first (the learner's and the opponent's alike: both are the policy's)."""
-        obs = self.games[g].observe(agent)
-        if self._checked is not None:
-            where = f"{self.env_id}'s observe()"
-            check_observation(obs, self._checked, where, f" for {agent}")
-            check_mask(np.asarray(obs["action_mask"]), int(self.single_action_space.n),
-                       f"{self.env_id} ({agent})", ended=bool(self.over[g]))  # fmt: skip
-        return flatten_value(self.raw_space, obs)
-
     def _rows(self) -> Any:
-        rows = [self._observe(g) for g in range(self.num_envs)]
+        return self._views(list(range(self.num_envs)),
+                           [self.learner(g) for g in range(self.num_envs)])  # fmt: skip
+
+    def _views(self, games: list[int], agents: list[str]) -> Any:
+        """What ``agents`` see of ``games``, flattened, as one batch. A game of one's own's
+        views are held to its space (the learner's and the opponent's alike: both are the
+        policy's), checked as a batch, and each view again only to name the one at fault."""
+        raw = [self.games[g].observe(a) for g, a in zip(games, agents, strict=True)]
+        if self._check is None:
+            return self._batch([flatten_value(self.raw_space, o) for o in raw])
+        views = [self._check.flat(o, self._where, f" for {a}")
+                 for o, a in zip(raw, agents, strict=True)]  # fmt: skip
+        try:
+            batch = self._batch(views)
+        except ValueError:  # a view of another shape: named below
+            self._name_the_fault(views, games, agents)
+            raise
+        if not self._fine(batch, self.over[games]):
+            self._name_the_fault(views, games, agents)
+        return batch
+
+    def _batch(self, views: list[Any]) -> Any:
+        space = self.single_observation_space
         return gym.vector.utils.concatenate(
-            self.single_observation_space, rows,
-            gym.vector.utils.create_empty_array(self.single_observation_space, self.num_envs))
+            space, views, gym.vector.utils.create_empty_array(space, len(views)))
+
+    def _name_the_fault(self, views: list[Any], games: list[int], agents: list[str]) -> None:
+        for view, g, a in zip(views, games, agents, strict=True):
+            self._check.check(view, self._where, f" for {a}")
+            check_mask(np.asarray(view["action_mask"]), int(self.single_action_space.n),
+                       self.env_id, bool(self.over[g]), f" for {a}")  # fmt: skip
+
+    def _fine(self, batch: dict[str, np.ndarray], ended: np.ndarray) -> bool:
+        """Whether every view in ``batch`` is finite with a mask of 0s and 1s, one legal move
+        in each game not ``ended``: the per-view checks' verdict, a few array operations a
+        turn rather than a few per game."""
+        for value in batch.values():
+            if value.dtype.kind == "f" and not np.isfinite(value).all():
+                return False
+        mask = batch["action_mask"]
+        return not ((mask != 0) & (mask != 1)).any() and bool(mask[~ended].any(axis=1).all())
 
     # ------------------------------------------------------------------ playing
     def _begin(self, g: int) -> None:
@@ -268,8 +297,7 @@ class TurnGames(gym.vector.VectorEnv):
                    and self.games[g].agent_selection != self.learner(g)]  # fmt: skip
         for which in np.unique(self.opponent[waiting]) if waiting else []:
             mine = [g for g in waiting if self.opponent[g] == which]
-            obs = [self._view(g, self.games[g].agent_selection) for g in mine]
-            batch = {k: np.stack([o[k] for o in obs]) for k in obs[0]}
+            batch = self._views(mine, [self.games[g].agent_selection for g in mine])
             moves = self.opponents.act(int(which), batch, [self.history[g] for g in mine])
             for g, move in zip(mine, moves, strict=True):
                 self._move(g, int(move), gains)
@@ -280,7 +308,7 @@ class TurnGames(gym.vector.VectorEnv):
         self.history[g].append(move)
         self.moves += 1
         me = self.learner(g)
-        if self._checked is not None and not one_finite_number(game.rewards[me]):
+        if self._check is not None and not one_finite_number(game.rewards[me]):
             raise UnsupportedEnv(f"{self.env_id}'s step() left the reward "
                                  f"{game.rewards[me]!r} for {me}; a reward is one finite number")
         gains[g] += game.rewards[me]

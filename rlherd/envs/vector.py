@@ -279,14 +279,24 @@ class BatchEnv(gym.vector.VectorEnv):
                 f"restart_worker({w}) to replace it"
             )
 
-    def _died(self, w: int) -> WorkerError:
+    def _died(self, w: int, starting: bool = False) -> WorkerError:
         """The error for worker ``w``, found dead on its pipe, named by how it ended (a signal
-        such as the out-of-memory killer's SIGKILL says more than a broken pipe)."""
+        such as the out-of-memory killer's SIGKILL says more than a broken pipe). One that
+        raised while ``starting`` would raise again if restarted; the usual cause is a script
+        with no main guard, which the worker imports first."""
         self._procs[w].join(timeout=1)
         a, b = self._ranges[w]
+        code = self._procs[w].exitcode
+        if starting and code is not None and code > 0:
+            return WorkerError(
+                f"environment worker {w} (envs {a}..{b - 1}) failed while starting "
+                f"({exit_status(code)}); see its traceback above. Scripts that use env_workers "
+                "must guard their calls with `if __name__ == '__main__':` (each worker imports "
+                "the script)"
+            )  # fmt: skip
         return WorkerError(
             f"environment worker {w} (envs {a}..{b - 1}) died, "
-            f"{exit_status(self._procs[w].exitcode)}; call restart_worker({w}) to replace it"
+            f"{exit_status(code)}; call restart_worker({w}) to replace it"
         )
 
     def _send(self, w: int, message: tuple) -> None:
@@ -348,7 +358,7 @@ class BatchEnv(gym.vector.VectorEnv):
         try:
             kind, payload = conn.recv()
         except (EOFError, OSError):
-            raise self._died(w) from None
+            raise self._died(w, starting=what == "ready") from None
         if kind == "error":
             index, tb = payload
             raise EnvError(f"environment {index} raised in its worker:\n{tb}")

@@ -146,15 +146,37 @@ def check_observation(obs: Any, shapes: dict[str | None, tuple[int, ...]], where
                                  "inf: replace them (a gymnasium.wrappers.TransformObservation)")
 
 
-def check_mask(mask: np.ndarray, n: int, name: str, ended: bool) -> None:
+def check_mask(mask: np.ndarray, n: int, name: str, ended: bool, whose: str = "") -> None:
     """An action mask of one's own: one 0 or 1 for each of ``n`` actions, one of them legal
-    unless the episode ``ended``; ``name`` says whose mask (an id, with its agent)."""
+    unless the episode ``ended``; ``name`` is the environment's, ``whose`` the agent's
+    (``" for player_1"``)."""
     if mask.shape != (n,) or ((mask != 0) & (mask != 1)).any():  # np.isin: 5x the time
-        raise UnsupportedEnv(f"{name}'s action mask {mask.tolist()} is not one 0 or 1 per "
-                             f"action ({n}); 1 marks a legal action")  # fmt: skip
+        raise UnsupportedEnv(f"{name}'s action mask{whose} {mask.tolist()} is not one 0 or 1 "
+                             f"per action ({n}); 1 marks a legal action")  # fmt: skip
     if not ended and not mask.any():
-        raise UnsupportedEnv(f"{name}'s action mask allows no action mid-episode; end the "
-                             "episode (terminated) when no action is legal")
+        raise UnsupportedEnv(f"{name}'s action mask{whose} allows no action mid-episode; end "
+                             "the episode (terminated) when no action is legal")
+
+
+class FlatView:
+    """A game of one's own's observations as the policy reads them (flattened,
+    :func:`rlherd.core.flatten_space`), held to its space: every array, nested ones too, there
+    (:meth:`flat`), of its shape and finite (:meth:`check`). A fault is one line saying
+    ``where`` the observation came from and ``whose`` it is (:func:`check_observation`)."""
+
+    def __init__(self, space: gym.Space):
+        self.space = space
+        self.shapes = leaf_shapes(flatten_space(space)[0])
+
+    def flat(self, obs: Any, where: str, whose: str = "") -> Any:
+        try:
+            return flatten_value(self.space, obs)
+        except KeyError as e:  # a Dict's key the observation lacks
+            raise UnsupportedEnv(f"{where} returned an observation{whose} without "
+                                 f"{e.args[0]!r}, which its observation space has") from None
+
+    def check(self, flat: Any, where: str, whose: str = "") -> None:
+        check_observation(flat, self.shapes, where, whose)
 
 
 class ApiCheck(gym.Wrapper):
@@ -192,11 +214,12 @@ class ApiCheck(gym.Wrapper):
         """Every key of a ``Dict`` space, nested ones too, in the observation: the view that
         flattens it would fail on the first one missing with a bare ``KeyError``."""
         for key, sub in space.spaces.items():
+            name = f"{path}{key}"  # keys need not be strings
             if not isinstance(obs, Mapping) or key not in obs:
                 raise UnsupportedEnv(f"{self.env_id}'s {call} returned an observation without "
-                                     f"{path + key!r}, which its observation space has")
+                                     f"{name!r}, which its observation space has")
             if isinstance(sub, gym.spaces.Dict):
-                self._check_keys(obs[key], sub, call, f"{path}{key}.")
+                self._check_keys(obs[key], sub, call, f"{name}.")
 
 
 def _count(result: Any) -> str:
