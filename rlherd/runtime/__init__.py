@@ -357,9 +357,14 @@ def table_states(tables: list, settings: Any) -> list | None:
 
 
 def load_tables(tables: list, states: list | None) -> None:
-    """Restore tables from a checkpoint (which may hold none: ``checkpoint_replay`` was off)."""
+    """Restore tables from a checkpoint (which may hold none: ``checkpoint_replay`` was off),
+    then empty each state: the table holds its own copy now, and the checkpoint, which the
+    run's context holds until the run ends, would keep a second copy of the replay alive for
+    the whole run (a resumed size-50 deep sea R2D2 run, an 8 GB table, was killed for memory at
+    its next checkpoint on a 24 GB machine)."""
     for table, state in zip(tables, states or [], strict=False):
         table.load_state_dict(state)
+        state.clear()
 
 
 def rng_state() -> dict[str, Any]:

@@ -259,6 +259,8 @@ class Program:
                 self._restore(self.learner.load_state_dict.remote(ctx.checkpoint["learner"]))
                 if ctx.checkpoint.get("tables"):
                     self._restore(self.replay.load_state_dicts.remote(ctx.checkpoint["tables"]))
+                    for state in ctx.checkpoint["tables"]:  # the replay node has them now
+                        state.clear()  # (see load_tables)
                 set_rng_state(ctx.checkpoint["rng"])
         self.runs = [actor.run.remote() for actor in self.actors]
 
