@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from bsuite.logging import csv_load  # the bsuite extra, which the test install has (all)
 from bsuite.utils import wrappers
 
@@ -120,6 +121,12 @@ def test_a_sweep_of_no_episodes_is_refused_before_it_starts(episodes, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def replay_kept(run_dir) -> list[bool]:
+    """Whether each checkpoint a run keeps holds its replay."""
+    paths = sorted((run_dir / "checkpoints").glob("ckpt-*.pt"))
+    return [torch.load(p, weights_only=True)["tables"] is not None for p in paths]
+
+
 def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrupt_at):
     out = tmp_path / "sweep"
     result, done = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False,
@@ -130,17 +137,38 @@ def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrup
     stopped = rlherd.train("dqn", "bsuite/catch/1", run_dir=sweeps.run_path(out, "bsuite/catch/1"),
                            total_episodes=12, seed=1, progress=False)  # fmt: skip
     assert stopped.stopped
+    assert replay_kept(out / "catch-1") == [True]  # to continue exactly
     (out / "catch-1" / "kept").touch()  # a new run (--overwrite) would start in an empty folder
     result, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out,
                                 progress=False, total_episodes=12)  # fmt: skip
     assert done == ["bsuite/catch/0"] and not result.failed
     assert (out / "catch-0" / "summary.json").stat().st_mtime_ns == finished  # not redone
     assert (out / "catch-1" / "kept").exists()  # continued, not started again
+    assert replay_kept(out / "catch-0") == replay_kept(out / "catch-1") == [False]
     data = csv_of(out / "catch-1")
     assert data["episode"].is_monotonic_increasing and data["episode"].max() == 12
     # bsuite's loader reads the sweep's csv/ folder as it is.
     data, _ = csv_load.load_bsuite({"dqn": str(out / sweeps.CSV_DIR)})
     assert sorted(data["bsuite_id"].unique()) == ["catch/0", "catch/1"]
+
+
+def test_a_finished_id_keeps_its_policy_and_lets_go_of_its_replay(tmp_path):
+    """A finished id is never continued, so its replay (gigabytes for R2D2) goes from its
+    checkpoint as it finishes, and from ids a sweep finished before that, on the next sweep;
+    its policy stays, for eval."""
+    from rlherd.cli import main
+
+    out = tmp_path / "sweep"
+    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    assert replay_kept(out / "catch-0") == [False]
+    assert main(["eval", str(out / "catch-0"), "--episodes", "2"]) == 0
+    before = rlherd.train("dqn", "bsuite/catch/1", run_dir=sweeps.run_path(out, "bsuite/catch/1"),
+                          total_episodes=3, seed=1, progress=False)  # finished without a sweep
+    assert not before.stopped and replay_kept(out / "catch-1")[-1]
+    _, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
+                           total_episodes=3)  # fmt: skip
+    assert done == ["bsuite/catch/0", "bsuite/catch/1"]
+    assert replay_kept(out / "catch-1") == [False]
 
 
 def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):

@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 from rlherd.agents import BUILDERS
 from rlherd.commands.seeds import SeedProcess, SeedRuns, run_group, train_argv
 from rlherd.commands.train import resolve_config, split_overrides
-from rlherd.config import check_seed, to_json
+from rlherd.config import check_seed, run_file, to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.callbacks import STOP, Answer, Callback, RunInfo
@@ -184,8 +185,8 @@ def _check_out(out: Path, request: dict[str, Any], env_id: str) -> None:
     what the folder's runs were swept with (``OUT/sweep.json``): its finished ids would be
     kept, and its stopped ones continued, with the old ones. A folder
     none of whose runs finished or got as far as a checkpoint (a sweep whose every id failed) is
-    free. Finished runs count without their checkpoints, which a user may delete to free the
-    disk (R2D2's are gigabytes) or a copy of the results leave out. A record written before an
+    free. Finished runs count without their checkpoints, which a user may delete or a copy of
+    the results leave out. A record written before an
     upgrade counts with the fields it lacks at their defaults (:func:`upgraded`)."""
     check_folder(out, "--out")
     path = out / SWEEP_FILE
@@ -310,6 +311,8 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
         copy_finished(kept, out, env_ids[0])
     paths = {i: run_path(out, i) for i in env_ids}
     done = [i for i in env_ids if _finished(paths[i])]
+    for env_id in done:  # finished in a sweep before this one dropped replays
+        drop_replay(paths[env_id])
     group = [SeedProcess(k, paths[i], _argv(agent, i, paths[i], id_seed(seed, i), settings,
                                             until_solved))
              for k, i in enumerate(env_ids) if i not in done]  # fmt: skip
@@ -318,12 +321,35 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     try:
         if group:
             result = run_group(out, group, threads, jobs, progress, f"{agent} bsuite",
-                               unit="ids")  # fmt: skip
+                               unit="ids", on_end=lambda run: drop_replay(run.path))  # fmt: skip
         link_csvs(out)
     finally:  # whatever stopped the sweep, its finished ids are kept
         if kept is not None:
             copy_finished(out, kept, env_ids[0])
     return result, done
+
+
+def drop_replay(path: Path) -> None:
+    """Rewrite a finished id's latest checkpoint without its replay tables (as a run with
+    ``checkpoint_replay`` off writes them) and delete the older one; an id not finished keeps
+    its replay, to continue exactly. Why: a finished id is never continued (its budget is
+    bsuite's), and its replay is most of its checkpoint, up to gigabytes (R2D2's stochastic
+    sea of size 50: 7.5 GB a checkpoint, two kept), so a subset sweep kept tens of GB for
+    nothing. The policy stays, for ``rlherd eval``. The checkpoint is read memory-mapped: the
+    replay's bytes are never read."""
+    if not _finished(path):
+        return
+    run = RunDir(path)
+    latest = run.latest_checkpoint()
+    if latest is None or not latest.exists():
+        return
+    state = torch.load(run_file(latest), mmap=True, weights_only=True, map_location="cpu")
+    if isinstance(state, dict) and state.get("tables") is not None:
+        state["tables"] = None
+        run.save_checkpoint(state, int(latest.stem.split("-")[1]))  # replaces it, atomically
+    for old in run.checkpoint_dir.glob("ckpt-*.pt"):
+        if old != latest:
+            old.unlink()
 
 
 def finished_csvs(out: Path) -> list[Path]:

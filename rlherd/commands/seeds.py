@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,10 +254,12 @@ def _cores() -> int:
 
 
 def run_group(parent: Path, group: list[SeedProcess], threads: int, jobs: int | None,
-              progress: bool, label: str, unit: str = "seeds") -> SeedRuns:  # fmt: skip
+              progress: bool, label: str, unit: str = "seeds",
+              on_end: Callable[[SeedProcess], None] | None = None) -> SeedRuns:  # fmt: skip
     """Start the runs of ``group`` (seeds, or a bsuite sweep's ids: ``unit``), at most
     ``jobs`` at once (default: as many as fit the cores at ``threads`` torch threads each), wait
-    for them and gather their runs."""
+    for them and gather their runs. ``on_end`` is called with each run as its process ends, while
+    the others go on (a sweep frees what a finished id no longer needs as it goes)."""
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {jobs}")
     jobs = min(len(group), jobs or max(1, _cores() // threads))
@@ -274,6 +276,8 @@ def run_group(parent: Path, group: list[SeedProcess], threads: int, jobs: int | 
                     seed.returncode = seed.process.returncode
                     seed.log_file.close()
                     running.remove(seed)
+                    if on_end is not None:
+                        on_end(seed)
                 bar.update()
                 time.sleep(POLL_S if running else 0)
         finally:
