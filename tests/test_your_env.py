@@ -370,6 +370,15 @@ def test_ppo_learns_switches_of_a_multibinary_action_space(tmp_path):
     assert evaluate(tmp_path / "run", episodes=5)["eval_return_mean"] == 30.0  # all right
 
 
+def test_check_env_names_a_multibinary_action_space_as_declared():
+    """check-env showed MultiBinary(3) only as MultiDiscrete([2, 2, 2]), the space no line of
+    the user's code declares, beside refusals that call its actions multidiscrete."""
+    from rlherd.commands.check_env import check
+
+    action = check(f"{__name__}:Bits", seconds=0.1)["action"]
+    assert action == "MultiBinary(3), acted in as MultiDiscrete([2, 2, 2])"
+
+
 class OldAPI(Codes):
     """The old Gym API: ``reset()`` returns the observation alone, ``step()`` four values."""
 

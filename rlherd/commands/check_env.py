@@ -164,7 +164,7 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
             f"check it against its numpy reference with: rlherd check-env {env_id} --consistency"
         )
     probe = _probe_game if rl_envs.family(env_id) == "pettingzoo" else _probe_env
-    checker, passed, notes, spec, sps = probe(env_id, env_kwargs or {}, seconds, seed)
+    checker, passed, notes, spec, space, sps = probe(env_id, env_kwargs or {}, seconds, seed)
     leaves = spec.obs if spec.structured else {"": spec.obs}
     return dict(
         env=env_id,
@@ -174,7 +174,7 @@ def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2
         observation={k: _leaf(leaf) for k, leaf in leaves.items()},
         encoders=encoders(spec),
         dropped=list(spec.dropped),
-        action=_action(spec),
+        action=_action(spec, space),
         action_mask=spec.has_action_mask,
         steps_per_second=round(sps, 1),
         resume=resumes(env_id, env_kwargs or {}, seed),
@@ -285,12 +285,13 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _probe_env(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: int):
-    """Gymnasium's checker on the environment, its spec and its raw speed."""
+    """Gymnasium's checker on the environment, its spec, its own action space and its raw
+    speed."""
     made = rl_envs.make(env_id, **env_kwargs)
     try:
         passed, notes = gymnasium_check(made)
         return ("Gymnasium's env checker", passed, notes, rl_envs.spec_of(made, env_id),
-                steps_per_second(made, seconds, seed))  # fmt: skip
+                made.action_space, steps_per_second(made, seconds, seed))  # fmt: skip
     finally:
         made.close()
 
@@ -298,7 +299,8 @@ def _probe_env(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: in
 def _probe_game(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: int):
     """PettingZoo's API test on a game (the parallel one, or the AEC one for a turn-based
     game), the spec one agent of it acts with, and the game's raw speed (environment steps: a
-    step of all its agents; a turn-based game's, a move with the reply)."""
+    step of all its agents; a turn-based game's, a move with the reply), with the action space
+    that agent acts in."""
     from pettingzoo.test import api_test, parallel_api_test
 
     from rlherd.envs.pettingzoo import game_module, make_game, one_game
@@ -322,7 +324,7 @@ def _probe_game(env_id: str, env_kwargs: dict[str, Any], seconds: float, seed: i
     rows = one_game(env_id, **env_kwargs)
     try:
         return (checker, passed, notes, rl_envs.spec_of(rows, env_id),
-                steps_per_second(rows, seconds, seed))  # fmt: skip
+                rows.single_action_space, steps_per_second(rows, seconds, seed))  # fmt: skip
     finally:
         rows.close()
 
@@ -334,11 +336,14 @@ def _leaf(leaf: Leaf) -> dict[str, Any]:
     return out
 
 
-def _action(spec: EnvSpec) -> str:
+def _action(spec: EnvSpec, space: gym.Space) -> str:
+    """The action space as the agents read it; a MultiBinary is named as the environment
+    declares it too, since the agents' refusals call its actions multidiscrete."""
     if spec.action_kind == "discrete":
         return f"Discrete({spec.num_actions})"
     if spec.action_kind == "multidiscrete":
-        return f"MultiDiscrete({list(spec.action_nvec)})"
+        read = f"MultiDiscrete({list(spec.action_nvec)})"
+        return f"{space}, acted in as {read}" if isinstance(space, gym.spaces.MultiBinary) else read
     return f"Box({list(spec.action_shape)})"
 
 
