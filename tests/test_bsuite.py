@@ -165,6 +165,12 @@ def test_a_finished_id_keeps_its_policy_and_lets_go_of_its_replay(tmp_path):
     before = rlherd.train("dqn", "bsuite/catch/1", run_dir=sweeps.run_path(out, "bsuite/catch/1"),
                           total_episodes=3, seed=1, progress=False)  # finished without a sweep
     assert not before.stopped and replay_kept(out / "catch-1")[-1]
+    held = RunDir(out / "catch-1")
+    held.lock()  # as a process using the run holds it
+    sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
+                 total_episodes=3)  # fmt: skip
+    assert replay_kept(out / "catch-1")[-1]  # left as it is
+    held.unlock()
     _, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
                            total_episodes=3)  # fmt: skip
     assert done == ["bsuite/catch/0", "bsuite/catch/1"]
@@ -262,6 +268,7 @@ def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(t
     data, _ = csv_load.load_bsuite({"dqn": str(fresh / sweeps.CSV_DIR)})
     assert sorted(data["bsuite_id"].unique()) == ["catch/0", "catch/2"]
     assert data[data["bsuite_id"] == "catch/0"]["episode"].max() == 3  # the finished one
+    assert not (fresh / "catch-0" / "checkpoints").exists()  # nothing made in a kept id
 
 
 def test_resuming_a_sweeps_folder_names_the_command_that_continues_it(tmp_path, capsys):

@@ -336,20 +336,27 @@ def drop_replay(path: Path) -> None:
     bsuite's), and its replay is most of its checkpoint, up to gigabytes (R2D2's stochastic
     sea of size 50: 7.5 GB a checkpoint, two kept), so a subset sweep kept tens of GB for
     nothing. The policy stays, for ``rlherd eval``. The checkpoint is read memory-mapped: the
-    replay's bytes are never read."""
-    if not _finished(path):
+    replay's bytes are never read. A run another process holds (its lock) is left as it is."""
+    if not (_finished(path) and (path / "checkpoints").is_dir()):  # kept ids have none
         return
     run = RunDir(path)
-    latest = run.latest_checkpoint()
-    if latest is None or not latest.exists():
+    try:
+        run.lock()
+    except ConfigError:
         return
-    state = torch.load(run_file(latest), mmap=True, weights_only=True, map_location="cpu")
-    if isinstance(state, dict) and state.get("tables") is not None:
-        state["tables"] = None
-        run.save_checkpoint(state, int(latest.stem.split("-")[1]))  # replaces it, atomically
-    for old in run.checkpoint_dir.glob("ckpt-*.pt"):
-        if old != latest:
-            old.unlink()
+    try:
+        latest = run.latest_checkpoint()
+        if latest is None or not latest.exists():
+            return
+        state = torch.load(run_file(latest), mmap=True, weights_only=True, map_location="cpu")
+        if isinstance(state, dict) and state.get("tables") is not None:
+            state["tables"] = None
+            run.save_checkpoint(state, int(latest.stem.split("-")[1]))  # replaces it, atomically
+        for old in run.checkpoint_dir.glob("ckpt-*.pt"):
+            if old != latest:
+                old.unlink()
+    finally:
+        run.unlock()
 
 
 def finished_csvs(out: Path) -> list[Path]:
