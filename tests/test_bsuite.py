@@ -211,6 +211,23 @@ def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
     assert sweeps.select(None, ["deep_sea/0", "bsuite/deep_sea/0"]) == ["bsuite/deep_sea/0"]
 
 
+def test_a_run_directory_is_no_sweeps_folder(tmp_path):
+    """``--out`` or ``--kept`` naming one id's run directory (``OUT/catch-0``, a slip of the
+    shell) is refused before anything is written: the sweep would put its runs, ``csv/`` and
+    ``sweep.json`` among that run's files."""
+    out = tmp_path / "sweep"
+    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    before = sorted(p.name for p in (out / "catch-0").iterdir())
+    with pytest.raises(ConfigError, match="--out .*catch-0 is a run directory"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], out / "catch-0", progress=False,
+                     total_episodes=3)  # fmt: skip
+    with pytest.raises(ConfigError, match="--kept .*catch-0 is a run directory"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "other", progress=False,
+                     kept=out / "catch-0", total_episodes=3)  # fmt: skip
+    assert sorted(p.name for p in (out / "catch-0").iterdir()) == before
+    assert not (tmp_path / "other").exists()
+
+
 def test_a_sweep_folder_of_finished_ids_without_checkpoints_keeps_its_settings(tmp_path):
     """Finished runs whose checkpoints were deleted (to free the disk) or never copied (kept
     results) still hold the folder to its settings: another budget is refused, not written

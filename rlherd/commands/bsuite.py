@@ -188,7 +188,7 @@ def _check_out(out: Path, request: dict[str, Any], env_id: str) -> None:
     free. Finished runs count without their checkpoints, which a user may delete or a copy of
     the results leave out. A record written before an
     upgrade counts with the fields it lacks at their defaults (:func:`upgraded`)."""
-    check_folder(out, "--out")
+    _check_sweep_folder(out, "--out")
     path = out / SWEEP_FILE
     started = [c.parent for c in out.glob("*/config.json")
                if _finished(c.parent) or RunDir(c.parent).latest_checkpoint() is not None]
@@ -197,6 +197,16 @@ def _check_out(out: Path, request: dict[str, Any], env_id: str) -> None:
                           "that says how they were swept; sweep into another --out")  # fmt: skip
     before = upgraded(read_json(path), env_id) if started else request
     _refuse_another(out, before, request, "--out")
+
+
+def _check_sweep_folder(folder: Path, flag: str) -> None:
+    """Refuse a ``flag`` folder that cannot hold a sweep: a file in its way, or a run directory
+    (one id's, say ``OUT/catch-0``), into which the sweep would write its runs, ``csv/`` and
+    ``sweep.json`` beside the run's own files."""
+    check_folder(folder, flag)
+    if (folder / "config.json").exists():
+        raise ConfigError(f"{flag} {folder} is a run directory (it holds a config.json), not a "
+                          f"sweep's folder; give {flag} a folder of its own")  # fmt: skip
 
 
 def _refuse_another(folder: Path, before: dict[str, Any], request: dict[str, Any],
@@ -215,7 +225,7 @@ def _check_kept(kept: Path, request: dict[str, Any], env_id: str) -> None:
     """Refuse, before anything is made, copied or run, a ``--kept`` folder that cannot be one (a
     file in its way), that was swept with other settings than ``request``, or whose runs have no
     record of how they were swept (they could be any sweep's)."""
-    check_folder(kept, "--kept")
+    _check_sweep_folder(kept, "--kept")
     if (kept / SWEEP_FILE).exists():
         _refuse_another(kept, upgraded(read_json(kept / SWEEP_FILE), env_id), request, "--kept")
     elif any(kept.glob("*/config.json")):
