@@ -730,6 +730,21 @@ def test_a_report_of_runs_too_short_for_bsuites_analysis_is_one_line(tmp_path):
     assert not result.failed
     with pytest.raises(ConfigError, match="fewer episodes than bsuite's budget"):
         sweeps.report([tmp_path / "dqn"], tmp_path / "report")  # its analysis starts at 100
+    assert not (tmp_path / "report").exists()  # a refused report leaves no folder behind
+
+
+def test_a_refused_report_leaves_no_output_folder(tmp_path):
+    """A report refused for its sweeps (one that holds no run, or none finished) writes
+    nothing: ``-o`` is made only once there is something to put in it."""
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="holds no bsuite run"):
+        sweeps.report([tmp_path / "empty"], tmp_path / "report")
+    result, _ = sweeps.sweep("dqfd", ["bsuite/catch/0"], tmp_path / "failed", progress=False,
+                             total_episodes=3)  # catch has no expert: the id fails at once
+    assert result.failed
+    with pytest.raises(ConfigError, match="no finished bsuite run"):
+        sweeps.report([tmp_path / "failed"], tmp_path / "report")
+    assert not (tmp_path / "report").exists()
 
 
 def test_until_solved_stops_a_solved_deep_sea_which_bsuite_scores_as_its_whole_budget(tmp_path):

@@ -534,18 +534,20 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
             raise ConfigError(f"{d} is not a directory; give the --out of rlherd bsuite sweeps")
         if d.resolve() in (e.resolve() for e in dirs[:k]):  # it would be scored as two agents
             raise ConfigError(f"{d} is given twice; give each sweep once")
-    out = make_folder(Path(out), "--output")
+    out = Path(out)
+    check_folder(out, "--output")  # made once the sweeps are scored: a refusal leaves nothing
+    names = _agent_names(dirs)
+    for d in dirs:
+        if not finished_csvs(d):
+            raise ConfigError(f"{d} has no finished bsuite run; sweep it first")
     # bsuite's plots ask for serif fonts a bare machine lacks: one warning per text, not news.
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory() as tmp, pandas_1():
         folders = {}
-        for name, d in zip(_agent_names(dirs), dirs, strict=True):
+        for name, d in zip(names, dirs, strict=True):
             folders[name] = Path(tmp) / name
             folders[name].mkdir()
-            csvs = finished_csvs(d)
-            if not csvs:
-                raise ConfigError(f"{d} has no finished bsuite run; sweep it first")
-            for csv in csvs:
+            for csv in finished_csvs(d):
                 (folders[name] / csv.name).symlink_to(csv.resolve())
         data, sweep_vars = csv_load.load_bsuite({k: str(v) for k, v in folders.items()})
         try:
@@ -559,6 +561,7 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
                 "experiments (deep_sea_stochastic's starts at episode 100)"
             ) from e
         summary = summary_analysis.ave_score_by_tag(scores, sweep_vars)
+        make_folder(out, "--output")
         radar = summary_analysis.bsuite_radar_plot(summary, sweep_vars)
         radar.savefig(out / "radar.png", bbox_inches="tight", dpi=120)
         bars = summary_analysis.bsuite_bar_plot_compare(scores, sweep_vars)
