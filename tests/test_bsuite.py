@@ -43,6 +43,20 @@ def test_bsuite_ids_are_bsuites_own():
         sweeps.select(["memory_lenn"], None)
 
 
+def test_an_experiments_name_alone_is_pointed_at_its_ids_not_shimmys():
+    """``--env bsuite/catch`` was answered with Shimmy's ``bsuite/catch-v0``, a Gymnasium id
+    that trains without bsuite's CSV or budget, so a run of it is not bsuite's to score: a
+    near miss of a bsuite id is pointed at bsuite's own ids."""
+    for env_id in ("bsuite/catch", "bsuite/catch/"):
+        with pytest.raises(ConfigError, match=r"Did you mean: bsuite/catch/0\? \(its ids: "
+                                              r"bsuite/catch/0 to /19\)") as refused:
+            rl_envs.resolve(env_id)
+        assert "-v0" not in str(refused.value)
+    with pytest.raises(ConfigError, match="unknown bsuite id 'bsuite/catch/0/1'"):
+        rl_envs.resolve("bsuite/catch/0/1")
+    assert rl_envs.resolve("bsuite/catch-v0") == "bsuite/catch-v0"  # Shimmy's own id, as it was
+
+
 def test_a_bsuite_run_stops_at_its_episode_budget_and_writes_bsuites_csv(tmp_path):
     run = rlherd.train("dqn", "bsuite/catch/0", run_dir=tmp_path / "run", total_episodes=25,
                        progress=False)  # fmt: skip

@@ -46,8 +46,12 @@ def bsuite_id(env_id: str) -> str:
     name = env_id[len(PREFIX):]
     ids = _bsuite().sweep.SWEEP
     if name not in ids:
-        close = difflib.get_close_matches(name, ids, n=5, cutoff=0.6)
+        experiment = name.rstrip("/")
+        members = [i for i in ids if i.startswith(f"{experiment}/")]
+        close = members[:1] or difflib.get_close_matches(name, ids, n=5, cutoff=0.6)
         hint = f" Did you mean: {', '.join(PREFIX + c for c in close)}?" if close else ""
+        if members:  # an experiment's name alone
+            hint += f" (its ids: {PREFIX}{experiment}/0 to /{len(members) - 1})"
         experiments = sorted({i.split("/")[0] for i in ids})
         raise ConfigError(
             f"unknown bsuite id {env_id!r}.{hint} bsuite ids are bsuite/<experiment>/<n>, the "

@@ -182,6 +182,8 @@ def check_id(env_id: str) -> None:
         register_optional_families()
     if env_id in gym.registry:
         return
+    if env_id.startswith(bsuite.PREFIX):  # near a sweep id: never Shimmy's, which log no CSV
+        bsuite.bsuite_id(env_id)
     ids = known_ids()
     hint = ""
     for prefix, extra in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("dm_control/", "control")):
