@@ -191,6 +191,20 @@ def test_a_finished_id_keeps_its_policy_and_lets_go_of_its_replay(tmp_path):
     assert replay_kept(out / "catch-1") == [False]
 
 
+def test_a_deleted_run_leaves_no_link_in_the_sweeps_csv_folder(tmp_path):
+    """An id's run deleted (to redo or drop it) and the sweep run again without it: ``csv/``,
+    the folder bsuite's loader reads, kept a link to its CSV, and the loader failed on it."""
+    out = tmp_path / "sweep"
+    sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/bandit/0"], out, progress=False,
+                 total_episodes=3)  # fmt: skip
+    shutil.rmtree(out / "bandit-0")
+    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    assert sorted(p.name for p in (out / sweeps.CSV_DIR).iterdir()) == [
+        "bsuite_id_-_catch-0.csv"]  # fmt: skip
+    data, _ = csv_load.load_bsuite({"dqn": str(out / sweeps.CSV_DIR)})
+    assert set(data["bsuite_id"]) == {"catch/0"}
+
+
 def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
     out = tmp_path / "sweep"
     sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)

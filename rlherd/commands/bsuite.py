@@ -410,10 +410,17 @@ def copy_finished(sweep: Path, to: Path, env_id: str) -> int:
 
 
 def link_csvs(out: Path) -> None:
-    """``OUT/csv/``: a link to each finished run's bsuite CSV, the folder bsuite's loader reads."""
+    """``OUT/csv/``: a link to each finished run's bsuite CSV, the folder bsuite's loader reads,
+    and no other link: one left to a run since deleted (an id to be redone, or dropped) would
+    fail bsuite's loader on a missing file."""
     folder = out / CSV_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    for csv in finished_csvs(out):
+    csvs = finished_csvs(out)
+    names = {csv.name for csv in csvs}
+    for link in folder.iterdir():
+        if link.is_symlink() and link.name not in names:
+            link.unlink()
+    for csv in csvs:
         link = folder / csv.name
         link.unlink(missing_ok=True)
         link.symlink_to(Path("..") / csv.relative_to(out))
