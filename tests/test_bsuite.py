@@ -205,6 +205,18 @@ def test_a_deleted_run_leaves_no_link_in_the_sweeps_csv_folder(tmp_path):
     assert set(data["bsuite_id"]) == {"catch/0"}
 
 
+@pytest.mark.parametrize("key", ["seed", "jobs", "kept"])
+def test_a_sweeps_own_option_given_by_set_is_one_line(key, tmp_path, capsys):
+    """``--set seed=5`` (the sweep's ``--seed``, not an agent field) reached ``sweep()`` beside
+    the flag's own value: a ``TypeError`` traceback (got multiple values for argument)."""
+    from rlherd.cli import main
+
+    assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(tmp_path / "out"),
+                 "--set", f"{key}=5"]) == 2  # fmt: skip
+    assert f"--set {key}: not an agent field or runtime setting" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
     out = tmp_path / "sweep"
     sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)

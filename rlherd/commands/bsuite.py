@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import json
 import logging
 import shutil
@@ -684,6 +685,11 @@ def markdown(table: Any) -> str:
 def command(args: Any, overrides: dict[str, Any]) -> int:
     """``rlherd bsuite``: sweep, print each id's outcome, and say how to score the sweep."""
     env_ids = select(args.experiments, args.ids)
+    own = inspect.signature(sweep).parameters
+    for key in overrides:  # sweep's own arguments, which its flags give (--seed, --jobs, ...)
+        if key in own and own[key].kind != inspect.Parameter.VAR_KEYWORD:
+            raise ConfigError(f"--set {key}: not an agent field or runtime setting but the "
+                              "sweep's own option; give its flag instead (rlherd bsuite --help)")
     kwargs = dict(overrides)
     if args.total_episodes is not None:
         kwargs["total_episodes"] = args.total_episodes
