@@ -217,6 +217,18 @@ def test_a_sweeps_own_option_given_by_set_is_one_line(key, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(("setting", "said"), [
+    ({"num_envs": 2}, "drop --num-envs"), ({"runtime": "mono"}, "single runtime"),
+    ({"env_workers": 1}, "drop --env-workers"), ({"env_kwargs": {"size": 12}}, "no options")])
+def test_a_setting_every_bsuite_run_refuses_is_refused_once(setting, said, tmp_path):
+    """A setting no bsuite id's run takes was handed to every id's process, each of which
+    failed on it (115 failures for the subset), leaving the folder with a log per id."""
+    with pytest.raises(ConfigError, match=said):
+        sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/bandit/0"], tmp_path / "out",
+                     progress=False, total_episodes=3, **setting)  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
     out = tmp_path / "sweep"
     sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)

@@ -41,7 +41,7 @@ import torch
 
 from rlherd.agents import BUILDERS
 from rlherd.commands.seeds import SeedProcess, SeedRuns, run_group, train_argv
-from rlherd.commands.train import resolve_config, split_overrides
+from rlherd.commands.train import check_pairing, default_runtime, resolve_config, split_overrides
 from rlherd.config import check_seed, run_file, to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
@@ -265,6 +265,13 @@ def _request(agent: str, env_id: str, seed: int, settings: dict[str, Any]) -> di
     preset = given.pop("preset", None)
     fields, runtime_settings = split_overrides(agent, given)
     config, preset = resolve_config(agent, env_id, preset, fields)
+    # What a bsuite run refuses whatever its id (options, another runtime, --num-envs,
+    # --env-workers): refused here once, not by each of hundreds of processes.
+    if settings.get("env_kwargs"):
+        raise ConfigError("bsuite ids take no options (bsuite fixes each id's settings); drop "
+                          "env_kwargs")  # fmt: skip
+    runtime = settings.get("runtime") or default_runtime(agent, env_id, runtime_settings)
+    check_pairing(agent, env_id, runtime, config, preset, runtime_settings, {})
     builder = BUILDERS[agent]
     resolved = settings_mod.resolve("single", builder.runtime_defaults.get(preset, {}),
                                     {"num_envs": 1, **runtime_settings}, builder.dataflow)
