@@ -799,6 +799,15 @@ def test_a_refused_report_leaves_no_output_folder(tmp_path):
     assert not (tmp_path / "report").exists()
 
 
+def test_a_report_of_one_ids_run_names_the_sweep_that_holds_it(tmp_path):
+    """``bsuite-report OUT/catch-0`` (one id's run, not its sweep) was told the folder holds
+    no bsuite run, and to sweep into it: a sweep inside a run directory."""
+    sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "out", progress=False, total_episodes=3)
+    with pytest.raises(ConfigError, match=r"catch-0 is a run directory; give the sweep's "
+                                          r"folder, .* \(that holds it: .*out\)"):
+        sweeps.report([tmp_path / "out" / "catch-0"], tmp_path / "report")
+
+
 def test_until_solved_stops_a_solved_deep_sea_which_bsuite_scores_as_its_whole_budget(tmp_path):
     """DQfD with its one demonstration solves deep sea of size 10 by episode 400 of 10,000
     (measured: 400): ``until_solved`` stops it there, and the sweep and bsuite's analysis count

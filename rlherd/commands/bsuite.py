@@ -547,6 +547,9 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
     for k, d in enumerate(dirs):
         if not d.is_dir():
             raise ConfigError(f"{d} is not a directory; give the --out of rlherd bsuite sweeps")
+        if (d / "config.json").exists():  # one id's run, not the sweep that holds it
+            raise ConfigError(f"{d} is a run directory; give the sweep's folder, the --out of "
+                              f"rlherd bsuite (that holds it: {d.parent})")  # fmt: skip
         if d.resolve() in (e.resolve() for e in dirs[:k]):  # it would be scored as two agents
             raise ConfigError(f"{d} is given twice; give each sweep once")
     out = Path(out)
