@@ -191,6 +191,20 @@ def test_a_finished_id_keeps_its_policy_and_lets_go_of_its_replay(tmp_path):
     assert replay_kept(out / "catch-1") == [False]
 
 
+def test_an_empty_folder_flag_is_refused_not_the_working_directory(tmp_path, monkeypatch):
+    """``--out "$OUT"`` with ``OUT`` unset is ``--out ""``, which ``Path`` reads as ``.``: the
+    sweep wrote its runs, ``csv/`` and ``sweep.json`` where the command was typed."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="--out is empty"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], "", progress=False, total_episodes=3)
+    with pytest.raises(ConfigError, match="--kept is empty"):
+        sweeps.sweep("dqn", ["bsuite/catch/0"], "out", kept="", progress=False,
+                     total_episodes=3)  # fmt: skip
+    with pytest.raises(ConfigError, match="--output is empty"):
+        sweeps.report([tmp_path], "")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_deleted_run_leaves_no_link_in_the_sweeps_csv_folder(tmp_path):
     """An id's run deleted (to redo or drop it) and the sweep run again without it: ``csv/``,
     the folder bsuite's loader reads, kept a link to its CSV, and the loader failed on it."""
