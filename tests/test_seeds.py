@@ -55,6 +55,19 @@ def test_seeds_are_parsed_from_ranges_and_lists():
             rlherd.train_seeds("ppo", "CartPole-v1", seeds=bad, total_steps=10)
 
 
+@pytest.mark.parametrize("seeds", [None, "0-1"])
+def test_an_empty_run_dir_is_refused_not_the_working_directory(seeds, tmp_path, monkeypatch,
+                                                                capsys):  # fmt: skip
+    """``--run-dir "$RUN"`` with ``RUN`` unset is ``--run-dir ""``, which ``Path`` reads as
+    ``.``: a run (or ``--seeds``' seed-K runs) was written where the command was typed."""
+    monkeypatch.chdir(tmp_path)
+    more = [] if seeds is None else ["--seeds", seeds, "--no-progress"]
+    code = main(["train", "ppo", "--env", "CartPole-v1", "--run-dir", "", "--total-steps", "64",
+                 *more])  # fmt: skip
+    assert code == 2 and "--run-dir is empty" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_seeds_make_runs_that_differ_only_in_seed(tmp_path):
     out = rlherd_cli(["train", *TINY, "--seeds", "1-3", "--run-dir", "group", "--no-progress"],
                      tmp_path)  # fmt: skip

@@ -46,7 +46,14 @@ from rlherd.config import check_seed, run_file, to_json
 from rlherd.envs import bsuite as bs
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.callbacks import STOP, Answer, Callback, RunInfo
-from rlherd.run.rundir import RunDir, atomic_write_bytes, check_folder, make_folder, read_json
+from rlherd.run.rundir import (
+    RunDir,
+    atomic_write_bytes,
+    check_folder,
+    check_given,
+    make_folder,
+    read_json,
+)
 from rlherd.runtime import settings as settings_mod
 
 SUBSET_SIZE = 5  # ids per experiment in the documented subset
@@ -200,14 +207,6 @@ def _check_out(out: Path, request: dict[str, Any], env_id: str) -> None:
     _refuse_another(out, before, request, "--out")
 
 
-def _check_given(folder: str | Path | None, flag: str) -> None:
-    """Refuse an empty ``flag`` (``--out "$OUT"`` with ``OUT`` unset), which ``Path`` reads as
-    the working directory: the sweep's runs, ``csv/`` and ``sweep.json``, or a report's files,
-    would go wherever the command was typed."""
-    if folder is not None and not str(folder).strip():
-        raise ConfigError(f"{flag} is empty; give a folder (an unset variable?)")
-
-
 def _check_sweep_folder(folder: Path, flag: str) -> None:
     """Refuse a ``flag`` folder that cannot hold a sweep: a file in its way, or a run directory
     (one id's, say ``OUT/catch-0``), into which the sweep would write its runs, ``csv/`` and
@@ -311,8 +310,8 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     sweep starts from, and to which it adds the ids it finishes, whether or not the sweep is
     stopped, so that sweeps on several machines, or fresh clones, add up there. Returns the
     group's outcome and the ids it found finished (and left as they were)."""
-    _check_given(out, "--out")
-    _check_given(kept, "--kept")
+    check_given(out, "--out")
+    check_given(kept, "--kept")
     out = Path(out)
     if not env_ids:
         raise ConfigError("the sweep names no bsuite id")
@@ -562,7 +561,7 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
                               f"rlherd bsuite (that holds it: {d.parent})")  # fmt: skip
         if d.resolve() in (e.resolve() for e in dirs[:k]):  # it would be scored as two agents
             raise ConfigError(f"{d} is given twice; give each sweep once")
-    _check_given(out, "--output")
+    check_given(out, "--output")
     out = Path(out)
     check_folder(out, "--output")  # made once the sweeps are scored: a refusal leaves nothing
     names = _agent_names(dirs)

@@ -221,8 +221,9 @@ def _new_parent(run_dir: str | Path | None, agent: str, env: str) -> Path:
     """The folder of the seed runs: ``run_dir``, or a new ``runs/<agent>-<env>-<time>/`` that no
     other run has taken (``mkdir`` decides atomically, as for a single run)."""
     from rlherd.commands.train import fresh_run_dir
-    from rlherd.run.rundir import make_folder
+    from rlherd.run.rundir import check_given, make_folder
 
+    check_given(run_dir, "--run-dir")
     if run_dir is not None:
         path = Path(run_dir)
         if (path / "config.json").exists():

@@ -29,7 +29,7 @@ from rlherd.run.evaluation import Evaluator, Snapshots
 from rlherd.run.package import is_package
 from rlherd.run.provenance import machine
 from rlherd.run.recorder import Recorder
-from rlherd.run.rundir import RunDir, RunRecord, check_parts, fitting, make_folder
+from rlherd.run.rundir import RunDir, RunRecord, check_given, check_parts, fitting, make_folder
 from rlherd.run.tracking import trackers
 from rlherd.runtime import (
     RUNTIMES,
@@ -311,6 +311,7 @@ def train(
     tracking URI. Neither is part of the run's record: a resumed run takes them anew.
     """
     _refuse_while_a_child_imports_the_script()
+    check_given(run_dir, "--run-dir")
     callbacks = [*callbacks, *trackers(track, track_project, track_uri)]  # checked below
     rundir, checkpoint = None, None
     if resume is not None:

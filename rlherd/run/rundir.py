@@ -182,6 +182,13 @@ def names_folder(path: str | os.PathLike) -> bool:
     return Path(path).is_dir() or str(path).endswith(("/", os.sep))
 
 
+def check_given(folder: str | os.PathLike | None, flag: str) -> None:
+    """Refuse an empty ``flag`` (``--out "$OUT"`` with ``OUT`` unset), which ``Path`` reads as
+    the working directory: what the command writes would go wherever it was typed."""
+    if folder is not None and not str(folder).strip():
+        raise ConfigError(f"{flag} is empty; give a folder (an unset variable?)")
+
+
 def check_folder(path: Path, flag: str) -> None:
     """:func:`make_folder`'s refusal without making anything: for a command that checks all its
     folders before it makes any of them."""
