@@ -328,13 +328,16 @@ def _setting_flags(args: argparse.Namespace) -> dict[str, str]:
     return {k: getattr(args, k) for k in settings.all_fields() if getattr(args, k) is not None}
 
 
-def _agent_sets(items: list[str]) -> dict[str, str]:
-    """``--set`` is for agent fields; runtime settings have flags of their own."""
+def _agent_sets(items: list[str], own: set[str]) -> dict[str, str]:
+    """``--set`` is for agent fields; runtime settings and train's ``own`` arguments (seed,
+    total_steps, ...) have flags of their own, which parse their values (``--set seed=5``
+    reached train as the text ``'5'``)."""
     sets = parse_set(items)
-    misplaced = sorted(set(sets) & set(settings.all_fields()))
+    misplaced = sorted(set(sets) & (set(settings.all_fields()) | own))
     if misplaced:
         flags = ", ".join(f"--{k.replace('_', '-')} {sets[k]}" for k in misplaced)
-        raise ConfigError(f"{', '.join(misplaced)}: runtime settings are flags; use {flags}")
+        raise ConfigError(f"{', '.join(misplaced)}: runtime settings and train's own options "
+                          f"are flags; use {flags}")  # fmt: skip
     return sets
 
 
@@ -359,7 +362,8 @@ def _train_arguments(args: argparse.Namespace) -> dict:
     fields = settings.all_fields()
     file_settings = {k: v for k, v in file.get("settings", {}).items()
                      if not (k in settings.DATAFLOW_ONLY and v == fields[k].default)}  # fmt: skip
-    return {**given, **file.get("config", {}), **_agent_sets(args.set), **file_settings,
+    own = set(flags) - {"agent"}  # the agent is named, not flagged
+    return {**given, **file.get("config", {}), **_agent_sets(args.set, own), **file_settings,
             **_setting_flags(args)}
 
 

@@ -91,3 +91,20 @@ def test_flags_are_never_abbreviated(argv, said, capsys):
         cli.main(argv)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "unrecognized arguments" in err and said in err, err
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ("seed=5", "use --seed 5"),  # reached train as the text '5': "got '5'"
+    ("total_steps=64", "use --total-steps 64"),  # "total_steps='64': expected int"
+    ("num_envs=2", "use --num-envs 2"),
+])  # fmt: skip
+def test_set_of_a_setting_or_trains_own_option_names_its_flag(given, said, tmp_path, capsys):
+    """``--set`` takes agent fields; a runtime setting or one of train's own options given by
+    it is one line naming its flag, which parses the value."""
+    from rlherd import cli
+
+    code = cli.main(["train", "ppo", "--env", "CartPole-v1", "--set", given, "--run-dir",
+                     str(tmp_path / "run")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and said in err, err
+    assert not (tmp_path / "run").exists()
