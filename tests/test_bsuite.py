@@ -506,7 +506,7 @@ def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
     record = json.loads((tmp_path / "dqn" / "deep_sea-0" / "summary.json").read_text())
     minutes = sum(json.loads((tmp_path / "dqn" / f"{e}-0" / "summary.json").read_text())[
         "wall_time_s"] / 60 for e in ("bandit", "deep_sea"))  # fmt: skip
-    assert f"| dqn | 2 | {minutes:,.0f} |" in runs
+    assert f"| dqn | 2 | {minutes:,.1f} |" in runs  # a short sweep is not "0" minutes
     assert ("| impala | deep_sea | 1 | " in runs and f"| {record['machine']['cpu']} | "
             f"{record['machine']['commit'][:7]}" in runs)  # fmt: skip
     # A category of a partial sweep is bsuite's mean over the experiments measured, said as such:

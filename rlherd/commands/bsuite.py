@@ -673,7 +673,7 @@ def runs_markdown(dirs: list[Path], names: list[str]) -> str:
                  read_json(c.parent.parent / "config.json")) for c in finished_csvs(d)]  # fmt: skip
         minutes = [summary["wall_time_s"] / 60 for summary, _ in runs]
         longest = max(range(len(runs)), key=minutes.__getitem__)
-        agents.append(f"| {name} | {len(runs)} | {sum(minutes):,.0f} | {np.median(minutes):.1f} "
+        agents.append(f"| {name} | {len(runs)} | {sum(minutes):,.1f} | {np.median(minutes):.1f} "
                       f"| {minutes[longest]:.1f} (`{runs[longest][0]['env']}`) |")  # fmt: skip
         by_experiment: dict[str, list[int]] = {}
         for k, (summary, _) in enumerate(runs):
