@@ -205,6 +205,15 @@ def test_an_empty_folder_flag_is_refused_not_the_working_directory(tmp_path, mon
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_agent_that_cannot_act_in_bsuites_spaces_is_refused_once(tmp_path):
+    """Every bsuite id's actions are Discrete: a sweep of sac started every id's process to
+    fail there, a line and a log per id (115 for the subset)."""
+    with pytest.raises(ConfigError, match="sac acts in continuous"):
+        sweeps.sweep("sac", ["bsuite/catch/0", "bsuite/bandit/0"], tmp_path / "out",
+                     progress=False, total_episodes=3)  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_deleted_run_leaves_no_link_in_the_sweeps_csv_folder(tmp_path):
     """An id's run deleted (to redo or drop it) and the sweep run again without it: ``csv/``,
     the folder bsuite's loader reads, kept a link to its CSV, and the loader failed on it."""

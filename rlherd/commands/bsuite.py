@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from rlherd import envs as rl_envs
 from rlherd.agents import BUILDERS
 from rlherd.commands.seeds import SeedProcess, SeedRuns, run_group, train_argv
 from rlherd.commands.train import check_pairing, default_runtime, resolve_config, split_overrides
@@ -263,11 +264,14 @@ def upgraded(record: dict[str, Any], env_id: str) -> dict[str, Any]:
     return {**record, **{k: {**defaults[k], **record[k]} for k in ("config", "settings")}}
 
 
-def _request(agent: str, env_id: str, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+def _request(agent: str, env_id: str, seed: int, settings: dict[str, Any],
+             probe: bool = False) -> dict[str, Any]:  # fmt: skip
     """What a sweep of ``agent`` with ``settings`` trains each id with, resolved as ``rlherd
     train`` resolves it (so ``1e-3`` and ``0.001``, or a preset named and the same one picked,
     are the same sweep); refuses, once and before any process starts, an agent, preset, field
-    or setting that every id's run would refuse."""
+    or setting that every id's run would refuse, and with ``probe`` an agent whose networks
+    cannot act in bsuite's spaces (every bsuite id's actions are Discrete: ``sac`` failed in
+    each id's process), built for ``env_id``'s environment unless that is MNIST's download."""
     given = {k: v for k, v in settings.items() if k not in TRAIN_ARGUMENTS}
     preset = given.pop("preset", None)
     fields, runtime_settings = split_overrides(agent, given)
@@ -280,6 +284,8 @@ def _request(agent: str, env_id: str, seed: int, settings: dict[str, Any]) -> di
     runtime = settings.get("runtime") or default_runtime(agent, env_id, runtime_settings)
     check_pairing(agent, env_id, runtime, config, preset, runtime_settings, {})
     builder = BUILDERS[agent]
+    if probe and not env_id.split("/")[1].startswith("mnist"):
+        builder(config).make_networks(rl_envs.spec_for(env_id))
     resolved = settings_mod.resolve("single", builder.runtime_defaults.get(preset, {}),
                                     {"num_envs": 1, **runtime_settings}, builder.dataflow)
     train = {k: v for k, v in settings.items() if k in TRAIN_ARGUMENTS}
@@ -325,7 +331,7 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
                           f"for bsuite's budget), got {episodes}")  # fmt: skip
     for env_id in env_ids:
         check_seed(id_seed(seed, env_id), f"{env_id}'s seed, 1000 * --seed + its number,")
-    request = _request(agent, env_ids[0], seed, settings)
+    request = _request(agent, env_ids[0], seed, settings, probe=True)
     kept = None if kept is None else Path(kept)
     if kept is not None:  # both folders checked before either is made
         _check_kept(kept, request, env_ids[0])
