@@ -189,6 +189,12 @@ def test_a_finished_id_keeps_its_policy_and_lets_go_of_its_replay(tmp_path):
                            total_episodes=3)  # fmt: skip
     assert done == ["bsuite/catch/0", "bsuite/catch/1"]
     assert replay_kept(out / "catch-1") == [False]
+    # A checkpoint that cannot be read (truncated; pickled by an old rlherd) stops no sweep.
+    (checkpoint,) = (out / "catch-1" / "checkpoints").glob("ckpt-*.pt")
+    checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="unreadable"):
+        _, done = sweeps.sweep("dqn", ["bsuite/catch/1"], out, progress=False, total_episodes=3)
+    assert done == ["bsuite/catch/1"]
 
 
 def test_an_empty_folder_flag_is_refused_not_the_working_directory(tmp_path, monkeypatch):

@@ -28,6 +28,7 @@ import importlib
 import inspect
 import json
 import logging
+import pickle
 import shutil
 import sys
 import tempfile
@@ -45,7 +46,7 @@ from rlherd.commands.seeds import SeedProcess, SeedRuns, run_group, train_argv
 from rlherd.commands.train import check_pairing, default_runtime, resolve_config, split_overrides
 from rlherd.config import check_seed, run_file, to_json
 from rlherd.envs import bsuite as bs
-from rlherd.errors import ConfigError, MissingExtra
+from rlherd.errors import ConfigError, MissingExtra, Notice
 from rlherd.run.callbacks import STOP, Answer, Callback, RunInfo
 from rlherd.run.rundir import (
     RunDir,
@@ -381,7 +382,13 @@ def drop_replay(path: Path) -> None:
         latest = run.latest_checkpoint()
         if latest is None or not latest.exists():
             return
-        state = torch.load(run_file(latest), mmap=True, weights_only=True, map_location="cpu")
+        try:
+            state = torch.load(run_file(latest), mmap=True, weights_only=True,
+                               map_location="cpu")  # fmt: skip
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as e:  # not rlherd's
+            warnings.warn(f"{latest} is unreadable ({e}); its replay, if any, is left in it",
+                          Notice, stacklevel=2)  # fmt: skip
+            return
         if isinstance(state, dict) and state.get("tables") is not None:
             state["tables"] = None
             run.save_checkpoint(state, int(latest.stem.split("-")[1]))  # replaces it, atomically
