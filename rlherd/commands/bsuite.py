@@ -578,8 +578,9 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
     out = Path(out)
     check_folder(out, "--output")  # made once the sweeps are scored: a refusal leaves nothing
     names = _agent_names(dirs)
-    for d in dirs:
-        if not finished_csvs(d):
+    csvs = {d: finished_csvs(d) for d in dirs}
+    for d, found in csvs.items():
+        if not found:
             raise ConfigError(f"{d} has no finished bsuite run; sweep it first")
     # bsuite's plots ask for serif fonts a bare machine lacks: one warning per text, not news.
     logging.getLogger("matplotlib.font_manager").setLevel(logging.ERROR)
@@ -588,7 +589,7 @@ def report(dirs: list[str | Path], out: str | Path) -> Scores:
         for name, d in zip(names, dirs, strict=True):
             folders[name] = Path(tmp) / name
             folders[name].mkdir()
-            for csv in finished_csvs(d):
+            for csv in csvs[d]:
                 (folders[name] / csv.name).symlink_to(csv.resolve())
         data, sweep_vars = csv_load.load_bsuite({k: str(v) for k, v in folders.items()})
         try:
