@@ -640,6 +640,9 @@ def main(argv: list[str] | None = None) -> int:
     except (NodeDied, Stalled) as e:  # a fault the run reported, with how to continue
         print(f"rlherd: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C before a run takes its signals (importing torch), or twice
+        print("rlherd: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -108,3 +108,21 @@ def test_set_of_a_setting_or_trains_own_option_names_its_flag(given, said, tmp_p
     err = capsys.readouterr().err
     assert code == 2 and said in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_ctrl_c_before_a_run_takes_its_signals_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in a command's first seconds (while torch imports, before a run's own handler)
+    printed a KeyboardInterrupt traceback, and a --seeds group counted the run as failed (its
+    status was the signal's, not 130)."""
+    from rlherd import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "plot", interrupted)
+    try:
+        code = cli.main(["plot", "runs/a", "-o", "plot.png"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped rlherd's main as a traceback")
+    assert code == 130
+    assert capsys.readouterr().err == "rlherd: interrupted\n"
