@@ -126,6 +126,20 @@ def test_a_bare_number_is_that_id_of_each_experiment_given():
         sweeps.select(["memory_len"], ["30"])
 
 
+@pytest.mark.parametrize(("ids", "said"), [
+    (["-1"], "--ids -1: give EXPERIMENT/N"),
+    (["0.5"], "--ids 0.5: give EXPERIMENT/N"),
+    (["catch"], "--ids catch: an experiment: --experiments catch sweeps its ids"),
+    (["subset", "0"], "--ids subset stands alone"),
+])  # fmt: skip
+def test_an_id_that_is_none_is_named_as_given(ids, said):
+    """``--ids -1`` was refused as the unknown id ``bsuite/-1``, and ``--ids subset 0`` as
+    ``bsuite/subset``: names the user never wrote."""
+    with pytest.raises(ConfigError, match=re.escape(said)) as refused:
+        sweeps.select(["catch"], ids)
+    assert "bsuite/" not in str(refused.value)
+
+
 @pytest.mark.parametrize("episodes", [0, -3])
 def test_a_sweep_of_no_episodes_is_refused_before_it_starts(episodes, tmp_path):
     """train's 0 means no episode limit, which would play an id past bsuite's budget."""
@@ -367,6 +381,44 @@ def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(t
     assert sorted(data["bsuite_id"].unique()) == ["catch/0", "catch/2"]
     assert data[data["bsuite_id"] == "catch/0"]["episode"].max() == 3  # the finished one
     assert not (fresh / "catch-0" / "checkpoints").exists()  # nothing made in a kept id
+
+
+def test_a_kept_id_is_read_as_a_copy_without_a_policy_and_never_written(tmp_path, capsys):
+    """A ``--kept`` id (config, summary, bsuite CSV) was read as a package that lost its policy
+    ("package the run again"), or as a run "stopped before its first checkpoint", and opening it
+    made empty checkpoints/ and metrics/ folders in it."""
+    from rlherd.cli import main
+
+    kept = tmp_path / "kept"
+    sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "out", progress=False, total_episodes=3,
+                 kept=kept)  # fmt: skip
+    copy = kept / "catch-0"
+    before = sorted(p.relative_to(copy) for p in copy.rglob("*"))
+    for argv in (["eval", str(copy)], ["package", str(copy), "-o", str(tmp_path / "pkg")],
+                 ["train", "--resume", str(copy)], ["export", str(copy)]):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == (f"rlherd: error: {copy} holds a run's record and results without its "
+                       "checkpoints/ (a copy, as a bsuite sweep's --kept folder keeps): no policy "
+                       "or state to load; give the run it was copied from\n"), (argv, err)
+    assert sorted(p.relative_to(copy) for p in copy.rglob("*")) == before
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_a_finished_id_whose_csv_is_gone_is_said_not_left_out_silently(tmp_path):
+    """A finished id whose bsuite CSV was deleted stayed finished, and the report left it out
+    of the scores without a word (and counted it among the ids both sweeps finished)."""
+    for agent in ("dqn", "impala"):
+        sweeps.sweep(agent, ["bsuite/bandit/0", "bsuite/catch/0"], tmp_path / agent,
+                     progress=False, total_episodes=3)  # fmt: skip
+    (tmp_path / "dqn" / "catch-0" / "bsuite" / "bsuite_id_-_catch-0.csv").unlink()
+    with pytest.warns(Warning, match="catch-0 finished, but its bsuite CSV is gone"):
+        _, done = sweeps.sweep("dqn", ["bsuite/bandit/0", "bsuite/catch/0"], tmp_path / "dqn",
+                               progress=False, total_episodes=3)  # fmt: skip
+    assert done == ["bsuite/bandit/0", "bsuite/catch/0"]
+    notes = sweeps.notes([tmp_path / "dqn", tmp_path / "impala"])
+    assert any("1 finished ids have no bsuite CSV (catch-0)" in n for n in notes), notes
+    assert any("finished different ids" in n and "dqn: 1" in n for n in notes), notes
 
 
 def test_resuming_a_sweeps_folder_names_the_command_that_continues_it(tmp_path, capsys):

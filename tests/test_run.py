@@ -258,6 +258,22 @@ def test_a_file_where_a_folder_goes_is_one_line_naming_it(argv, capsys, tmp_path
     assert "Traceback" not in err and file.read_text() == "a file, not a folder"
 
 
+@pytest.mark.parametrize("argv", [
+    ["train", "dqn", "--env", "CartPole-v1", "--total-steps", "9", "--run-dir", "LINK/run"],
+    ["bsuite", "dqn", "--ids", "catch/0", "--out", "LINK"],
+    ["bsuite", "dqn", "--ids", "catch/0", "--out", "/proc/rlherd-sweep"],
+])  # fmt: skip
+def test_a_folder_that_cannot_be_made_is_one_line_naming_its_flag(argv, capsys, tmp_path):
+    """A folder mkdir cannot make (a dangling link in its way, /proc, a read-only disk) was the
+    errno's line alone, which named neither the flag nor what to do."""
+    (tmp_path / "link").symlink_to(tmp_path / "gone")
+    argv = [a.replace("LINK", str(tmp_path / "link")) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"rlherd: error: {argv[-2]} {argv[-1]}: cannot make it ("), err
+    assert err.rstrip().endswith("give a folder that can be written") and "\n" not in err.strip()
+
+
 def test_a_sweep_refused_for_one_folder_makes_none_of_the_others(capsys, tmp_path):
     """A sweep checks --out and --kept before it makes either: refused for its --out, it leaves
     no empty --kept folder behind (nor, refused for its --kept, an --out)."""

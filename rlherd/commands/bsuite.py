@@ -158,6 +158,14 @@ def _full_ids(experiments: list[str] | None, ids: list[str]) -> Iterator[str]:
     number ``N`` as each of ``experiments``' ``N``, the way one reads ``--experiments catch
     deep_sea --ids 0``."""
     for i in ids:
+        if i == "subset":
+            raise ConfigError("--ids subset stands alone (it picks each experiment's ids); "
+                              "narrow it with --experiments")  # fmt: skip
+        if "/" not in i and not i.isdigit():  # -1, 0.5, catch: not bsuite/-1, an unknown id
+            own = f"an experiment: --experiments {i} sweeps its ids; or" if i in (
+                env_id.split("/")[1] for env_id in bs.ids()) else "give"  # fmt: skip
+            raise ConfigError(f"--ids {i}: {own} EXPERIMENT/N (deep_sea/0), a number N >= 0 "
+                              "(each of --experiments' N), or subset")  # fmt: skip
         if not i.isdigit():
             yield i if i.startswith(bs.PREFIX) else bs.PREFIX + i
         elif experiments:
@@ -347,6 +355,9 @@ def sweep(agent: str, env_ids: list[str], out: str | Path, jobs: int | None = No
     done = [i for i in env_ids if _finished(paths[i])]
     for env_id in done:  # finished in a sweep before this one dropped replays
         drop_replay(paths[env_id])
+    for name in without_csv(out):
+        warnings.warn(f"{out / name} finished, but its bsuite CSV is gone, so bsuite-report "
+                      "leaves it out; delete the run to sweep it again", Notice, stacklevel=2)
     group = [SeedProcess(k, paths[i], _argv(agent, i, paths[i], id_seed(seed, i), settings,
                                             until_solved))
              for k, i in enumerate(env_ids) if i not in done]  # fmt: skip
@@ -402,6 +413,13 @@ def drop_replay(path: Path) -> None:
 def finished_csvs(out: Path) -> list[Path]:
     """The bsuite CSV of each finished run in the sweep folder ``out``."""
     return [c for c in sorted(out.glob(f"*/{bs.RESULTS}/*.csv")) if _finished(c.parent.parent)]
+
+
+def without_csv(out: Path) -> list[str]:
+    """The finished runs of the sweep folder ``out`` whose bsuite CSV is gone (deleted by hand):
+    the sweep keeps them finished, and bsuite's scores cannot count them, so both say so."""
+    return [c.parent.name for c in sorted(out.glob("*/config.json"))
+            if _finished(c.parent) and not any((c.parent / bs.RESULTS).glob("*.csv"))]
 
 
 def copy_finished(sweep: Path, to: Path, env_id: str) -> int:
@@ -503,7 +521,8 @@ def _shortened(sweep_dir: Path) -> list[str]:
 
 
 def _finished_ids(sweep_dir: Path) -> set[str]:
-    return {read_json(s)["env"] for s in sweep_dir.glob("*/summary.json") if _finished(s.parent)}
+    """The ids a report scores of ``sweep_dir``: its finished runs with their bsuite CSV."""
+    return {csv.parent.parent.name for csv in finished_csvs(sweep_dir)}
 
 
 def _agent_names(dirs: list[Path]) -> list[str]:
@@ -533,6 +552,11 @@ def notes(dirs: list[str | Path]) -> list[str]:
         if short:
             out.append(f"{d}: {len(short)} ids ran fewer episodes than bsuite's budget "
                        f"({short[0]}, ...); their scores are not bsuite's")  # fmt: skip
+        gone = without_csv(d)
+        if gone:
+            out.append(f"{d}: {len(gone)} finished ids have no bsuite CSV ({', '.join(gone[:3])}"
+                       f"{', ...' if len(gone) > 3 else ''}), so their scores are left out; "
+                       "delete their runs and sweep again to redo them")  # fmt: skip
         solved = [s for s in sorted(d.glob("*/summary.json")) if stopped_solved(read_json(s))]
         if solved:
             out.append(f"{d}: {len(solved)} ids stopped once solved (--until-solved): scored as "

@@ -371,6 +371,7 @@ def _resumed(resume: str | Path, overrides: dict[str, Any], given: dict[str, Any
                           f"run to continue; train it again with --config "
                           f"{Path(resume) / 'config.json'}")  # fmt: skip
     rundir = RunDir(resume)
+    rundir.refuse_copy()  # before its lock is taken: nothing is written in a copy
     record = rundir.read_config()
     _check_resume_flags(record, overrides, **given, resume=rundir.path.resolve())
     config = builder_of(record, rundir.path).config

@@ -36,11 +36,12 @@ SUMMARY_FILE = "summary.json"
 
 def is_package(path: str | Path) -> bool:
     """Whether ``path`` is a package rather than a run directory: it holds a policy file, or a
-    config.json without the ``checkpoints/`` every run directory has (a package that lost its
-    policy file is still one, so that reading it says what is missing)."""
+    config.json that says it is a package's (one that lost its policy file is still one, so that
+    reading it says what is missing). A run's config.json without checkpoints (a copy of its
+    results, as a bsuite sweep's ``--kept`` keeps) is a run's, whose reading says so."""
     path = Path(path)
     return (path / POLICY_FILE).is_file() or (
-        (path / CONFIG_FILE).is_file() and not (path / "checkpoints").exists()
+        (path / CONFIG_FILE).is_file() and PACKAGE_KEY in read_json(path / CONFIG_FILE)
     )
 
 

@@ -171,7 +171,11 @@ def make_folder(path: Path, flag: str) -> Path:
     ``--out``, ``--kept``, ``--output``): where a file stands in the way, one line that names it
     rather than the traceback of a ``mkdir`` deep inside the command."""
     check_folder(path, flag)
-    path.mkdir(parents=True, exist_ok=True)  # anything else in the way (a dangling link): as is
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # no permission, a read-only disk, /proc, a dangling link in the way
+        raise ConfigError(f"{flag} {path}: cannot make it ({e.strerror}); give a folder that "
+                          "can be written") from e  # fmt: skip
     return path
 
 
@@ -214,8 +218,9 @@ class RunDir:
                     f" give one, e.g. {self.path / runs[0]}" if runs else "")  # a --seeds parent
             raise FileNotFoundError(f"{self.path} is not an rlherd run directory (no config.json)"
                                     f"{held}")  # fmt: skip
-        for d in (self.path, self.metrics_dir, self.checkpoint_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        if create:  # opening one makes nothing: reading a run (eval, report) never writes in it
+            for d in (self.path, self.metrics_dir, self.checkpoint_dir):
+                d.mkdir(parents=True, exist_ok=True)
         self._csv: dict[str, CSVLogger] = {}
         self._tb = None
         self._tb_tried = False
@@ -301,6 +306,7 @@ class RunDir:
     def log(self, source: str, row: dict[str, Any], step: int) -> None:
         """Append ``row`` to ``metrics/<source>.csv`` and to TensorBoard as ``source/key``."""
         if source not in self._csv:
+            self.metrics_dir.mkdir(exist_ok=True)  # a run continued without it (deleted)
             self._csv[source] = CSVLogger(self.metrics_dir / f"{source}.csv", root=self.path)
         with _disk_full_is_one_line(self._csv[source].path):
             self._csv[source].write(row)
@@ -361,6 +367,7 @@ class RunDir:
         path = self.checkpoint_dir / f"ckpt-{step:012d}.pt"
         plain = to_plain(state)
         with _disk_full_is_one_line(path):
+            self.checkpoint_dir.mkdir(exist_ok=True)
             tmp = path.with_name(f".{path.name}.tmp")
             try:
                 _torch_save(plain, tmp)
@@ -430,6 +437,16 @@ class RunDir:
             )
         return self.checkpoint_dir / name
 
+    def refuse_copy(self) -> None:
+        """Refuse a copy of a run's record and results without its ``checkpoints/`` (as a bsuite
+        sweep's ``--kept`` folder keeps): it has no policy or state to load or continue."""
+        if not self.checkpoint_dir.exists() and (self.path / "summary.json").exists():
+            raise FileNotFoundError(
+                f"{self.path} holds a run's record and results without its checkpoints/ (a "
+                "copy, as a bsuite sweep's --kept folder keeps): no policy or state to load; "
+                "give the run it was copied from"
+            )
+
     def load_checkpoint(self) -> dict[str, Any]:
         """The newest readable checkpoint: the one ``latest`` names, or (with a warning naming
         the bad file) an older one beside it if that one is truncated, empty or missing. Read
@@ -444,6 +461,7 @@ class RunDir:
                     "and writes one every checkpoint_interval_s (60 s unless set) and at its "
                     "end; try again then"
                 )
+            self.refuse_copy()
             raise FileNotFoundError(
                 f"no checkpoint in {self.checkpoint_dir}; the run stopped before its first one"
             )
