@@ -48,8 +48,11 @@ import numpy as np
 import torch
 
 from rlherd import envs as rl_envs
+from rlherd.agents import BUILDERS
 from rlherd.commands.evaluate import evaluate
-from rlherd.commands.train import train_to
+from rlherd.commands.train import resolve_config, train_to
+from rlherd.config import check_seed
+from rlherd.errors import ConfigError
 from rlherd.run.provenance import machine
 from rlherd.run.statistics import aggregate
 
@@ -65,11 +68,40 @@ QUICK_STEPS = 3_000
 MACHINE = machine()
 
 
+def env_options(repeat: int) -> dict:
+    """The options of a task's environments: the action repeat, where it is above 1."""
+    return {"action_repeat": repeat} if repeat > 1 else {}
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, steps: int) -> None:
+    """Refuse, in one line, what a run could not take (a count below 1, a seed numpy cannot
+    seed with, an unknown agent or task, an agent that cannot act in a task's actions) before
+    anything trains: found by ``rlherd train`` in the middle of the loop, such an error came as
+    a traceback after the earlier runs' hours."""
+    repeat = args.action_repeat
+    if repeat < 1:
+        parser.error(f"--action-repeat must be at least 1, got {repeat}")
+    if steps < repeat:
+        parser.error(f"--steps must be at least the action repeat ({repeat}), got {steps}")
+    if args.eval_episodes < 1:
+        parser.error(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
+    try:
+        for seed in args.seeds:
+            check_seed(seed, "--seeds")
+        for task in args.tasks:
+            spec = rl_envs.spec_for(task, **env_options(repeat))
+            for agent in args.agents:
+                config, _ = resolve_config(agent, task, None, {})
+                BUILDERS[agent](config).make_networks(spec)  # an action space it cannot act in
+    except ConfigError as e:
+        parser.error(str(e))
+
+
 def score(agent: str, task: str, steps: int, repeat: int, seed: int, out: Path,
           episodes: int) -> dict:  # fmt: skip
     """Train one run (or continue or reuse the one ``out`` holds) and evaluate it."""
     run_dir = out / f"{agent}-{task.split('/')[-1]}-ar{repeat}-seed{seed}"
-    env_kwargs = {"action_repeat": repeat} if repeat > 1 else {}
+    env_kwargs = env_options(repeat)
     # The budget counts environment steps; each agent step is `repeat` of them.
     run = train_to(agent, task, run_dir, steps // repeat, seed, progress=False,
                    env_kwargs=env_kwargs)  # fmt: skip
@@ -99,7 +131,7 @@ def sb3(kind: str, task: str, steps: int, repeat: int, seed: int, episodes: int)
     from stable_baselines3.common.noise import NormalActionNoise
 
     torch.set_num_threads(1)
-    make = lambda: Monitor(rl_envs.make(task, **({"action_repeat": repeat} if repeat > 1 else {})))
+    make = lambda: Monitor(rl_envs.make(task, **env_options(repeat)))
     env = make()
     common = dict(learning_rate=3e-4, batch_size=256, tau=0.005, gamma=0.99, train_freq=1,
                   gradient_steps=1, policy_kwargs=dict(net_arch=[256, 256]), seed=seed)
@@ -161,6 +193,7 @@ def main() -> None:
                         help="also train Stable-Baselines3's SAC and TD3")  # fmt: skip
     args = parser.parse_args()
     steps, repeat = (QUICK_STEPS if args.quick else args.steps), args.action_repeat
+    check_args(parser, args, steps)
     rows = []
     for task in args.tasks:
         for agent in args.agents:

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rlherd.replay import Prioritized
 
@@ -141,3 +142,31 @@ def test_bsuite_figures_finished_ids_are_those_that_played_their_budget(tmp_path
     shutil.copytree(first / "catch-0", begun)
     (begun / "summary.json").write_text('{"episodes": 1, "total_episodes": 3}')
     assert figures.finished_ids(first, ["bsuite/catch/0", "bsuite/catch/1"]) == ["bsuite/catch/0"]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--seeds", "-1"], "--seeds must be a whole number"),
+    (["--steps", "0"], "--steps must be at least"),
+    (["--steps", "1", "--action-repeat", "2"], "--steps must be at least the action repeat (2)"),
+    (["--action-repeat", "0"], "--action-repeat must be at least 1"),
+    (["--eval-episodes", "0"], "--eval-episodes must be at least 1"),
+    (["--tasks", "dm_control/walker-walkk-v0"], "Did you mean: dm_control/walker-walk-v0"),
+    (["--agents", "sacc"], "unknown agent 'sacc'"),
+    (["--tasks", "Pendulum-v1", "CartPole-v1"], "CartPole-v1 has discrete actions"),
+])  # fmt: skip
+def test_control_suite_refuses_bad_flags_in_one_line_before_any_run(
+    flags, named, tmp_path, monkeypatch, capsys
+):
+    """Each bad flag is one usage error naming it, before anything trains (the last task of
+    the list too), not a traceback from inside ``rlherd train`` after the earlier runs."""
+    bench = load("control_suite")
+    out = tmp_path / "runs"
+    argv = ["control_suite.py", "--steps", "4", "--agents", "sac", "--tasks", "Pendulum-v1",
+            "--out", str(out), *flags]  # fmt: skip
+    monkeypatch.setattr("sys.argv", argv)
+    with pytest.raises(SystemExit) as stopped:
+        bench.main()
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("control_suite.py: error: ") and named in error
+    assert not out.exists()
