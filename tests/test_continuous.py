@@ -87,6 +87,17 @@ def test_bad_configs_name_the_field(overrides, message):
             builder_for(agent, **overrides)
 
 
+@pytest.mark.parametrize("agent", [*CONTINUOUS, "cql", "crr"])
+@pytest.mark.parametrize("field", ["policy_sizes", "critic_sizes"])
+def test_networks_without_a_hidden_layer_are_refused_by_name(agent, field, tmp_path):
+    """``--set policy_sizes=[]`` is one line naming the field, as ``[0]`` is, not an error
+    from inside the torso's constructor once the run has started."""
+    with pytest.raises(ConfigError, match=f"{field} must name at least one hidden layer"):
+        rlherd.train(agent, "Pendulum-v1", run_dir=tmp_path / "a", progress=False,
+                     total_steps=10, **{field: "[]"})  # fmt: skip
+    assert not (tmp_path / "a").exists()
+
+
 def test_an_unlimited_ratio_paces_nothing_and_a_single_process_refuses_it(tmp_path):
     """samples_per_insert=inf is Acme's MinSize: after min_replay_size inserts the learner may
     sample any number of times, and actors never wait for it. One loop that takes turns between

@@ -56,6 +56,17 @@ def check_non_negative(config: Any, *names: str) -> None:
             raise ValueError(f"{name} must be >= 0, got {getattr(config, name)}")
 
 
+def check_layers(config: Any, *names: str) -> None:
+    """Hidden-layer widths of the continuous-control networks: at least one layer, since their
+    torsos normalise or activate a hidden layer and their heads read its width, so an empty
+    tuple is refused here, by name, not by the network's constructor at the run's start. Each
+    width's own bound (1 or more) is :func:`rlherd.config.apply_overrides`'s."""
+    for name in names:
+        if not getattr(config, name):
+            raise ValueError(f"{name} must name at least one hidden layer, e.g. (256, 256); "
+                             f"got {getattr(config, name)!r}")  # fmt: skip
+
+
 def check_discount(config: Any) -> None:
     """A discount in [0, 1] (NaN is not): the one check every agent's config makes of it."""
     if not 0.0 <= config.discount <= 1.0:

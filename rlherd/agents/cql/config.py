@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_discount, check_positive
+from rlherd.agents.base import check_at_least_one, check_discount, check_layers, check_positive
 from rlherd.networks import ObservationConfig
 
 __all__ = ["CQLConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
@@ -44,6 +44,7 @@ class CQLConfig(ObservationConfig):
     torso: str = "auto"  # mlp, minatar, shallow, deep; auto: from the observation shape
 
     def __post_init__(self) -> None:
+        check_layers(self, "policy_sizes", "critic_sizes")
         check_at_least_one(self, "n_step", "batch_size", "cql_num_samples",
                            "target_update_period")  # fmt: skip
         check_positive(self, "policy_learning_rate", "critic_learning_rate", "learning_rate", "tau")

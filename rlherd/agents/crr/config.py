@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_discount, check_positive
+from rlherd.agents.base import check_at_least_one, check_discount, check_layers, check_positive
 
 __all__ = ["CRRConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
 
@@ -34,6 +34,7 @@ class CRRConfig:
     policy_min_scale: float = 1e-6
 
     def __post_init__(self) -> None:
+        check_layers(self, "policy_sizes", "critic_sizes")
         check_at_least_one(self, "n_step", "batch_size", "target_update_period",
                            "num_action_samples")  # fmt: skip
         if self.weighting not in WEIGHTINGS:

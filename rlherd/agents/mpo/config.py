@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_critic, check_positive, check_replay
+from rlherd.agents.base import (
+    check_at_least_one,
+    check_critic,
+    check_layers,
+    check_positive,
+    check_replay,
+)
 
 
 @dataclass
@@ -60,6 +66,7 @@ class MPOConfig:
     variable_update_period: int = 1  # actor steps between parameter fetches
 
     def __post_init__(self) -> None:
+        check_layers(self, "policy_sizes", "critic_sizes")
         check_replay(self)
         check_critic(self)
         check_at_least_one(self, "num_samples", "target_update_period", "variable_update_period")

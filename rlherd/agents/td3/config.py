@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from rlherd.agents.base import (
     check_at_least_one,
     check_discount,
+    check_layers,
     check_non_negative,
     check_positive,
     check_replay,
@@ -54,6 +55,7 @@ class TD3Config:
     variable_update_period: int = 1  # actor steps between parameter fetches
 
     def __post_init__(self) -> None:
+        check_layers(self, "policy_sizes", "critic_sizes")
         check_replay(self)
         check_at_least_one(self, "policy_delay", "variable_update_period")
         check_positive(self, "learning_rate", "critic_learning_rate", "tau")
