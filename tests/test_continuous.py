@@ -78,6 +78,7 @@ def test_discrete_or_unbounded_action_spaces_are_clear_errors(agent, tmp_path):
         (dict(discount=1.5), "discount must be in"),
         (dict(discount=1.0, distributional=True), "a derived support needs discount < 1"),
         (dict(learning_rate=0.0), "learning_rate must be > 0"),
+        (dict(critic_learning_rate=float("inf")), "critic_learning_rate must be finite"),
         (dict(grad_norm_clip=-1.0), "grad_norm_clip must be > 0"),
     ],
 )

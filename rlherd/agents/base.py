@@ -49,6 +49,18 @@ def check_positive(config: Any, *names: str) -> None:
             raise ValueError(f"{name} must be > 0{off}, got {value}")
 
 
+def check_rates(config: Any, *names: str) -> None:
+    """Learning rates: :func:`check_positive`'s, and finite, which a clip need not be: one
+    optimiser step at an infinite rate leaves NaN in every parameter it moves, which shows
+    only later, as an error from inside the policy's distribution or as a run that learns
+    nothing."""
+    check_positive(config, *names)
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and math.isinf(value):
+            raise ValueError(f"{name} must be finite, got {value}")
+
+
 def check_non_negative(config: Any, *names: str) -> None:
     """Counts and scales that may be 0 (off), never below (nor NaN)."""
     for name in names:
@@ -92,7 +104,8 @@ def check_critic(config: Any) -> None:
     discount in [0, 1] (below 1 for a derived support, which divides by ``1 - discount``), and
     a categorical critic's support: ``vmin`` and ``vmax`` both set or both derived, in order,
     2+ atoms."""
-    check_positive(config, "learning_rate", "critic_learning_rate", "grad_norm_clip")
+    check_rates(config, "learning_rate", "critic_learning_rate")
+    check_positive(config, "grad_norm_clip")
     check_discount(config)
     if config.distributional and config.vmin is None and config.discount == 1.0:
         raise ValueError("a derived support needs discount < 1; set vmin and vmax")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_discount, check_layers, check_positive
+from rlherd.agents.base import (
+    check_at_least_one,
+    check_discount,
+    check_layers,
+    check_positive,
+    check_rates,
+)
 from rlherd.networks import ObservationConfig
 
 __all__ = ["CQLConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
@@ -47,7 +53,8 @@ class CQLConfig(ObservationConfig):
         check_layers(self, "policy_sizes", "critic_sizes")
         check_at_least_one(self, "n_step", "batch_size", "cql_num_samples",
                            "target_update_period")  # fmt: skip
-        check_positive(self, "policy_learning_rate", "critic_learning_rate", "learning_rate", "tau")
+        check_rates(self, "policy_learning_rate", "critic_learning_rate", "learning_rate")
+        check_positive(self, "tau")
         if self.cql_coefficient is not None and self.cql_coefficient < 0:
             raise ValueError(f"cql_coefficient must be >= 0 (or None), got {self.cql_coefficient}")
         check_discount(self)

@@ -9,6 +9,7 @@ from rlherd.agents.base import (
     check_critic,
     check_layers,
     check_positive,
+    check_rates,
     check_replay,
 )
 
@@ -70,8 +71,8 @@ class MPOConfig:
         check_replay(self)
         check_critic(self)
         check_at_least_one(self, "num_samples", "target_update_period", "variable_update_period")
-        check_positive(self, "epsilon", "epsilon_mean", "epsilon_stddev", "dual_learning_rate",
-                       "policy_init_scale")  # fmt: skip
+        check_rates(self, "dual_learning_rate")
+        check_positive(self, "epsilon", "epsilon_mean", "epsilon_stddev", "policy_init_scale")
         if self.epsilon_penalty is not None and self.epsilon_penalty <= 0:
             raise ValueError(f"epsilon_penalty must be > 0 or None, got {self.epsilon_penalty}")
 

@@ -9,6 +9,7 @@ from rlherd.agents.base import (
     check_discount,
     check_layers,
     check_positive,
+    check_rates,
     check_replay,
 )
 
@@ -57,7 +58,8 @@ class SACConfig:
         check_layers(self, "policy_sizes", "critic_sizes")
         check_replay(self)
         check_at_least_one(self, "variable_update_period")
-        check_positive(self, "policy_learning_rate", "critic_learning_rate", "tau")
+        check_rates(self, "policy_learning_rate", "critic_learning_rate")
+        check_positive(self, "tau")
         if self.tau > 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
         if self.entropy_coefficient is not None and self.entropy_coefficient < 0:

@@ -10,6 +10,7 @@ from rlherd.agents.base import (
     check_layers,
     check_non_negative,
     check_positive,
+    check_rates,
     check_replay,
 )
 
@@ -58,7 +59,8 @@ class TD3Config:
         check_layers(self, "policy_sizes", "critic_sizes")
         check_replay(self)
         check_at_least_one(self, "policy_delay", "variable_update_period")
-        check_positive(self, "learning_rate", "critic_learning_rate", "tau")
+        check_rates(self, "learning_rate", "critic_learning_rate")
+        check_positive(self, "tau")
         check_non_negative(self, "policy_noise", "noise_clip", "sigma")
         if self.tau > 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
