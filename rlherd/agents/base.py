@@ -79,6 +79,20 @@ def check_layers(config: Any, *names: str) -> None:
                              f"got {getattr(config, name)!r}")  # fmt: skip
 
 
+def check_temperature(config: Any) -> None:
+    """SAC's temperature (SAC's and CQL's configs): a fixed ``entropy_coefficient`` at least 0
+    and finite, and a finite ``target_entropy`` for a tuned one (None: tuned, and minus the
+    action dimension). An infinite one is no setting of either: the first update would leave
+    NaN in the networks, found only as an error from inside the policy's distribution."""
+    alpha, target = config.entropy_coefficient, config.target_entropy
+    if alpha is not None and not 0 <= alpha < math.inf:
+        raise ValueError(f"entropy_coefficient must be >= 0 and finite (or None: tuned), "
+                         f"got {alpha}")  # fmt: skip
+    if target is not None and not math.isfinite(target):
+        raise ValueError(f"target_entropy must be finite (or None: minus the action dimension), "
+                         f"got {target}")  # fmt: skip
+
+
 def check_discount(config: Any) -> None:
     """A discount in [0, 1] (NaN is not): the one check every agent's config makes of it."""
     if not 0.0 <= config.discount <= 1.0:

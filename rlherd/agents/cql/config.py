@@ -10,6 +10,7 @@ from rlherd.agents.base import (
     check_layers,
     check_positive,
     check_rates,
+    check_temperature,
 )
 from rlherd.networks import ObservationConfig
 
@@ -57,6 +58,7 @@ class CQLConfig(ObservationConfig):
         check_positive(self, "tau")
         if self.cql_coefficient is not None and self.cql_coefficient < 0:
             raise ValueError(f"cql_coefficient must be >= 0 (or None), got {self.cql_coefficient}")
+        check_temperature(self)
         check_discount(self)
 
 

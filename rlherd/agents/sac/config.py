@@ -11,6 +11,7 @@ from rlherd.agents.base import (
     check_positive,
     check_rates,
     check_replay,
+    check_temperature,
 )
 
 
@@ -62,10 +63,7 @@ class SACConfig:
         check_positive(self, "tau")
         if self.tau > 1:
             raise ValueError(f"tau must be in (0, 1], got {self.tau}")
-        if self.entropy_coefficient is not None and self.entropy_coefficient < 0:
-            raise ValueError(
-                f"entropy_coefficient must be >= 0 (or None: tuned), got {self.entropy_coefficient}"
-            )
+        check_temperature(self)
         check_discount(self)
 
 
