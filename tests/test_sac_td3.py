@@ -227,6 +227,7 @@ def test_networks_saved_before_the_warm_up_flag_load_as_learning():
         ("td3", dict(noise_clip=-0.5), "noise_clip must be >= 0"),
         ("td3", dict(policy_delay=0), "policy_delay must be >= 1"),
         ("td3", dict(discount=1.5), "discount must be in"),
+        ("td3", dict(samples_per_insert_tolerance=-0.1), "tolerance must be >= 0"),
     ],
 )
 def test_bad_configs_name_the_field(agent, overrides, message):

@@ -100,8 +100,10 @@ def check_discount(config: Any) -> None:
 
 
 def check_replay(config: Any) -> None:
-    """The fields :class:`TransitionReplayBuilder` reads."""
+    """The fields :class:`TransitionReplayBuilder` reads. A negative tolerance would be taken
+    silently as the smallest error buffer the rate limiter allows, so it is refused."""
     check_at_least_one(config, "n_step", "batch_size", "replay_size", "min_replay_size")
+    check_non_negative(config, "samples_per_insert_tolerance")
     if config.min_replay_size > config.replay_size:
         raise ValueError(
             f"min_replay_size ({config.min_replay_size}) exceeds replay_size "
