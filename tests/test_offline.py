@@ -417,6 +417,21 @@ def test_offline_errors_name_the_fix(offline_datasets, tmp_path):
     assert not any((tmp_path / p).exists() for p in "abcdef")
 
 
+def test_a_dataset_of_other_environment_options_names_the_options(minari_root, tmp_path):
+    """A dataset recorded with ``--env-kwargs`` and a run without them (or the other way
+    round): the same ``--env`` is not the fix, so the line names the options to give or drop."""
+    collect(None, "corridor/long-v0", 1, env=CORRIDOR, env_kwargs={"max_steps": 30},
+            progress=False)  # fmt: skip
+    collect(None, "corridor/plain-v0", 1, env=CORRIDOR, progress=False)
+    give = f"train with --env {CORRIDOR} --env-kwargs '{{\"max_steps\": 30}}'$"
+    with pytest.raises(ConfigError, match=give):
+        rlherd.train("dqn", CORRIDOR, dataset="corridor/long-v0", run_dir=tmp_path / "a",
+                     progress=False)  # fmt: skip
+    with pytest.raises(ConfigError, match=f"train with --env {CORRIDOR} and no --env-kwargs$"):
+        rlherd.train("dqn", CORRIDOR, dataset="corridor/plain-v0", env_kwargs={"max_steps": 30},
+                     run_dir=tmp_path / "b", progress=False)  # fmt: skip
+
+
 def test_a_dataset_without_rlherds_record_is_checked_by_its_spaces(minari_root, tmp_path):
     """Datasets from elsewhere carry no env id; their spaces must still be the run's."""
     obs = np.zeros((2, 3), np.float32)

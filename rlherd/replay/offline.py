@@ -270,15 +270,27 @@ def _describe(obs: Leaf | dict[str, Leaf]) -> str:
     return f"{obs.shape} {obs.dtype} {obs.kind}{categories}"
 
 
+def _env_flags(env_id: str, env_kwargs: dict[str, Any]) -> str:
+    """An environment as ``rlherd train``'s flags give it: ``--env ID``, and its options as
+    ``--env-kwargs`` takes them, where it has any."""
+    options = f" --env-kwargs '{json.dumps(env_kwargs)}'" if env_kwargs else ""
+    return f"--env {env_id}{options}"
+
+
 def check_matches(dataset: Any, spec: EnvSpec, env_id: str, env_kwargs: dict[str, Any]) -> None:
     """Refuse a dataset recorded on another environment than the run's: by the env id and
-    kwargs rlherd recorded, and by the observation and action spaces."""
+    kwargs rlherd recorded, and by the observation and action spaces. The line names the flags
+    that match the recording, options too: where only the options differ, ``--env`` alone is
+    the flag the run already has."""
     recorded = about(dataset)
-    if recorded and (recorded.get("env"), recorded.get("env_kwargs", {})) != (env_id, env_kwargs):
+    theirs_id, theirs_kwargs = recorded.get("env"), recorded.get("env_kwargs") or {}
+    if recorded and (theirs_id, theirs_kwargs) != (env_id, env_kwargs):
+        fix = _env_flags(theirs_id, theirs_kwargs)
+        if env_kwargs and not theirs_kwargs:
+            fix += " and no --env-kwargs"
         raise ConfigError(
-            f"dataset {dataset.id!r} was recorded on {recorded['env']} "
-            f"{recorded.get('env_kwargs') or ''}, not {env_id} {env_kwargs or ''}; train with "
-            f"--env {recorded['env']}"
+            f"dataset {dataset.id!r} was recorded with {_env_flags(theirs_id, theirs_kwargs)}, "
+            f"not {_env_flags(env_id, env_kwargs)}; train with {fix}"
         )
     theirs = EnvSpec.from_spaces(env_id, dataset.observation_space, dataset.action_space)
     for name in ("obs", "action_kind", "num_actions", "action_shape"):
