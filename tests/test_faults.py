@@ -73,6 +73,16 @@ def test_resume_keeps_the_summarys_extras(tmp_path):
     assert resumed.summary["eval_return_mean"] == first.summary["eval_return_mean"]
 
 
+def test_eval_episodes_given_alone_to_a_resumed_run_evaluates_at_its_end(tmp_path):
+    """``--eval-episodes`` alone evaluates a new run once, at its end; a resumed run that never
+    evaluated takes it the same way, rather than keeping its period of 0 and ignoring it."""
+    rlherd.train("impala", "rlherd/Bandit-v0", run_dir=tmp_path, **BANDIT)
+    resumed = rlherd.train(resume=tmp_path, total_steps=400, eval_episodes=2, progress=False)
+    assert resumed.summary["eval_episodes"] == 2
+    evaluations = (tmp_path / "metrics" / "evaluator.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in evaluations[1:]] == ["400"]
+
+
 def test_resume_refuses_what_it_cannot_honour_and_applies_new_evaluations(
     capsys, monkeypatch, tmp_path
 ):

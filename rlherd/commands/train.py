@@ -383,10 +383,12 @@ def _resumed(resume: str | Path, overrides: dict[str, Any], given: dict[str, Any
     total_steps = record.total_steps if total_steps is None else total_steps
     if eval_every is not None:  # 0 offline: a tenth of the run, as for a new one
         eval_every = eval_every or _default_eval_every(record.runtime, total_steps, False)
+    else:
+        eval_every = _resumed_eval_every(record, total_steps, eval_episodes is not None)
     record = dataclasses.replace(
         record, total_steps=total_steps,
         settings={**record.settings, **{k: getattr(settings, k) for k in here}},
-        eval_every=record.eval_every if eval_every is None else eval_every,
+        eval_every=eval_every,
         eval_episodes=record.eval_episodes if eval_episodes is None else eval_episodes)
     rundir.lock()
     rundir.read_summary()  # damaged: one line now, not after training
@@ -485,6 +487,15 @@ def _default_eval_every(runtime: str, total_steps: int, eval_episodes_given: boo
     if "acting" not in RUNTIMES[runtime].provides:
         return max(1, total_steps // 10)
     return total_steps if eval_episodes_given else 0
+
+
+def _resumed_eval_every(record: RunRecord, total_steps: int, eval_episodes_given: bool) -> int:
+    """A resumed run's evaluation period where ``--eval-every`` is not given: the run's own,
+    except that ``--eval-episodes`` given alone to a run that never evaluates evaluates once,
+    at its end, as it does for a new run (the run's own period of 0 would ignore the flag)."""
+    if record.eval_every == 0 and eval_episodes_given:
+        return _default_eval_every(record.runtime, total_steps, True)
+    return record.eval_every
 
 
 def _check_resume_flags(record: RunRecord, overrides: dict[str, Any], **given: Any) -> None:
