@@ -65,7 +65,6 @@ PUBLISHED: dict[str, tuple[float, float]] = {
     "dm_control/cheetah-run-v0": (213.5, 310.1),
 }
 QUICK_STEPS = 3_000
-MACHINE = machine()
 
 
 def env_options(repeat: int) -> dict:
@@ -111,16 +110,19 @@ def score(agent: str, task: str, steps: int, repeat: int, seed: int, out: Path,
     summary = json.loads((run_dir / "summary.json").read_text())
     return row(agent, task, repeat, seed, summary["final_return_mean"],
                greedy["eval_return_mean"], summary["actor_steps"] * repeat,
-               summary["wall_time_s"])  # fmt: skip
+               summary["wall_time_s"], summary["machine"])  # fmt: skip
 
 
-def row(agent, task, repeat, seed, final, greedy, steps, wall) -> dict:
+def row(agent, task, repeat, seed, final, greedy, steps, wall, ran_on: dict) -> dict:
+    """One run's figures; ``ran_on`` is the machine that trained it (a run's summary has it:
+    its intra-op threads are the run's own, where this script's may differ, and a run
+    reused from ``--out`` may have trained on another machine)."""
     pytorch_sac, tdmpc2 = PUBLISHED.get(task, (None, None))
     return dict(bench="control_suite", agent=agent, task=task, action_repeat=repeat, seed=seed,
                 env_steps=steps, final_return_mean=final, mean_action_return=greedy,
                 sps=round(steps / wall, 1), wall_time_s=round(wall, 1),
                 published_sac_pytorch_sac=pytorch_sac, published_sac_tdmpc2=tdmpc2,
-                machine=MACHINE)  # fmt: skip
+                machine=ran_on)  # fmt: skip
 
 
 def sb3(kind: str, task: str, steps: int, repeat: int, seed: int, episodes: int) -> dict:
@@ -148,7 +150,7 @@ def sb3(kind: str, task: str, steps: int, repeat: int, seed: int, episodes: int)
     greedy, _ = evaluate_policy(model, make(), episodes, deterministic=True)
     returns = env.get_episode_rewards()[-10:]
     final = float(np.mean(returns)) if returns else None
-    return row(f"sb3-{kind}", task, repeat, seed, final, float(greedy), steps, wall)
+    return row(f"sb3-{kind}", task, repeat, seed, final, float(greedy), steps, wall, machine())
 
 
 def summaries(rows: list[dict]) -> list[dict]:

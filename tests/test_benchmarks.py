@@ -170,3 +170,23 @@ def test_control_suite_refuses_bad_flags_in_one_line_before_any_run(
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("control_suite.py: error: ") and named in error
     assert not out.exists()
+
+
+def test_control_suite_rows_give_the_machine_their_run_trained_on(tmp_path):
+    """A row's steps/s and wall time are its run's, so its machine is too (one intra-op
+    thread), also for a finished run that a later call reuses from ``--out`` in a process of
+    other threads, and not this script's at its start."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        bench = load("control_suite")
+        first = bench.score("sac", "Pendulum-v1", 4, 1, 0, tmp_path, 1)
+        torch.set_num_threads(threads + 1)
+        again = bench.score("sac", "Pendulum-v1", 4, 1, 0, tmp_path, 1)  # reused, not trained
+    finally:
+        torch.set_num_threads(threads)
+    summary = json.loads((tmp_path / "sac-Pendulum-v1-ar1-seed0" / "summary.json").read_text())
+    assert first["machine"] == again["machine"] == summary["machine"]
+    assert again["machine"]["torch_threads"] == 1
