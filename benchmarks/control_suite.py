@@ -84,6 +84,11 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
         parser.error(f"--steps must be at least the action repeat ({repeat}), got {steps}")
     if args.eval_episodes < 1:
         parser.error(f"--eval-episodes must be at least 1, got {args.eval_episodes}")
+    for flag, values in (("--seeds", args.seeds), ("--agents", args.agents),
+                         ("--tasks", args.tasks)):  # fmt: skip
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:  # the same run's row again, which the summary would count as another seed
+            parser.error(f"{flag} names {', '.join(twice)} more than once")
     try:
         for seed in args.seeds:
             check_seed(seed, "--seeds")

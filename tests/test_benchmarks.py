@@ -152,6 +152,8 @@ def test_bsuite_figures_finished_ids_are_those_that_played_their_budget(tmp_path
     (["--eval-episodes", "0"], "--eval-episodes must be at least 1"),
     (["--tasks", "dm_control/walker-walkk-v0"], "Did you mean: dm_control/walker-walk-v0"),
     (["--agents", "sacc"], "unknown agent 'sacc'"),
+    (["--seeds", "0", "1", "0"], "--seeds names 0 more than once"),
+    (["--agents", "sac", "sac"], "--agents names sac more than once"),
     (["--tasks", "Pendulum-v1", "CartPole-v1"], "CartPole-v1 has discrete actions"),
 ])  # fmt: skip
 def test_control_suite_refuses_bad_flags_in_one_line_before_any_run(
