@@ -3,15 +3,17 @@ each learner step moves."""
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
 from conftest import random_transitions
 
+import rlherd
 from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents import BUILDERS
-from rlherd.commands.train import resolve_config
+from rlherd.commands.train import BudgetNotice, resolve_config
 from rlherd.losses.actor_critic import (
     sac_policy_loss,
     smoothed_target_action,
@@ -246,3 +248,19 @@ def test_the_policy_loss_reaches_the_value_and_the_critic_target_stays_fixed():
     target = torch.randn(5, requires_grad=True)
     twin_critic_loss(q1, q2, target).backward()
     assert target.grad is None and q1.grad is not None
+
+
+def test_a_run_too_short_for_its_learner_to_step_says_so(tmp_path):
+    """TD3's 25,000 random steps before learning, on a 20,000-step run: the run would act at
+    random throughout and report the result as a trained policy's. It says so before it
+    starts (a notice: a run that only fills replay may be meant), and a run one step longer,
+    whose learner steps, says nothing."""
+    short = dict(total_steps=300, min_replay_size=300, progress=False)
+    with pytest.warns(BudgetNotice, match="raise --total-steps above 300 or lower it"):
+        run = rlherd.train("td3", "Pendulum-v1", run_dir=tmp_path / "a", **short)
+    assert run.summary["learner_steps"] == 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BudgetNotice)
+        run = rlherd.train("td3", "Pendulum-v1", run_dir=tmp_path / "b",
+                           **{**short, "total_steps": 301})  # fmt: skip
+    assert run.summary["learner_steps"] > 0

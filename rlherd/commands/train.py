@@ -46,6 +46,29 @@ class ObservationNotice(Notice):
     """Part of an environment's observation is left out (it is not an array)."""
 
 
+class BudgetNotice(Notice):
+    """A run's budget ends before its learner's first step."""
+
+
+def learning_starts_notice(agent: str, config: Any, runtime: str, settings: Any,
+                           total_steps: int) -> str | None:  # fmt: skip
+    """What to say of a replay agent's run that acts for no more steps than its replay must
+    hold before the learner's first step (``min_replay_size``; TD3's 25,000 on a 20,000-step
+    Control Suite run, say): it would end as it began, acting only to fill replay, and its
+    summary and evaluations would read as a trained policy's. None where the learner steps,
+    learns from a dataset (offline), or has demonstrations to start from."""
+    start = getattr(config, "min_replay_size", None)
+    acting = "acting" in RUNTIMES[runtime].provides
+    demonstrations = getattr(settings, "demonstrations", "")
+    if BUILDERS[agent].dataflow != "replay" or start is None or not acting or demonstrations:
+        return None
+    if total_steps > start:
+        return None
+    return (f"{agent} learns once {start:,} transitions are in replay (min_replay_size), and "
+            f"this run acts for {total_steps:,} steps: its learner would never step; raise "
+            f"--total-steps above {start:,} or lower it with --set min_replay_size=N")
+
+
 @dataclass
 class Run:
     """A finished (or stopped) run: its directory, its record (agent, env, runtime, seed,
@@ -342,6 +365,9 @@ def train(
     notice = rl_envs.dropped_notice(spec) if spec is not None and resume is None else None
     if notice:
         warnings.warn(notice, ObservationNotice, stacklevel=2)
+    budget = learning_starts_notice(agent, config, runtime, settings, record.total_steps)
+    if budget:
+        warnings.warn(budget, BudgetNotice, stacklevel=2)
     builder = checked_builder(agent, config, spec, runtime, settings, record.env,
                               record.env_kwargs)  # fmt: skip
     if rundir is None:
