@@ -39,6 +39,7 @@ Usage: python benchmarks/control_suite.py [--steps 100000] [--action-repeat 1] [
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -74,9 +75,9 @@ def env_options(repeat: int) -> dict:
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, steps: int) -> None:
     """Refuse, in one line, what a run could not take (a count below 1, a seed numpy cannot
-    seed with, an unknown agent or task, an agent that cannot act in a task's actions) before
-    anything trains: found by ``rlherd train`` in the middle of the loop, such an error came as
-    a traceback after the earlier runs' hours."""
+    seed with, an unknown agent or task, an agent that cannot act in a task's actions,
+    ``--alternative`` without Stable-Baselines3) before anything trains: found in the middle of
+    the loop, such an error would be a traceback after the earlier runs' hours."""
     repeat = args.action_repeat
     if repeat < 1:
         parser.error(f"--action-repeat must be at least 1, got {repeat}")
@@ -99,6 +100,9 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, steps:
                 BUILDERS[agent](config).make_networks(spec)  # an action space it cannot act in
     except ConfigError as e:
         parser.error(str(e))
+    if args.alternative and importlib.util.find_spec("stable_baselines3") is None:
+        parser.error("--alternative trains Stable-Baselines3's SAC and TD3, which are not "
+                     "installed: pip install 'rlherd[bench]'")  # fmt: skip
 
 
 def score(agent: str, task: str, steps: int, repeat: int, seed: int, out: Path,

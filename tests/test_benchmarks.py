@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +174,20 @@ def test_control_suite_refuses_bad_flags_in_one_line_before_any_run(
     assert error.startswith("control_suite.py: error: ") and named in error
     assert not out.exists()
 
+
+def test_control_suite_alternative_without_stable_baselines3_is_one_line(tmp_path, monkeypatch,
+                                                                        capsys):  # fmt: skip
+    """``--alternative`` without the bench extra names the extra before rlherd's runs train,
+    not as an ImportError once they have."""
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
+    monkeypatch.setattr("sys.argv", ["control_suite.py", "--steps", "4", "--agents", "sac",
+                                     "--tasks", "Pendulum-v1", "--alternative", "--out",
+                                     str(tmp_path / "runs")])  # fmt: skip
+    with pytest.raises(SystemExit) as stopped:
+        load("control_suite").main()
+    assert stopped.value.code == 2
+    assert "pip install 'rlherd[bench]'" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 def test_control_suite_rows_give_the_machine_their_run_trained_on(tmp_path):
     """A row's steps/s and wall time are its run's, so its machine is too (one intra-op
