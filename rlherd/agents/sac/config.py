@@ -77,8 +77,9 @@ PRESETS: dict[str, dict] = {
     # widens the networks to (1024, 1024) with batches of 1,024: 16 times the arithmetic of an
     # update here, hours per 100k steps on a CPU (set policy_sizes, critic_sizes, batch_size).
     "control": dict(min_replay_size=5_000),
-    # Pendulum and other short tasks: RL Zoo's SAC on Pendulum-v1 (Adam at 1e-3, learning from
-    # 100 transitions; the rest the defaults), with (64, 64) networks as D4PG's preset has.
+    # Pendulum and other short tasks: RL Zoo's SAC on Pendulum-v1 (Adam at 1e-3; the rest the
+    # defaults), learning from 256 transitions (RL Zoo's 100 are less than a batch here), with
+    # (64, 64) networks as D4PG's preset has.
     "classic": dict(
         policy_learning_rate=1e-3,
         critic_learning_rate=1e-3,
