@@ -162,8 +162,8 @@ def _full_ids(experiments: list[str] | None, ids: list[str]) -> Iterator[str]:
             raise ConfigError("--ids subset stands alone (it picks each experiment's ids); "
                               "narrow it with --experiments")  # fmt: skip
         if "/" not in i and not i.isdigit():  # -1, 0.5, catch: not bsuite/-1, an unknown id
-            own = f"an experiment: --experiments {i} sweeps its ids; or" if i in (
-                env_id.split("/")[1] for env_id in bs.ids()) else "give"  # fmt: skip
+            own = (f"an experiment: --experiments {i} sweeps its ids; or"
+                   if i in bs.experiment_names() else "give")  # fmt: skip
             raise ConfigError(f"--ids {i}: {own} EXPERIMENT/N (deep_sea/0), a number N >= 0 "
                               "(each of --experiments' N), or subset")  # fmt: skip
         if not i.isdigit():

@@ -52,18 +52,22 @@ def bsuite_id(env_id: str) -> str:
         hint = f" Did you mean: {', '.join(PREFIX + c for c in close)}?" if close else ""
         if members:  # an experiment's name alone
             hint += f" (its ids: {PREFIX}{experiment}/0 to /{len(members) - 1})"
-        experiments = sorted({i.split("/")[0] for i in ids})
         raise ConfigError(
             f"unknown bsuite id {env_id!r}.{hint} bsuite ids are bsuite/<experiment>/<n>, the "
-            f"experiments: {', '.join(experiments)} (bsuite.sweep.SWEEP lists every id)"
+            f"experiments: {', '.join(experiment_names())} (bsuite.sweep.SWEEP lists every id)"
         )
     return name
+
+
+def experiment_names() -> list[str]:
+    """bsuite's experiment names (``deep_sea``, ``memory_len``, ...), sorted."""
+    return sorted({i.split("/")[0] for i in _bsuite().sweep.SWEEP})
 
 
 def ids(experiments: list[str] | None = None) -> list[str]:
     """Every ``bsuite/...`` id, or those of ``experiments``, in bsuite's sweep order."""
     sweep = _bsuite().sweep.SWEEP
-    known = sorted({i.split("/")[0] for i in sweep})
+    known = experiment_names()
     for name in experiments or []:
         if name not in known:
             close = difflib.get_close_matches(name, known, n=3)
