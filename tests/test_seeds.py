@@ -208,8 +208,10 @@ def test_seeds_do_not_outlive_a_group_that_is_killed_or_hung_up_on(tmp_path, end
     group, parent = _started_group(tmp_path, "1-2", own_session=True)
     try:
         if seeds_stopped:
-            for pid in _seeds_of(group, parent):
+            seeds = _seeds_of(group, parent)
+            for pid in seeds:
                 os.kill(pid, signal.SIGSTOP)
+            _wait_until_stopped(seeds)
         parent.send_signal(getattr(signal, end))
         parent.communicate(timeout=120)
         deadline = time.monotonic() + 180  # a checkpoint each, on a loaded machine
@@ -251,6 +253,25 @@ def test_seeds_share_their_groups_session_and_niceness(tmp_path):
 def _seeds_of(group: Path, parent: subprocess.Popen) -> list[int]:
     """The ids of the running seeds of ``group`` (its processes other than ``parent``)."""
     return [pid for pid in _processes_naming(group) if pid != parent.pid]
+
+
+def _wait_until_stopped(pids: list[int]) -> None:
+    """Return once every thread of each of ``pids`` is stopped. A SIGSTOP takes effect only when
+    each of a process's threads next runs, a while on a loaded machine; the kernel continues a
+    stopped process group orphaned by its parent's death only if it *is* stopped by then, so a
+    group killed before that leaves seeds that stop a moment later, for good (as a real
+    terminal's Ctrl-Z would not: its job is stopped before the user can kill anything)."""
+    deadline = time.monotonic() + 60
+    while not all(_stopped(pid) for pid in pids):
+        assert time.monotonic() < deadline, "a seed did not stop on SIGSTOP"
+        time.sleep(0.05)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process ``pid`` is stopped (state ``T`` in ``/proc``)."""
+    states = [Path(f"/proc/{pid}/task/{tid}/stat").read_text().rpartition(")")[2].split()[0]
+              for tid in os.listdir(f"/proc/{pid}/task")]  # fmt: skip
+    return all(state == "T" for state in states)
 
 
 def _kill_all(group: Path, parent: subprocess.Popen) -> None:
