@@ -3,6 +3,8 @@ checkpointed state must hold for evaluation, dataset collection and the device r
 with a finished run's policy without making its learner, and for a run to resume from it."""
 
 import copy
+import dataclasses
+import math
 from typing import Any
 
 import pytest
@@ -197,3 +199,16 @@ def test_a_run_is_described_by_a_frozen_record_that_its_directory_reads_back(tmp
     (run.path / "config.json").write_text(json.dumps(written))
     assert RunDir(run.path).read_config() == dataclasses.replace(run.config, preset="",
                                                                  machine={})  # fmt: skip
+
+
+@pytest.mark.parametrize("agent", sorted(ENVS))
+def test_every_learning_rate_is_refused_unless_finite(agent):
+    """One optimiser step at an infinite rate leaves NaN in every parameter it moves, which
+    shows only later (an error from inside a distribution, or a run that learns nothing): each
+    agent's config refuses it by name, for each of its optimisers' rates."""
+    config_class = BUILDERS[agent].config_class
+    rates = [f.name for f in dataclasses.fields(config_class) if f.name.endswith("learning_rate")]
+    assert rates, f"{agent} names no learning rate"
+    for name in rates:
+        with pytest.raises(ValueError, match=f"{name} must be finite"):
+            config_class(**{name: math.inf})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_positive
+from rlherd.agents.base import check_at_least_one, check_rates
 from rlherd.networks import ObservationConfig
 
 __all__ = ["BCConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
@@ -28,7 +28,7 @@ class BCConfig(ObservationConfig):
 
     def __post_init__(self) -> None:
         check_at_least_one(self, "batch_size")
-        check_positive(self, "learning_rate")
+        check_rates(self, "learning_rate")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}, got {self.loss!r}")
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_discount, check_layers, check_positive
+from rlherd.agents.base import (
+    check_at_least_one,
+    check_discount,
+    check_layers,
+    check_positive,
+    check_rates,
+)
 
 __all__ = ["CRRConfig", "PRESETS", "DEFAULT_TOTAL_STEPS"]
 
@@ -40,7 +46,8 @@ class CRRConfig:
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, "
                              f"got {self.weighting!r}")  # fmt: skip
-        check_positive(self, "learning_rate", "beta", "ratio_upper_bound")
+        check_rates(self, "learning_rate")
+        check_positive(self, "beta", "ratio_upper_bound")
         check_discount(self)
 
 

@@ -10,6 +10,7 @@ from rlherd.agents.base import (
     check_discount,
     check_non_negative,
     check_positive,
+    check_rates,
     check_replay,
 )
 from rlherd.networks import ObservationConfig
@@ -76,8 +77,8 @@ class DQNConfig(ObservationConfig):
     def __post_init__(self) -> None:
         check_replay(self)
         check_at_least_one(self, "variable_update_period", "target_update_period")
-        check_positive(self, "learning_rate", "adam_eps", "rmsprop_eps", "grad_norm_clip",
-                       "huber_delta")  # fmt: skip
+        check_rates(self, "learning_rate")
+        check_positive(self, "adam_eps", "rmsprop_eps", "grad_norm_clip", "huber_delta")
         check_non_negative(self, "epsilon_decay_steps", "importance_beta", "priority_eps")
         for name in ("epsilon_start", "epsilon_end"):
             if not 0.0 <= getattr(self, name) <= 1.0:

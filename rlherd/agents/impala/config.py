@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_discount, check_positive
+from rlherd.agents.base import check_discount, check_positive, check_rates
 from rlherd.networks import PRECISIONS, ObservationConfig
 
 
@@ -58,7 +58,8 @@ class ImpalaConfig(ObservationConfig):
             raise ValueError(f"optimizer must be 'rmsprop' or 'adam', got {self.optimizer!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        check_positive(self, "learning_rate", "rmsprop_eps")
+        check_rates(self, "learning_rate")
+        check_positive(self, "rmsprop_eps")
         if self.reward_tanh_scale is not None and (
             self.reward_tanh_scale <= 0 or self.reward_clip is not None
         ):

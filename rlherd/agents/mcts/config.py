@@ -12,6 +12,7 @@ from rlherd.agents.base import (
     check_discount,
     check_non_negative,
     check_positive,
+    check_rates,
     check_replay,
 )
 from rlherd.agents.mcts.search import UNTRIED_VALUES, SearchSettings
@@ -72,7 +73,8 @@ class MCTSConfig(ObservationConfig):
             raise ValueError(f"untried_value must be one of {', '.join(UNTRIED_VALUES)}, got "
                              f"{self.untried_value!r}")  # fmt: skip
         check_non_negative(self, "puct_c")
-        check_positive(self, "dirichlet_alpha", "learning_rate")
+        check_positive(self, "dirichlet_alpha")
+        check_rates(self, "learning_rate")
 
     @property
     def signed_discount(self) -> float:

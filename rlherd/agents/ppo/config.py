@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlherd import envs as rl_envs
-from rlherd.agents.base import check_discount, check_positive
+from rlherd.agents.base import check_discount, check_positive, check_rates
 from rlherd.networks import ObservationConfig
 
 
@@ -89,8 +89,9 @@ class PPOConfig(ObservationConfig):
                 "a shared network has one optimiser: set value_learning_rate=None or "
                 "shared_network=False"
             )
-        check_positive(self, "learning_rate", "value_learning_rate", "adam_eps", "clip",
-                       "value_clip", "max_grad_norm", "obs_clip", "reward_clip")  # fmt: skip
+        check_rates(self, "learning_rate", "value_learning_rate")
+        check_positive(self, "adam_eps", "clip", "value_clip", "max_grad_norm", "obs_clip",
+                       "reward_clip")  # fmt: skip
         check_discount(self)
         if not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")

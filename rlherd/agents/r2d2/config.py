@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlherd.agents.base import check_at_least_one, check_discount, check_positive, check_replay
+from rlherd.agents.base import (
+    check_at_least_one,
+    check_discount,
+    check_positive,
+    check_rates,
+    check_replay,
+)
 from rlherd.networks import ObservationConfig
 
 
@@ -68,7 +74,8 @@ class R2D2Config(ObservationConfig):
                 f"max_priority_weight must be in [0, 1], got {self.max_priority_weight}"
             )
         check_discount(self)
-        check_positive(self, "learning_rate", "adam_eps")
+        check_rates(self, "learning_rate")
+        check_positive(self, "adam_eps")
 
     @property
     def sequence_length(self) -> int:
