@@ -414,7 +414,11 @@ def test_offline_errors_name_the_fix(offline_datasets, tmp_path):
     with pytest.raises(ConfigError, match="loss=mse is for continuous actions"):
         rlherd.train("bc", CORRIDOR, dataset=corridor, loss="mse", run_dir=tmp_path / "f",
                      progress=False)  # fmt: skip
-    assert not any((tmp_path / p).exists() for p in "abcdef")
+    # A Gaussian policy reads its last hidden layer's width (a discrete one may be linear).
+    with pytest.raises(ConfigError, match="hidden_sizes must name at least one hidden layer"):
+        rlherd.train("bc", "rlherd/Reach-v0", dataset=offline_datasets["rlherd/Reach-v0"],
+                     hidden_sizes="[]", run_dir=tmp_path / "g", progress=False)  # fmt: skip
+    assert not any((tmp_path / p).exists() for p in "abcdefg")
 
 
 def test_a_dataset_of_other_environment_options_names_the_options(minari_root, tmp_path):

@@ -34,6 +34,9 @@ class BCNetwork(ActionBounds, nn.Module):
             raise ConfigError(f"bc clones Discrete or Box actions; {spec.env_id} has "
                               f"{spec.action_kind} actions")  # fmt: skip
         require_bounded_box(spec, "bc")
+        if not config.hidden_sizes:  # the Gaussian heads read the last hidden layer's width
+            raise ConfigError("hidden_sizes must name at least one hidden layer for continuous "
+                              "actions, e.g. [256, 256]; got []")  # fmt: skip
         self.policy = GaussianPolicy(obs_dim(spec), spec.action_shape[0],
                                      tuple(config.hidden_sizes))  # fmt: skip
         self.register_bounds(spec)
