@@ -45,6 +45,13 @@ class TrainingDiverged(ValueError):
     )
 
 
+def not_a_count(what: str, least: int, value: object) -> str:
+    """The line for an option that must be a count: JSON and YAML write ``2.0`` for a float, which
+    a reader takes for the whole number it is, so that case says what to write instead."""
+    hint = f" (write {int(value)})" if isinstance(value, float) and value.is_integer() else ""
+    return f"{what} must be a whole number >= {least}, got {value!r}{hint}"
+
+
 class Notice(UserWarning):
     """Something a run's user should know that does not stop it (a leaf left out of the
     observation, a snapshot not loaded, a tracker that could not log). The ``rlherd`` command

@@ -91,7 +91,8 @@ def test_atari_deepmind_preprocessing():
     ("stack", 0, "stack must be a whole number >= 1, got 0"),  # Gymnasium's ValueError
     ("screen_size", -1, "screen_size must be a whole number >= 1"),  # its AssertionError
     ("frame_skip", 0, "frame_skip must be a whole number >= 1"),  # its bare AssertionError
-    ("noop_max", 1.5, "noop_max must be a whole number >= 0, got 1.5"),
+    ("noop_max", 1.5, "noop_max must be a whole number >= 0, got 1.5$"),
+    ("frame_skip", 4.0, "frame_skip must be a whole number >= 1, got 4.0 \\(write 4\\)"),
     ("repeat_action_probability", 2.0, "repeat_action_probability must be in \\[0, 1\\], got 2"),
     ("episodic_life", 1, "episodic_life must be true or false"),
 ])  # fmt: skip
@@ -153,8 +154,10 @@ def test_a_control_suite_action_repeat_holds_each_action_and_sums_its_rewards():
         if terminated_r or truncated_r:
             break
     assert steps == 334
-    with pytest.raises(ConfigError, match="action_repeat must be a whole number >= 1"):
+    with pytest.raises(ConfigError, match="action_repeat must be a whole number >= 1, got 1.5$"):
         envs.make(env_id, action_repeat=1.5)
+    with pytest.raises(ConfigError, match="got 2.0 \\(write 2\\)$"):  # --env-kwargs' JSON
+        envs.make(env_id, action_repeat=2.0)
 
 
 def test_a_time_limit_option_that_is_not_a_step_count_is_one_line():

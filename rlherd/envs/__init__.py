@@ -69,7 +69,7 @@ from rlherd.envs.wrappers import (
     StepCheck,
     mask_source,
 )
-from rlherd.errors import ConfigError, MissingExtra
+from rlherd.errors import ConfigError, MissingExtra, not_a_count
 from rlherd.types import ACTION_MASK
 
 __all__ = ["EnvSpec", "MULTI_AGENT", "check_recorded", "env_factory", "family", "is_mujoco",
@@ -174,7 +174,7 @@ def _at_least_one(env_id: str, name: str, steps: Any) -> int:
     """A count of steps given as an option (a Control Suite task's ``action_repeat``, Gymnasium's
     ``max_episode_steps``): a whole number, 1 or more."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"{env_id}: {name} must be a whole number >= 1, got {steps!r}")
+        raise ConfigError(f"{env_id}: {not_a_count(name, 1, steps)}")
     return steps
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlherd.errors import MissingExtra, UnsupportedEnv
+from rlherd.errors import MissingExtra, UnsupportedEnv, not_a_count
 
 DEFAULTS: dict[str, Any] = dict(
     noop_max=30,
@@ -60,8 +60,7 @@ def _options(kwargs: dict[str, Any]) -> dict[str, Any]:
     for name, least in LEAST.items():
         value = options[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise UnsupportedEnv(f"Atari option {name} must be a whole number >= {least}, got "
-                                 f"{value!r}")  # fmt: skip
+            raise UnsupportedEnv(f"Atari option {not_a_count(name, least, value)}")
     sticky = options["repeat_action_probability"]
     if isinstance(sticky, bool) or not isinstance(sticky, int | float) or not 0 <= sticky <= 1:
         raise UnsupportedEnv(f"Atari option repeat_action_probability must be in [0, 1], got "
