@@ -413,6 +413,22 @@ def test_the_old_gym_api_is_one_line_naming_the_fix(call, says, env_id, tmp_path
                      run_dir=tmp_path / "run", progress=False)  # fmt: skip
 
 
+class NoSeed(Codes):
+    """A ``reset()`` of the old Gym API, which takes no ``seed`` (``env.seed(s)`` did that)."""
+
+    def reset(self):
+        return super().reset()
+
+
+def test_a_reset_that_takes_no_seed_is_one_line_naming_the_fix():
+    """Every vector env resets with ``seed=`` and ``options=``: Python's TypeError from inside
+    rlherd's wrappers named neither the environment nor Gymnasium's signature."""
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:NoSeed's reset\(\) does not take "
+                                             r"seed=, options= as Gymnasium's does: define it as "
+                                             r"reset\(self, \*, seed=None, options=None\)"):
+        rl_envs.make(f"{__name__}:NoSeed").reset(seed=0)
+
+
 def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
     """A bare id that code of one's own registered was recorded bare, so ``rlherd eval`` and
     ``--resume`` (processes that never imported the module) called it unknown."""

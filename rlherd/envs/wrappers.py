@@ -11,9 +11,10 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
   An array observation becomes ``{"observation": ..., "action_mask": ...}``.
-- :class:`ApiCheck`: an environment of one's own held to Gymnasium's API (``reset()`` gives
-  ``(observation, info)``, ``step()`` five values), innermost, so that the old Gym API's returns
-  are one line rather than a failed unpacking inside another wrapper.
+- :class:`ApiCheck`: an environment of one's own held to Gymnasium's API (``reset()`` takes
+  ``seed=`` and ``options=`` and gives ``(observation, info)``, ``step()`` five values),
+  innermost, so that the old Gym API's calls and returns are one line rather than a TypeError
+  or a failed unpacking inside another wrapper.
 - :class:`StepCheck`: an environment of one's own checked at every step, so that a fault of
   its own is one line naming it rather than numpy's error deep in a batch, a divergence blamed
   on the learning rate, or illegal actions played in silence: each observation array of its
@@ -27,6 +28,7 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -178,9 +180,10 @@ class FlatView:
 
 class ApiCheck(gym.Wrapper):
     """An environment of one's own held to Gymnasium's API, innermost, before any wrapper
-    unpacks what it returns: ``reset()`` gives ``(observation, info)``, ``step()`` five values.
-    The old Gym API's (an observation alone; four values with one ``done``) is one line naming
-    the environment and the fix."""
+    unpacks what it returns: ``reset()`` takes ``seed=`` and ``options=`` (every vector env
+    passes both) and gives ``(observation, info)``, ``step()`` five values. The old Gym API's
+    (a ``reset()`` of no arguments, an observation alone, four values with one ``done``) is one
+    line naming the environment and the fix."""
 
     def __init__(self, env: gym.Env, env_id: str):
         super().__init__(env)
@@ -188,7 +191,15 @@ class ApiCheck(gym.Wrapper):
         self._dict = isinstance(env.observation_space, gym.spaces.Dict)
 
     def reset(self, **kwargs: Any):
-        result = self.env.reset(**kwargs)
+        try:
+            result = self.env.reset(**kwargs)
+        except TypeError:
+            if _takes(self.env.reset, kwargs):
+                raise  # raised inside: the environment's own bug
+            taken = ", ".join(f"{name}=" for name in kwargs)
+            raise UnsupportedEnv(f"{self.env_id}'s reset() does not take {taken} as "
+                                 "Gymnasium's does: define it as reset(self, *, seed=None, "
+                                 "options=None), calling super().reset(seed=seed)") from None
         if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
             if self._dict:
                 self._check_keys(result[0], self.observation_space, "reset()")
@@ -217,6 +228,18 @@ class ApiCheck(gym.Wrapper):
                                      f"{name!r}, which its observation space has")
             if isinstance(sub, gym.spaces.Dict):
                 self._check_keys(obs[key], sub, call, f"{name}.")
+
+
+def _takes(method: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``method`` can be called with ``kwargs`` (a method without a signature to read is
+    given the benefit of the doubt)."""
+    try:
+        inspect.signature(method).bind(**kwargs)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read
+        pass
+    return True
 
 
 def _count(result: Any) -> str:
