@@ -429,6 +429,22 @@ def test_a_reset_that_takes_no_seed_is_one_line_naming_the_fix():
         rl_envs.make(f"{__name__}:NoSeed").reset(seed=0)
 
 
+class NoInfo(Codes):
+    """A step whose info is None, where Gymnasium's is a dict."""
+
+    def step(self, action):
+        return *super().step(action)[:4], None
+
+
+def test_a_step_whose_info_is_not_a_dict_is_one_line_naming_the_fix(tmp_path):
+    """Python's "argument of type 'NoneType' is not iterable" from inside the check for a late
+    action mask, named neither the environment nor what to return."""
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:NoInfo's step\(\) returned the info "
+                                             r"None, not a dict: return \{\}"):
+        rlherd.train("ppo", f"{__name__}:NoInfo", total_steps=64, run_dir=tmp_path / "run",
+                     progress=False)  # fmt: skip
+
+
 def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
     """A bare id that code of one's own registered was recorded bare, so ``rlherd eval`` and
     ``--resume`` (processes that never imported the module) called it unknown."""

@@ -181,9 +181,9 @@ class FlatView:
 class ApiCheck(gym.Wrapper):
     """An environment of one's own held to Gymnasium's API, innermost, before any wrapper
     unpacks what it returns: ``reset()`` takes ``seed=`` and ``options=`` (every vector env
-    passes both) and gives ``(observation, info)``, ``step()`` five values. The old Gym API's
-    (a ``reset()`` of no arguments, an observation alone, four values with one ``done``) is one
-    line naming the environment and the fix."""
+    passes both) and gives ``(observation, info)``, ``step()`` five values whose info is a
+    dict. The old Gym API's (a ``reset()`` of no arguments, an observation alone, four values
+    with one ``done``) and an info of None are one line naming the environment and the fix."""
 
     def __init__(self, env: gym.Env, env_id: str):
         super().__init__(env)
@@ -210,6 +210,10 @@ class ApiCheck(gym.Wrapper):
     def step(self, action: Any):
         result = self.env.step(action)
         if isinstance(result, tuple) and len(result) == 5:
+            if not isinstance(result[4], dict):  # every wrapper and vector env reads it as one
+                raise UnsupportedEnv(f"{self.env_id}'s step() returned the info "
+                                     f"{result[4]!r:.60}, not a dict: return {{}} where there is "
+                                     "nothing to say")  # fmt: skip
             if self._dict:
                 self._check_keys(result[0], self.observation_space, "step()")
             return result
