@@ -114,7 +114,8 @@ def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
         return _carried(space)[0], []
     if not isinstance(space, ARRAY_SPACES + CONTAINERS):
         return space, []
-    leaves = {path or OBS_KEY: _carried(s)[0] for path, s, _ in _leaves(space) if s}
+    # "is not None": a space's truth is its len(), which a 2-D MultiDiscrete warns about
+    leaves = {path or OBS_KEY: _carried(s)[0] for path, s, _ in _leaves(space) if s is not None}
     dropped = [path for path, s, _ in _leaves(space) if s is None]
     return gym.spaces.Dict(leaves), dropped
 
@@ -125,7 +126,8 @@ def flatten_value(space: gym.Space, value: Any) -> Any:
     leading dimension."""
     if isinstance(space, gym.spaces.Box):
         return _carried(space, value)[1]
-    return {path or OBS_KEY: _carried(s, v)[1] for path, s, v in _leaves(space, value) if s}
+    return {path or OBS_KEY: _carried(s, v)[1]
+            for path, s, v in _leaves(space, value) if s is not None}
 
 
 # A batch of observations: an array, or a dict of named arrays (see flatten_space), each with the

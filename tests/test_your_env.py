@@ -11,6 +11,7 @@ import random
 import re
 import subprocess
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +27,7 @@ from rlherd.agents.acting import explore
 from rlherd.cli import main
 from rlherd.commands.evaluate import evaluate
 from rlherd.commands.train import ObservationNotice
-from rlherd.core import EnvSpec
+from rlherd.core import OBS_KEY, EnvSpec, flatten_space, flatten_value
 from rlherd.envs import ids
 from rlherd.envs.wrappers import sample_action
 from rlherd.errors import ConfigError, MissingExtra, UnsupportedEnv, one_line
@@ -565,6 +566,19 @@ def test_codes_count_from_zero_in_int64_whatever_their_start():
     torso = make_torso(spec)  # one-hots index 0 .. categories - 1
     batch = F.map_obs(lambda x: torch.as_tensor(np.asarray(x))[None], env.step(0)[0])
     assert torso(batch).shape == (1, 64)
+
+
+def test_a_grid_of_codes_is_carried_without_gymnasiums_length_warning():
+    """Leaves were kept by the truth of their space, which is its ``len()``: a 2-D MultiDiscrete
+    warned "Getting the length of a multi-dimensional MultiDiscrete space" when the run started
+    and from every process that stepped it, though nobody asked its length."""
+    space = gym.spaces.MultiDiscrete([[3, 4], [5, 2]], start=[[1, 0], [0, -1]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flat, dropped = flatten_space(space)
+        value = flatten_value(space, np.array([[1, 3], [4, 0]]))
+    assert list(flat) == [OBS_KEY] and flat[OBS_KEY].shape == (2, 2) and not dropped
+    assert value[OBS_KEY].tolist() == [[0, 3], [4, 1]]
 
 
 def test_ids_of_installed_packages_resolve_to_their_module():
