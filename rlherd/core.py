@@ -269,6 +269,13 @@ class EnvSpec:
                     "rlherd's continuous agents act in a vector, a Box of shape (n,) (reshape "
                     "it in an ActionWrapper)"
                 )
+            if np.dtype(action_space.dtype).kind in "biu":  # choices, not amounts
+                raise UnsupportedEnv(
+                    f"{env_id}: action space {action_space!r} holds integers, and rlherd's "
+                    "continuous agents act in real numbers (it would be given floats): declare "
+                    "its choices as MultiDiscrete(high - low + 1), numbered from 0 (an "
+                    "ActionWrapper adds low)"
+                )
             return cls(
                 action_kind="continuous",
                 action_shape=tuple(action_space.shape),

@@ -55,6 +55,18 @@ def test_unsupported_spaces_are_named():
     assert EnvSpec.from_spaces("x", box, gym.spaces.MultiDiscrete([3, 2])).action_nvec == (3, 2)
 
 
+def test_a_box_of_integer_actions_is_refused_naming_multidiscrete():
+    """The continuous agents' actions (floats, clipped to the bounds) went to an environment that
+    declared integers, in silence: a float64 [3.72, 0.0] where Box(0, 10, int64) promised
+    whole numbers."""
+    box = gym.spaces.Box(0, 1, (2,))
+    for dtype in (np.int64, np.uint8, np.bool_):
+        actions = gym.spaces.Box(0, 1, (2,), dtype)
+        with pytest.raises(UnsupportedEnv, match=r"holds integers, and rlherd's continuous agents "
+                                                 r"act in real numbers .* MultiDiscrete"):
+            EnvSpec.from_spaces("x", box, actions)
+
+
 def test_vector_env_next_step_autoreset():
     """The step after a terminated one resets: reward 0, flags false, a fresh first observation."""
     v = envs.make_vector("rlherd/Corridor-v0", 2, length=3)
