@@ -235,6 +235,8 @@ class EnvSpec:
             )
         common = dict(env_id=env_id, obs=obs, max_episode_steps=max_episode_steps,
                       dropped=tuple(dropped))  # fmt: skip
+        if isinstance(obs, dict) and ACTION_MASK in obs:
+            unmasked(env_id, "its observation's action_mask", action_space)
         if isinstance(action_space, gym.spaces.Discrete):
             if int(action_space.start) != 0:
                 raise UnsupportedEnv(
@@ -286,6 +288,17 @@ class EnvSpec:
         raise UnsupportedEnv(
             f"{env_id}: action space {action_space!r} is not supported; rlherd agents act in "
             "Discrete, MultiDiscrete, MultiBinary (of one dimension) or Box action spaces."
+        )
+
+
+def unmasked(env_id: str, mask: str, action_space: gym.Space) -> None:
+    """Refuse an action mask (``mask`` says where it is) of actions other than ``Discrete``:
+    no agent reads one, so their illegal actions would be played in silence."""
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise UnsupportedEnv(
+            f"{env_id}: {mask} would be ignored, as rlherd honours action masks of Discrete "
+            f"actions only, and its actions are {action_space!r}: make them one Discrete (a "
+            "gymnasium.ActionWrapper), or leave the mask out"
         )
 
 

@@ -557,6 +557,30 @@ def test_a_mask_from_any_of_its_three_places_reaches_the_observation(source):
         assert set(obs) == {"observation", F.ACTION_MASK}
 
 
+class MaskedDials(OneLegalAction):
+    """OneLegalAction's mask (in the observation, or from ``action_masks()``) beside actions that
+    are not one Discrete: MultiDiscrete dials, as MaskablePPO masks them."""
+
+    def __init__(self, source: str):
+        super().__init__(source)
+        self.action_space = gym.spaces.MultiDiscrete([2, 3])
+
+    def action_masks(self) -> np.ndarray:
+        return np.ones(5, dtype=bool)
+
+
+@pytest.mark.parametrize(("source", "where"), [
+    ("obs", "its observation's action_mask"), ("method", r"its action_masks\(\)"),
+])  # fmt: skip
+def test_a_mask_of_actions_no_agent_masks_is_refused_not_ignored(source, where):
+    """PPO trained on MultiDiscrete actions with the mask as one more input, playing illegal
+    actions in silence; check-env failed on Gymnasium's assertion from sampling with it."""
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:MaskedDials: {where} would be ignored, "
+                                             r"as rlherd honours action masks of Discrete actions "
+                                             r"only, and its actions are MultiDiscrete"):
+        rl_envs.make(f"{__name__}:MaskedDials", source=source)
+
+
 def test_codes_count_from_zero_in_int64_whatever_their_start():
     env = rl_envs.make(f"{__name__}:codes")
     obs, _ = env.reset(seed=0)

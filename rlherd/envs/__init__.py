@@ -256,7 +256,7 @@ def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
     looks = own and isinstance(env.action_space, gym.spaces.Discrete)
     blind = looks and env.render_mode == "human"  # a reset to look would open a window
     source = _MASKS.get(key) if key in _MASKS else mask_source(
-        env, env.reset()[1] if looks and not blind else None)  # fmt: skip
+        env, env_id, env.reset()[1] if looks and not blind else None)  # fmt: skip
     if not blind:  # what was not looked for is not remembered for the id's later makes
         _MASKS[key] = source
     if source is not None:

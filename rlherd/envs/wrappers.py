@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.core import OBS_KEY, flatten_space, flatten_value
+from rlherd.core import OBS_KEY, flatten_space, flatten_value, unmasked
 from rlherd.errors import UnsupportedEnv
 from rlherd.types import ACTION_MASK
 
@@ -270,20 +270,23 @@ def one_finite_number(reward: Any) -> bool:
         return False
 
 
-def mask_source(env: gym.Env, probe_info: dict[str, Any] | None) -> str | None:
+def mask_source(env: gym.Env, env_id: str, probe_info: dict[str, Any] | None) -> str | None:
     """Where ``env``'s action mask comes from, if it has one outside its observation:
     ``"method"`` (``action_masks()``), ``"info"`` (``info["action_mask"]`` at reset), or None.
-    A mask already in a dict observation needs nothing."""
+    A mask already in a dict observation needs nothing. A method of actions other than
+    ``Discrete`` (MaskablePPO's of MultiDiscrete ones) is refused, naming ``env_id``."""
     space = env.observation_space
     if isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces:
         return None
+    try:  # on the environment or on a wrapper of it (sb3-contrib's ActionMasker)
+        method = callable(env.get_wrapper_attr("action_masks"))
+    except AttributeError:
+        method = False
+    if method:
+        unmasked(env_id, "its action_masks()", env.action_space)
+        return "method"
     if not isinstance(env.action_space, gym.spaces.Discrete):
         return None
-    try:  # on the environment or on a wrapper of it (sb3-contrib's ActionMasker)
-        if callable(env.get_wrapper_attr("action_masks")):
-            return "method"
-    except AttributeError:
-        pass
     if probe_info is not None and ACTION_MASK in probe_info:
         return "info"
     return None
