@@ -1050,6 +1050,16 @@ def test_check_env_of_an_unknown_id_is_one_line():
     assert "Traceback" not in out.stderr
 
 
+def test_a_package_id_typed_in_another_case_offers_the_id():
+    """``Minigrid-...`` imported no package, so no MiniGrid id was among the close matches: the
+    line listed rlherd's families instead. A fresh process, as the command is: one that has
+    imported minigrid already would offer the id anyway."""
+    pytest.importorskip("minigrid")
+    out = subprocess.run([sys.executable, "-m", "rlherd.cli", "check-env", "Minigrid-Empty-5x5-v0"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 2 and "Did you mean: MiniGrid-Empty-5x5-v0" in out.stderr
+
+
 @pytest.mark.parametrize("seconds", ["-1", "0", "nan", "inf"])  # inf: timed until killed
 def test_check_env_refuses_a_timing_of_no_time(seconds, capsys):
     """A speed timed over no time was reported as if measured."""
