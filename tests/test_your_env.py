@@ -273,6 +273,46 @@ def test_an_environment_off_its_own_spaces_is_one_line_naming_it(fault, says, tm
                      total_steps=64, run_dir=tmp_path / "run", progress=False)  # fmt: skip
 
 
+class OffCodes(Codes):
+    """Codes outside their space: ``d`` 8 from a Discrete(3, start=5) at reset, ``m``'s second
+    entry -2 from a MultiDiscrete([3, 4], start=-1) at a step, or a 12 in a grid of codes
+    0 .. 9 (a ``grid``, embedded)."""
+
+    def __init__(self, call: str):
+        self.call = call
+        if call == "grid":
+            self.observation_space = gym.spaces.Dict(
+                {**Codes.observation_space.spaces, "g": gym.spaces.Box(0, 9, (3, 3), np.int16)})
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed)
+        return dict(obs, d=8 if self.call == "reset" else 7, g=np.zeros((3, 3), np.int16)), info
+
+    def step(self, action):
+        obs, *outcome = super().step(action)
+        grid = np.full((3, 3), 12 if self.call == "grid" else 0, np.int16)
+        return dict(obs, m=np.array([0, -2 if self.call == "step" else 0], np.int32), g=grid), \
+            *outcome
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    ("reset", r"reset\(\) returned observation 'd' holding \[3\], outside the codes its space "
+              r"declares \(below 3, a Discrete's counted from its start\)"),
+    ("step", r"step\(\) returned observation 'm' holding \[-1\], outside the codes its space "
+             r"declares \(below \[3, 4\]"),
+    ("grid", r"step\(\) returned observation 'g' holding \[12\], outside the codes its space "
+             r"declares \(below 10"),
+])  # fmt: skip
+def test_a_code_outside_its_space_is_one_line_naming_it(call, says):
+    """torch's "Class values must be smaller than num_classes" (or "non-negative") from inside
+    a network's one-hot, or "index out of range in self" from an embedding, named neither the
+    environment nor the observation."""
+    env = rl_envs.make(f"{__name__}:OffCodes", call=call)
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:OffCodes's {says}"):
+        env.reset(seed=0)
+        env.step(0)
+
+
 class MissingKey(Codes):
     """A dict observation without one of its space's keys (nested: ``pose.speed``)."""
 

@@ -18,9 +18,9 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
 - :class:`StepCheck`: an environment of one's own checked at every step, so that a fault of
   its own is one line naming it rather than numpy's error deep in a batch, a divergence blamed
   on the learning rate, or illegal actions played in silence: each observation array of its
-  space's shape and finite, the reward a finite number, and the action mask one 0 or 1 per
-  action with some action legal until the episode ends (a mask that appears in ``info`` only
-  after reset, never read, is refused).
+  space's shape and finite, each code one of its space's, the reward a finite number, and the
+  action mask one 0 or 1 per action with some action legal until the episode ends (a mask that
+  appears in ``info`` only after reset, never read, is refused).
 - :class:`ActionRepeat`: each action held for ``n`` steps of the environment, their rewards
   summed (the Control Suite's ``action_repeat`` option, the convention of its pixel and state
   benchmarks).
@@ -36,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.core import OBS_KEY, flatten_space, flatten_value, unmasked
+from rlherd.core import OBS_KEY, Leaf, flatten_space, flatten_value, unmasked
 from rlherd.errors import UnsupportedEnv
 from rlherd.types import ACTION_MASK
 
@@ -95,6 +95,7 @@ class StepCheck(gym.Wrapper):
         self.env_id, self.masked = env_id, masked
         self.late_masks = late_masks and isinstance(env.action_space, gym.spaces.Discrete)
         self.shapes = leaf_shapes(env.observation_space)
+        self.codes = leaf_codes(env.observation_space)
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
@@ -110,7 +111,7 @@ class StepCheck(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def _check(self, obs: Any, info: dict[str, Any], call: str, ended: bool) -> None:
-        check_observation(obs, self.shapes, f"{self.env_id}'s {call}")
+        check_observation(obs, self.shapes, f"{self.env_id}'s {call}", codes=self.codes)
         if self.masked:
             check_mask(np.asarray(obs[ACTION_MASK]), int(self.action_space.n), self.env_id,
                        ended)  # fmt: skip
@@ -128,12 +129,33 @@ def leaf_shapes(space: gym.Space) -> dict[str | None, tuple[int, ...]]:
     return {k: s.shape for k, s in leaves.items() if s.shape is not None}
 
 
+def leaf_codes(space: gym.Space) -> dict[str, int | np.ndarray]:
+    """How many codes each array of an observation of ``space`` (flattened: counted from 0) that
+    networks may read as codes has, by its key, as :func:`check_observation` reads them: a
+    ``Discrete``'s (an int), a ``MultiDiscrete``'s (one per entry) and an integer ``Box``'s with
+    bounds in ``[0, n)`` (its :class:`~rlherd.core.Leaf` categories) where its dtype can hold
+    more (a uint8 image's 256 it cannot). An action mask has its own check (:func:`check_mask`)."""
+    leaves = space.spaces if isinstance(space, gym.spaces.Dict) else {}
+    codes: dict[str, int | np.ndarray] = {}
+    for key, leaf_space in leaves.items():
+        if key == ACTION_MASK:
+            continue
+        if isinstance(leaf_space, gym.spaces.MultiDiscrete):
+            codes[key] = leaf_space.nvec
+        elif isinstance(leaf_space, gym.spaces.Discrete | gym.spaces.Box):
+            leaf = Leaf.of(leaf_space)
+            if leaf.categories and np.iinfo(leaf.dtype).max >= leaf.categories:
+                codes[key] = leaf.categories
+    return codes
+
+
 def check_observation(obs: Any, shapes: dict[str | None, tuple[int, ...]], where: str,
-                      whose: str = "") -> None:  # fmt: skip
-    """An environment's own observation held to its space (``shapes``, :func:`leaf_shapes`):
-    each array there, of its shape, finite. A fault is one line saying ``where`` it came from
-    (``"MyEnv-v0's step()"``) and ``whose`` (``" for player_1"``), not numpy's error inside a
-    batch or a network's NaN blamed on the learning rate."""
+                      whose: str = "", codes: dict[str, int | np.ndarray] | None = None) -> None:
+    """An environment's own observation held to its space (``shapes``, :func:`leaf_shapes`;
+    ``codes``, :func:`leaf_codes`): each array there, of its shape, finite, and each code one
+    of its space's. A fault is one line saying ``where`` it came from (``"MyEnv-v0's step()"``)
+    and ``whose`` (``" for player_1"``), not numpy's error inside a batch, torch's inside a
+    one-hot, or a network's NaN blamed on the learning rate."""
     for key, shape in shapes.items():  # every key is there: ApiCheck or FlatView.flat saw to it
         value = np.asarray(obs if key is None else obs[key])
         if value.shape != shape:
@@ -143,6 +165,15 @@ def check_observation(obs: Any, shapes: dict[str | None, tuple[int, ...]], where
             raise UnsupportedEnv(f"{where} returned {_leaf(key)}{whose} holding NaN or inf, "
                                  "which no network reads, even where its space's bounds allow "
                                  "inf: replace them (a gymnasium.wrappers.TransformObservation)")
+    for key, n in (codes or {}).items():
+        value = np.asarray(obs[key])  # a Discrete's in Python's ints: 4x numpy's speed
+        if 0 <= int(value) < n if value.ndim == 0 else not ((value < 0) | (value >= n)).any():
+            continue
+        outside = np.unique(value[(value < 0) | (value >= n)])[:5].tolist()
+        raise UnsupportedEnv(f"{where} returned {_leaf(key)}{whose} holding {outside}, outside "
+                             f"the codes its space declares (below {np.asarray(n).tolist()}, "
+                             "a Discrete's counted from its start), which no one-hot or "
+                             "embedding reads")
 
 
 def check_mask(mask: np.ndarray, n: int, name: str, ended: bool, whose: str = "") -> None:
@@ -165,7 +196,8 @@ class FlatView:
 
     def __init__(self, space: gym.Space):
         self.space = space
-        self.shapes = leaf_shapes(flatten_space(space)[0])
+        flat = flatten_space(space)[0]
+        self.shapes, self.codes = leaf_shapes(flat), leaf_codes(flat)
 
     def flat(self, obs: Any, where: str, whose: str = "") -> Any:
         try:
@@ -175,7 +207,7 @@ class FlatView:
                                  f"{e.args[0]!r}, which its observation space has") from None
 
     def check(self, flat: Any, where: str, whose: str = "") -> None:
-        check_observation(flat, self.shapes, where, whose)
+        check_observation(flat, self.shapes, where, whose, self.codes)
 
 
 class ApiCheck(gym.Wrapper):
