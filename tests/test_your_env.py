@@ -554,6 +554,19 @@ def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):
     assert evaluate(run.path, episodes=1)["eval_episodes"] == 1
 
 
+@pytest.mark.parametrize("env_id", [f"{__name__}:test_your_env/NoRenderMode-v0",
+                                    f"{__name__}:NoRenderMode"])  # fmt: skip
+def test_a_video_of_an_environment_that_takes_no_render_mode_says_so(env_id):
+    """A registered id whose constructor takes no render_mode, made for ``rlherd eval --video``,
+    was gymnasium's TypeError with its traceback; made by its class, a line about options
+    nobody gave."""
+    with pytest.raises(ConfigError, match=r"does not take the options \{'render_mode': "
+                                          r"'rgb_array'\}: .*; --video makes it with "
+                                          r"render_mode='rgb_array': take render_mode in its "
+                                          r"constructor, or drop --video"):  # fmt: skip
+        rl_envs.make(env_id, render_mode="rgb_array")
+
+
 @rlherd.env_factory
 def codes() -> gym.Env:
     return Codes()
