@@ -115,7 +115,13 @@ def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
     if not isinstance(space, ARRAY_SPACES + CONTAINERS):
         return space, []
     # "is not None": a space's truth is its len(), which a 2-D MultiDiscrete warns about
-    leaves = {path or OBS_KEY: _carried(s)[0] for path, s, _ in _leaves(space) if s is not None}
+    arrays = [(path or OBS_KEY, s) for path, s, _ in _leaves(space) if s is not None]
+    leaves = {path: _carried(s)[0] for path, s in arrays}
+    if len(leaves) < len(arrays):  # one would overwrite the other in every observation
+        twice = next(path for path in leaves if [p for p, _ in arrays].count(path) > 1)
+        raise UnsupportedEnv(f"two arrays of the observation are both named {twice!r} once its "
+                             "nested keys are joined with '.' (a key holding '.' beside a "
+                             "nested one): rename one")  # fmt: skip
     dropped = [path for path, s, _ in _leaves(space) if s is None]
     return gym.spaces.Dict(leaves), dropped
 

@@ -658,6 +658,16 @@ def test_a_grid_of_codes_is_carried_without_gymnasiums_length_warning():
     assert value[OBS_KEY].tolist() == [[0, 3], [4, 1]]
 
 
+def test_two_arrays_named_alike_once_flattened_are_refused_naming_the_key():
+    """A key holding "." beside a nested one flatten to the same name: one array overwrote the
+    other in every observation, in silence (the spec kept one of their shapes)."""
+    space = gym.spaces.Dict({"a.b": gym.spaces.Box(-1, 1, (2,)),
+                             "a": gym.spaces.Dict({"b": gym.spaces.Box(-1, 1, (3,))})})  # fmt: skip
+    with pytest.raises(UnsupportedEnv, match=r"two arrays of the observation are both named "
+                                             r"'a\.b' once its nested keys are joined with '\.'"):
+        flatten_space(space)
+
+
 def test_ids_of_installed_packages_resolve_to_their_module():
     assert rl_envs.resolve("MiniGrid-Empty-5x5-v0") == "minigrid:MiniGrid-Empty-5x5-v0"
     assert rl_envs.resolve("NetHackScore-v0") == "nle:NetHackScore-v0"
