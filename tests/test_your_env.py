@@ -102,7 +102,8 @@ def one_legal_action(source: str = "obs") -> gym.Env:
 
 class OddMask(OneLegalAction):
     """OneLegalAction whose mask goes wrong at step 3 (``fault``): none legal, a wrong length,
-    a value of 2, or the mask from step() but not from reset() (``late``)."""
+    a value of 2, missing from that step's info (``gone``), or the mask from step() but not from
+    reset() (``late``)."""
 
     def __init__(self, source: str = "info", fault: str = "none", at_end: bool = False):
         super().__init__("info" if source == "late" else source)
@@ -117,6 +118,8 @@ class OddMask(OneLegalAction):
             mask[self.legal] = 2
         elif self.t == 3 and self.fault == "length" and self.source == "info":
             info["action_mask"] = np.append(mask, 1)
+        elif self.t == 3 and self.fault == "gone":
+            info.pop("action_mask")
         if self.late and self.t == 0:
             info.pop("action_mask")
         return obs, info
@@ -199,12 +202,14 @@ gym.register("test_your_env/NoRenderMode-v0", entry_point=NoRenderMode)
     ("info", "length", r"returned observation 'action_mask' of shape \(6,\); its observation "
                        r"space says \(5,\)"),
     ("late", "none", r"gives info\['action_mask'\] from step\(\) but not from reset\(\)"),
+    ("info", "gone", r"gives info\['action_mask'\] from reset\(\) but not with every "
+                     r"observation after it: give it from every step\(\)"),
 ])  # fmt: skip
 def test_an_action_mask_that_cannot_be_kept_is_refused_not_ignored(source, fault, says):
     """Illegal actions were played in silence: a mask with no legal action mid-episode (96
     illegal actions in 2,000 steps, rc 0), one given from step() but not reset() (never read:
     1,551 illegal actions), one of other values than 0 and 1 (check-env crashed inside
-    gymnasium's sampler)."""
+    gymnasium's sampler); one missing from a step's info was a bare KeyError."""
     env = rl_envs.make(f"{__name__}:OddMask", source=source, fault=fault)
     env.reset(seed=0)
     with pytest.raises(UnsupportedEnv, match=says):

@@ -268,7 +268,7 @@ def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
     if not blind:  # what was not looked for is not remembered for the id's later makes
         _MASKS[key] = source
     if source is not None:
-        env = ActionMaskObservation(env, source)
+        env = ActionMaskObservation(env, source, env_id)
     space = env.observation_space
     masked = looks and isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
     return StepCheck(env, env_id, masked, late_masks=not blind) if own else env

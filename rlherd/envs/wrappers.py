@@ -53,13 +53,15 @@ class NamedArrays(gym.ObservationWrapper):
 
 
 class ActionMaskObservation(gym.Wrapper):
-    """See the module docstring; ``source`` is ``"info"`` or ``"method"``."""
+    """See the module docstring; ``source`` is ``"info"`` or ``"method"``; ``env_id`` names the
+    environment in the line that refuses an ``info`` without the mask after a reset that gave
+    one."""
 
-    def __init__(self, env: gym.Env, source: str):
+    def __init__(self, env: gym.Env, source: str, env_id: str):
         super().__init__(env)
         if source not in ("info", "method"):
             raise ValueError(f"source must be 'info' or 'method', got {source!r}")
-        self.source = source
+        self.source, self.env_id = source, env_id
         n = int(env.action_space.n)
         mask = gym.spaces.MultiBinary(n)
         space = env.observation_space
@@ -69,7 +71,11 @@ class ActionMaskObservation(gym.Wrapper):
 
     def _with_mask(self, obs: Any, info: dict[str, Any]) -> dict[str, Any]:
         if self.source == "info":
-            mask = info[ACTION_MASK]
+            mask = info.get(ACTION_MASK)
+            if mask is None:
+                raise UnsupportedEnv(f"{self.env_id} gives info['action_mask'] from reset() but "
+                                     "not with every observation after it: give it from every "
+                                     "step(), the final one too")  # fmt: skip
         else:
             mask = self.env.get_wrapper_attr("action_masks")()
         obs = {OBS_KEY: np.asarray(obs)} if self._wrap else dict(obs)
