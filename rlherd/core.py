@@ -247,7 +247,8 @@ class EnvSpec:
             if int(action_space.start) != 0:
                 raise UnsupportedEnv(
                     f"{env_id}: action space {action_space!r} starts at {action_space.start}; "
-                    "rlherd expects Discrete(n) actions numbered from 0."
+                    "rlherd expects Discrete(n) actions numbered from 0 (shift them in an "
+                    "ActionWrapper)"
                 )
             mask = obs.get(ACTION_MASK) if isinstance(obs, dict) else None
             if mask is not None and mask.shape != (int(action_space.n),):
