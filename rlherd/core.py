@@ -114,7 +114,14 @@ def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
         return _carried(space)[0], []
     if not isinstance(space, ARRAY_SPACES + CONTAINERS):
         return space, []
-    leaves = {path or OBS_KEY: _carried(s)[0] for path, s, _ in _leaves(space) if s}
+    # "is not None": a space's truth is its len(), which a 2-D MultiDiscrete warns about
+    arrays = [(path or OBS_KEY, s) for path, s, _ in _leaves(space) if s is not None]
+    leaves = {path: _carried(s)[0] for path, s in arrays}
+    if len(leaves) < len(arrays):  # one would overwrite the other in every observation
+        twice = next(path for path in leaves if [p for p, _ in arrays].count(path) > 1)
+        raise UnsupportedEnv(f"two arrays of the observation are both named {twice!r} once its "
+                             "nested keys are joined with '.' (a key holding '.' beside a "
+                             "nested one): rename one")  # fmt: skip
     dropped = [path for path, s, _ in _leaves(space) if s is None]
     return gym.spaces.Dict(leaves), dropped
 
@@ -125,7 +132,8 @@ def flatten_value(space: gym.Space, value: Any) -> Any:
     leading dimension."""
     if isinstance(space, gym.spaces.Box):
         return _carried(space, value)[1]
-    return {path or OBS_KEY: _carried(s, v)[1] for path, s, v in _leaves(space, value) if s}
+    return {path or OBS_KEY: _carried(s, v)[1]
+            for path, s, v in _leaves(space, value) if s is not None}
 
 
 # A batch of observations: an array, or a dict of named arrays (see flatten_space), each with the
@@ -233,11 +241,14 @@ class EnvSpec:
             )
         common = dict(env_id=env_id, obs=obs, max_episode_steps=max_episode_steps,
                       dropped=tuple(dropped))  # fmt: skip
+        if isinstance(obs, dict) and ACTION_MASK in obs:
+            unmasked(env_id, "its observation's action_mask", action_space)
         if isinstance(action_space, gym.spaces.Discrete):
             if int(action_space.start) != 0:
                 raise UnsupportedEnv(
                     f"{env_id}: action space {action_space!r} starts at {action_space.start}; "
-                    "rlherd expects Discrete(n) actions numbered from 0."
+                    "rlherd expects Discrete(n) actions numbered from 0 (shift them in an "
+                    "ActionWrapper)"
                 )
             mask = obs.get(ACTION_MASK) if isinstance(obs, dict) else None
             if mask is not None and mask.shape != (int(action_space.n),):
@@ -267,6 +278,13 @@ class EnvSpec:
                     "rlherd's continuous agents act in a vector, a Box of shape (n,) (reshape "
                     "it in an ActionWrapper)"
                 )
+            if np.dtype(action_space.dtype).kind in "biu":  # choices, not amounts
+                raise UnsupportedEnv(
+                    f"{env_id}: action space {action_space!r} holds integers, and rlherd's "
+                    "continuous agents act in real numbers (it would be given floats): declare "
+                    "its choices as MultiDiscrete(high - low + 1), numbered from 0 (an "
+                    "ActionWrapper adds low)"
+                )
             return cls(
                 action_kind="continuous",
                 action_shape=tuple(action_space.shape),
@@ -277,6 +295,17 @@ class EnvSpec:
         raise UnsupportedEnv(
             f"{env_id}: action space {action_space!r} is not supported; rlherd agents act in "
             "Discrete, MultiDiscrete, MultiBinary (of one dimension) or Box action spaces."
+        )
+
+
+def unmasked(env_id: str, mask: str, action_space: gym.Space) -> None:
+    """Refuse an action mask (``mask`` says where it is) of actions other than ``Discrete``:
+    no agent reads one, so their illegal actions would be played in silence."""
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise UnsupportedEnv(
+            f"{env_id}: {mask} would be ignored, as rlherd honours action masks of Discrete "
+            f"actions only, and its actions are {action_space!r}: make them one Discrete (a "
+            "gymnasium.ActionWrapper), or leave the mask out"
         )
 
 

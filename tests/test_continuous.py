@@ -15,7 +15,9 @@ from rlherd.agents import BUILDERS
 from rlherd.agents.d4pg.learning import dpg_loss
 from rlherd.agents.learning import SupportPlacer
 from rlherd.commands.train import resolve_config
+from rlherd.core import EnvSpec, Leaf
 from rlherd.errors import ConfigError
+from rlherd.networks.continuous import obs_dim
 from rlherd.run.rundir import RunDir
 
 CONTINUOUS = ("ddpg", "d4pg", "mpo", "dmpo", "sac", "td3")
@@ -67,6 +69,16 @@ def test_discrete_or_unbounded_action_spaces_are_clear_errors(agent, tmp_path):
     unbounded = type(spec)(**{**spec.__dict__, "action_low": np.array([-np.inf])})
     with pytest.raises(ConfigError, match="finite action bounds"):
         builder.make_networks(unbounded)
+
+
+def test_image_observations_point_to_the_agent_that_reads_them():
+    """The refusal said what the continuous-control agents take, not which agent trains an
+    environment of images and continuous actions (PPO does)."""
+    image = EnvSpec("img", Leaf((16, 16, 3), np.dtype(np.uint8)), "continuous", action_shape=(2,),
+                    action_low=-np.ones(2), action_high=np.ones(2))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"img has image observations \(the observation\); .*: "
+                                          r"train ppo, whose networks read images"):
+        obs_dim(image)
 
 
 @pytest.mark.parametrize(

@@ -44,15 +44,30 @@ def test_unsupported_spaces_are_named():
         EnvSpec.from_spaces("x", box, gym.spaces.MultiBinary((2, 2)))  # one dimension only
     assert EnvSpec.from_spaces("x", box, gym.spaces.MultiBinary(3)).action_nvec == (2, 2, 2)
     # Actions the agents would get wrong in silence, or crash on deep inside: a MultiDiscrete
-    # from [-1, 5] (the agents' actions fell outside the space), a Box of shape (2, 2) (shape
-    # errors in rollouts and critics) or () .
+    # from [-1, 5] or a Discrete from 1 (the agents' actions fell outside the space; each
+    # refusal names the fix), a Box of shape (2, 2) (shape errors in rollouts and critics) or ().
     with pytest.raises(UnsupportedEnv, match=r"starts at \[-1, 5\]; rlherd expects MultiDiscrete"):
         EnvSpec.from_spaces("x", box, gym.spaces.MultiDiscrete([3, 2], start=[-1, 5]))
+    with pytest.raises(UnsupportedEnv, match=r"starts at 1; rlherd expects Discrete\(n\) actions "
+                                             r"numbered from 0 \(shift them in an ActionWrapper\)"):
+        EnvSpec.from_spaces("x", box, gym.spaces.Discrete(3, start=1))
     for shape in ((2, 2), ()):
         with pytest.raises(UnsupportedEnv, match=rf"has shape {re.escape(str(shape))}; rlherd's "
                            "continuous agents act in a vector"):  # fmt: skip
             EnvSpec.from_spaces("x", box, gym.spaces.Box(-1, 1, shape))
     assert EnvSpec.from_spaces("x", box, gym.spaces.MultiDiscrete([3, 2])).action_nvec == (3, 2)
+
+
+def test_a_box_of_integer_actions_is_refused_naming_multidiscrete():
+    """The continuous agents' actions (floats, clipped to the bounds) went to an environment that
+    declared integers, in silence: a float64 [3.72, 0.0] where Box(0, 10, int64) promised
+    whole numbers."""
+    box = gym.spaces.Box(0, 1, (2,))
+    for dtype in (np.int64, np.uint8, np.bool_):
+        actions = gym.spaces.Box(0, 1, (2,), dtype)
+        with pytest.raises(UnsupportedEnv, match=r"holds integers, and rlherd's continuous agents "
+                                                 r"act in real numbers .* MultiDiscrete"):
+            EnvSpec.from_spaces("x", box, actions)
 
 
 def test_vector_env_next_step_autoreset():

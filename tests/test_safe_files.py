@@ -588,6 +588,17 @@ def test_running_out_of_memory_or_a_node_while_restoring_is_not_called_a_misfit(
     assert raised.value is error
 
 
+def test_a_misfit_names_an_environment_whose_spaces_changed_as_a_cause(tmp_path):
+    """An environment of one's own whose observation grew from 4 to 5 numbers since the run
+    trained (its code edited, as a researcher's is) was sent to look for an edited config.json
+    alone."""
+    mismatch = RuntimeError("Error(s) in loading state_dict for PPONetwork:\n\tsize mismatch for "
+                            "policy_torso.net.0.weight")  # fmt: skip
+    changed = r"was config.json edited after training, or have the environment's spaces changed"
+    with pytest.raises(ConfigError, match=changed), fitting(tmp_path / "ckpt.pt"):
+        raise mismatch
+
+
 @pytest.mark.parametrize("command", ["eval", "resume"])
 def test_network_sizes_edited_after_training_are_one_line(command, run_copy, tmp_path, capsys,
                                                           monkeypatch):  # fmt: skip

@@ -10,6 +10,7 @@ import subprocess
 import warnings
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -139,6 +140,53 @@ def test_a_video_of_a_game_that_draws_no_frames_says_to_drop_it(tmp_path):
                        run_dir=tmp_path / "run", num_simulations=4).path  # fmt: skip
     with pytest.raises(ConfigError, match="it draws no frames to record: drop --video"):
         evaluate(run, episodes=1, opponent="random", video=tmp_path / "game.gif")
+
+
+class Blank(gym.Env):
+    """An environment of one's own that draws nothing: Gymnasium's ``render()``, returning None."""
+
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, render_mode: str | None = None):
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, True, False, {}
+
+    def render(self):
+        return None
+
+
+class Idle:
+    """An actor that always plays action 0."""
+
+    def observe_first(self, obs, envs):
+        pass
+
+    def select_action(self, obs):
+        return np.zeros(1, np.int64)
+
+
+@pytest.mark.parametrize(("render", "says"), [
+    (Blank.render, r"Blank's render\(\) returned None in render_mode 'rgb_array', not an image"),
+    (gym.Env.render, r"Blank has no render\(\)"),
+])  # fmt: skip
+def test_a_video_of_an_environment_that_draws_nothing_says_to_drop_it(render, says, monkeypatch):
+    """Its first frame, None, reached the video writer only after every episode was played,
+    as a ValueError about a frame of shape (); Gymnasium's own render() raised
+    NotImplementedError from inside the episode."""
+    from rlherd import envs as rl_envs
+    from rlherd.run.evaluation import run_episodes
+
+    monkeypatch.setattr(Blank, "render", render)
+    env = rl_envs.make(f"{__name__}:Blank", render_mode="rgb_array")
+    with pytest.raises(ConfigError, match=rf"{says}.*it draws no frames to record: drop --video"):
+        run_episodes(env, Idle(), episodes=1, seed=0, record=True)
 
 
 def test_minatar_eval_writes_an_enlarged_gif_and_mp4(tmp_path, caplog):

@@ -11,6 +11,7 @@ import random
 import re
 import subprocess
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +27,7 @@ from rlherd.agents.acting import explore
 from rlherd.cli import main
 from rlherd.commands.evaluate import evaluate
 from rlherd.commands.train import ObservationNotice
-from rlherd.core import EnvSpec
+from rlherd.core import OBS_KEY, EnvSpec, flatten_space, flatten_value
 from rlherd.envs import ids
 from rlherd.envs.wrappers import sample_action
 from rlherd.errors import ConfigError, MissingExtra, UnsupportedEnv, one_line
@@ -101,7 +102,8 @@ def one_legal_action(source: str = "obs") -> gym.Env:
 
 class OddMask(OneLegalAction):
     """OneLegalAction whose mask goes wrong at step 3 (``fault``): none legal, a wrong length,
-    a value of 2, or the mask from step() but not from reset() (``late``)."""
+    a value of 2, missing from that step's info (``gone``), or the mask from step() but not from
+    reset() (``late``)."""
 
     def __init__(self, source: str = "info", fault: str = "none", at_end: bool = False):
         super().__init__("info" if source == "late" else source)
@@ -116,6 +118,8 @@ class OddMask(OneLegalAction):
             mask[self.legal] = 2
         elif self.t == 3 and self.fault == "length" and self.source == "info":
             info["action_mask"] = np.append(mask, 1)
+        elif self.t == 3 and self.fault == "gone":
+            info.pop("action_mask")
         if self.late and self.t == 0:
             info.pop("action_mask")
         return obs, info
@@ -198,12 +202,14 @@ gym.register("test_your_env/NoRenderMode-v0", entry_point=NoRenderMode)
     ("info", "length", r"returned observation 'action_mask' of shape \(6,\); its observation "
                        r"space says \(5,\)"),
     ("late", "none", r"gives info\['action_mask'\] from step\(\) but not from reset\(\)"),
+    ("info", "gone", r"gives info\['action_mask'\] from reset\(\) but not with every "
+                     r"observation after it: give it from every step\(\)"),
 ])  # fmt: skip
 def test_an_action_mask_that_cannot_be_kept_is_refused_not_ignored(source, fault, says):
     """Illegal actions were played in silence: a mask with no legal action mid-episode (96
     illegal actions in 2,000 steps, rc 0), one given from step() but not reset() (never read:
     1,551 illegal actions), one of other values than 0 and 1 (check-env crashed inside
-    gymnasium's sampler)."""
+    gymnasium's sampler); one missing from a step's info was a bare KeyError."""
     env = rl_envs.make(f"{__name__}:OddMask", source=source, fault=fault)
     env.reset(seed=0)
     with pytest.raises(UnsupportedEnv, match=says):
@@ -270,6 +276,46 @@ def test_an_environment_off_its_own_spaces_is_one_line_naming_it(fault, says, tm
     with pytest.raises(UnsupportedEnv, match=f"{__name__}:WrongShapes's {says}"):
         rlherd.train("ppo", f"{__name__}:WrongShapes", env_kwargs={"fault": fault},
                      total_steps=64, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+
+
+class OffCodes(Codes):
+    """Codes outside their space: ``d`` 8 from a Discrete(3, start=5) at reset, ``m``'s second
+    entry -2 from a MultiDiscrete([3, 4], start=-1) at a step, or a 12 in a grid of codes
+    0 .. 9 (a ``grid``, embedded)."""
+
+    def __init__(self, call: str):
+        self.call = call
+        if call == "grid":
+            self.observation_space = gym.spaces.Dict(
+                {**Codes.observation_space.spaces, "g": gym.spaces.Box(0, 9, (3, 3), np.int16)})
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed)
+        return dict(obs, d=8 if self.call == "reset" else 7, g=np.zeros((3, 3), np.int16)), info
+
+    def step(self, action):
+        obs, *outcome = super().step(action)
+        grid = np.full((3, 3), 12 if self.call == "grid" else 0, np.int16)
+        return dict(obs, m=np.array([0, -2 if self.call == "step" else 0], np.int32), g=grid), \
+            *outcome
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    ("reset", r"reset\(\) returned observation 'd' holding \[3\], outside the codes its space "
+              r"declares \(below 3, a Discrete's counted from its start\)"),
+    ("step", r"step\(\) returned observation 'm' holding \[-1\], outside the codes its space "
+             r"declares \(below \[3, 4\]"),
+    ("grid", r"step\(\) returned observation 'g' holding \[12\], outside the codes its space "
+             r"declares \(below 10"),
+])  # fmt: skip
+def test_a_code_outside_its_space_is_one_line_naming_it(call, says):
+    """torch's "Class values must be smaller than num_classes" (or "non-negative") from inside
+    a network's one-hot, or "index out of range in self" from an embedding, named neither the
+    environment nor the observation."""
+    env = rl_envs.make(f"{__name__}:OffCodes", call=call)
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:OffCodes's {says}"):
+        env.reset(seed=0)
+        env.step(0)
 
 
 class MissingKey(Codes):
@@ -413,6 +459,38 @@ def test_the_old_gym_api_is_one_line_naming_the_fix(call, says, env_id, tmp_path
                      run_dir=tmp_path / "run", progress=False)  # fmt: skip
 
 
+class NoSeed(Codes):
+    """A ``reset()`` of the old Gym API, which takes no ``seed`` (``env.seed(s)`` did that)."""
+
+    def reset(self):
+        return super().reset()
+
+
+def test_a_reset_that_takes_no_seed_is_one_line_naming_the_fix():
+    """Every vector env resets with ``seed=`` and ``options=``: Python's TypeError from inside
+    rlherd's wrappers named neither the environment nor Gymnasium's signature."""
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:NoSeed's reset\(\) does not take "
+                                             r"seed=, options= as Gymnasium's does: define it as "
+                                             r"reset\(self, \*, seed=None, options=None\)"):
+        rl_envs.make(f"{__name__}:NoSeed").reset(seed=0)
+
+
+class NoInfo(Codes):
+    """A step whose info is None, where Gymnasium's is a dict."""
+
+    def step(self, action):
+        return *super().step(action)[:4], None
+
+
+def test_a_step_whose_info_is_not_a_dict_is_one_line_naming_the_fix(tmp_path):
+    """Python's "argument of type 'NoneType' is not iterable" from inside the check for a late
+    action mask, named neither the environment nor what to return."""
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:NoInfo's step\(\) returned the info "
+                                             r"None, not a dict: return \{\}"):
+        rlherd.train("ppo", f"{__name__}:NoInfo", total_steps=64, run_dir=tmp_path / "run",
+                     progress=False)  # fmt: skip
+
+
 def test_an_id_registered_by_ones_own_module_is_recorded_with_it(tmp_path):
     """A bare id that code of one's own registered was recorded bare, so ``rlherd eval`` and
     ``--resume`` (processes that never imported the module) called it unknown."""
@@ -481,6 +559,19 @@ def test_an_environment_that_takes_no_render_mode_trains_and_plays(tmp_path):
     assert evaluate(run.path, episodes=1)["eval_episodes"] == 1
 
 
+@pytest.mark.parametrize("env_id", [f"{__name__}:test_your_env/NoRenderMode-v0",
+                                    f"{__name__}:NoRenderMode"])  # fmt: skip
+def test_a_video_of_an_environment_that_takes_no_render_mode_says_so(env_id):
+    """A registered id whose constructor takes no render_mode, made for ``rlherd eval --video``,
+    was gymnasium's TypeError with its traceback; made by its class, a line about options
+    nobody gave."""
+    with pytest.raises(ConfigError, match=r"does not take the options \{'render_mode': "
+                                          r"'rgb_array'\}: .*; --video makes it with "
+                                          r"render_mode='rgb_array': take render_mode in its "
+                                          r"constructor, or drop --video"):  # fmt: skip
+        rl_envs.make(env_id, render_mode="rgb_array")
+
+
 @rlherd.env_factory
 def codes() -> gym.Env:
     return Codes()
@@ -524,6 +615,30 @@ def test_a_mask_from_any_of_its_three_places_reaches_the_observation(source):
         assert set(obs) == {"observation", F.ACTION_MASK}
 
 
+class MaskedDials(OneLegalAction):
+    """OneLegalAction's mask (in the observation, or from ``action_masks()``) beside actions that
+    are not one Discrete: MultiDiscrete dials, as MaskablePPO masks them."""
+
+    def __init__(self, source: str):
+        super().__init__(source)
+        self.action_space = gym.spaces.MultiDiscrete([2, 3])
+
+    def action_masks(self) -> np.ndarray:
+        return np.ones(5, dtype=bool)
+
+
+@pytest.mark.parametrize(("source", "where"), [
+    ("obs", "its observation's action_mask"), ("method", r"its action_masks\(\)"),
+])  # fmt: skip
+def test_a_mask_of_actions_no_agent_masks_is_refused_not_ignored(source, where):
+    """PPO trained on MultiDiscrete actions with the mask as one more input, playing illegal
+    actions in silence; check-env failed on Gymnasium's assertion from sampling with it."""
+    with pytest.raises(UnsupportedEnv, match=rf"{__name__}:MaskedDials: {where} would be ignored, "
+                                             r"as rlherd honours action masks of Discrete actions "
+                                             r"only, and its actions are MultiDiscrete"):
+        rl_envs.make(f"{__name__}:MaskedDials", source=source)
+
+
 def test_codes_count_from_zero_in_int64_whatever_their_start():
     env = rl_envs.make(f"{__name__}:codes")
     obs, _ = env.reset(seed=0)
@@ -533,6 +648,29 @@ def test_codes_count_from_zero_in_int64_whatever_their_start():
     torso = make_torso(spec)  # one-hots index 0 .. categories - 1
     batch = F.map_obs(lambda x: torch.as_tensor(np.asarray(x))[None], env.step(0)[0])
     assert torso(batch).shape == (1, 64)
+
+
+def test_a_grid_of_codes_is_carried_without_gymnasiums_length_warning():
+    """Leaves were kept by the truth of their space, which is its ``len()``: a 2-D MultiDiscrete
+    warned "Getting the length of a multi-dimensional MultiDiscrete space" when the run started
+    and from every process that stepped it, though nobody asked its length."""
+    space = gym.spaces.MultiDiscrete([[3, 4], [5, 2]], start=[[1, 0], [0, -1]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        flat, dropped = flatten_space(space)
+        value = flatten_value(space, np.array([[1, 3], [4, 0]]))
+    assert list(flat) == [OBS_KEY] and flat[OBS_KEY].shape == (2, 2) and not dropped
+    assert value[OBS_KEY].tolist() == [[0, 3], [4, 1]]
+
+
+def test_two_arrays_named_alike_once_flattened_are_refused_naming_the_key():
+    """A key holding "." beside a nested one flatten to the same name: one array overwrote the
+    other in every observation, in silence (the spec kept one of their shapes)."""
+    space = gym.spaces.Dict({"a.b": gym.spaces.Box(-1, 1, (2,)),
+                             "a": gym.spaces.Dict({"b": gym.spaces.Box(-1, 1, (3,))})})  # fmt: skip
+    with pytest.raises(UnsupportedEnv, match=r"two arrays of the observation are both named "
+                                             r"'a\.b' once its nested keys are joined with '\.'"):
+        flatten_space(space)
 
 
 def test_ids_of_installed_packages_resolve_to_their_module():
@@ -978,6 +1116,16 @@ def test_check_env_of_an_unknown_id_is_one_line():
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 2 and "Did you mean: Taxi-v3" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_package_id_typed_in_another_case_offers_the_id():
+    """``Minigrid-...`` imported no package, so no MiniGrid id was among the close matches: the
+    line listed rlherd's families instead. A fresh process, as the command is: one that has
+    imported minigrid already would offer the id anyway."""
+    pytest.importorskip("minigrid")
+    out = subprocess.run([sys.executable, "-m", "rlherd.cli", "check-env", "Minigrid-Empty-5x5-v0"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 2 and "Did you mean: MiniGrid-Empty-5x5-v0" in out.stderr
 
 
 @pytest.mark.parametrize("seconds", ["-1", "0", "nan", "inf"])  # inf: timed until killed

@@ -191,9 +191,17 @@ def _gym_make(env_id: str, render_mode: str | None, kwargs: dict[str, Any]) -> g
         raise MissingExtra(f"{env_id} needs a package that is not installed ({e}); "
                            f"{_install_hint(env_id)}") from e  # fmt: skip
     except (TypeError, ValueError) as e:
-        if not kwargs:
+        if not options:
             raise  # not the user's options: a bug in the environment
-        raise ConfigError(f"{env_id} does not take the options {kwargs}: {e}") from e
+        raise _options_refused(env_id, options, e) from e
+
+
+def _options_refused(env_id: str, options: dict[str, Any], error: Exception) -> ConfigError:
+    """The line for options an environment does not take; a render mode among them is most
+    often asked by a video (``rlherd eval --video``), not given with the environment's options."""
+    drawn = ("; --video makes it with render_mode='rgb_array': take render_mode in its "
+             "constructor, or drop --video") if options.get("render_mode") == "rgb_array" else ""
+    return ConfigError(f"{env_id} does not take the options {options}: {error}{drawn}")
 
 
 def _call_factory(
@@ -213,7 +221,7 @@ def _call_factory(
             signature.bind(**options)
         except TypeError as e:  # the call itself cannot be made
             if options:
-                raise ConfigError(f"{env_id} does not take the options {options}: {e}") from None
+                raise _options_refused(env_id, options, e) from None
             raise ConfigError(f"{env_id} cannot be called without arguments ({e}); an "
                               "environment factory takes the environment's options "
                               "(--env-kwargs) as keywords") from None
@@ -223,7 +231,7 @@ def _call_factory(
         env = factory(**options)
     except TypeError as e:
         if options and passes_on:
-            raise ConfigError(f"{env_id} does not take the options {options}: {e}") from e
+            raise _options_refused(env_id, options, e) from e
         raise
     if not isinstance(env, gym.Env):
         raise ConfigError(
@@ -256,11 +264,11 @@ def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
     looks = own and isinstance(env.action_space, gym.spaces.Discrete)
     blind = looks and env.render_mode == "human"  # a reset to look would open a window
     source = _MASKS.get(key) if key in _MASKS else mask_source(
-        env, env.reset()[1] if looks and not blind else None)  # fmt: skip
+        env, env_id, env.reset()[1] if looks and not blind else None)  # fmt: skip
     if not blind:  # what was not looked for is not remembered for the id's later makes
         _MASKS[key] = source
     if source is not None:
-        env = ActionMaskObservation(env, source)
+        env = ActionMaskObservation(env, source, env_id)
     space = env.observation_space
     masked = looks and isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces
     return StepCheck(env, env_id, masked, late_masks=not blind) if own else env

@@ -150,6 +150,15 @@ def _package(env_id: str) -> tuple[str, str] | None:
     return None
 
 
+def _import_for_suggestions(env_id: str) -> None:
+    """Import the installed package of :data:`PACKAGES` whose prefix ``env_id`` has in another
+    case (``Minigrid-Empty-5x5-v0``), so that its ids are among the close matches offered."""
+    for prefix, module, _ in PACKAGES:
+        if env_id.lower().startswith(prefix.lower()) and importlib.util.find_spec(module):
+            with no_display_warning():
+                importlib.import_module(module)
+
+
 def _import(module: str, env_id: str, install: str | None = None) -> Any:
     """Import the module an id names; one that cannot be found is a :class:`MissingExtra`."""
     how = install or (
@@ -180,6 +189,7 @@ def check_id(env_id: str) -> None:
         _import(*package[:1], env_id, package[1])
     else:
         register_optional_families()
+        _import_for_suggestions(env_id)
     if env_id in gym.registry:
         return
     if env_id.startswith(bsuite.PREFIX):  # near a sweep id: never Shimmy's, which log no CSV

@@ -11,15 +11,16 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
   ``info["action_mask"]`` (Gymnasium's toy text) or through ``action_masks()`` (MaskablePPO's
   convention) moved into the observation as ``obs["action_mask"]``, PettingZoo's convention.
   An array observation becomes ``{"observation": ..., "action_mask": ...}``.
-- :class:`ApiCheck`: an environment of one's own held to Gymnasium's API (``reset()`` gives
-  ``(observation, info)``, ``step()`` five values), innermost, so that the old Gym API's returns
-  are one line rather than a failed unpacking inside another wrapper.
+- :class:`ApiCheck`: an environment of one's own held to Gymnasium's API (``reset()`` takes
+  ``seed=`` and ``options=`` and gives ``(observation, info)``, ``step()`` five values),
+  innermost, so that the old Gym API's calls and returns are one line rather than a TypeError
+  or a failed unpacking inside another wrapper.
 - :class:`StepCheck`: an environment of one's own checked at every step, so that a fault of
   its own is one line naming it rather than numpy's error deep in a batch, a divergence blamed
   on the learning rate, or illegal actions played in silence: each observation array of its
-  space's shape and finite, the reward a finite number, and the action mask one 0 or 1 per
-  action with some action legal until the episode ends (a mask that appears in ``info`` only
-  after reset, never read, is refused).
+  space's shape and finite, each code one of its space's, the reward a finite number, and the
+  action mask one 0 or 1 per action with some action legal until the episode ends (a mask that
+  appears in ``info`` only after reset, never read, is refused).
 - :class:`ActionRepeat`: each action held for ``n`` steps of the environment, their rewards
   summed (the Control Suite's ``action_repeat`` option, the convention of its pixel and state
   benchmarks).
@@ -27,6 +28,7 @@ whose ``action_mask`` (where the environment has one) says which actions are leg
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -34,7 +36,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from rlherd.core import OBS_KEY, flatten_space, flatten_value
+from rlherd.core import OBS_KEY, Leaf, flatten_space, flatten_value, unmasked
 from rlherd.errors import UnsupportedEnv
 from rlherd.types import ACTION_MASK
 
@@ -51,13 +53,15 @@ class NamedArrays(gym.ObservationWrapper):
 
 
 class ActionMaskObservation(gym.Wrapper):
-    """See the module docstring; ``source`` is ``"info"`` or ``"method"``."""
+    """See the module docstring; ``source`` is ``"info"`` or ``"method"``; ``env_id`` names the
+    environment in the line that refuses an ``info`` without the mask after a reset that gave
+    one."""
 
-    def __init__(self, env: gym.Env, source: str):
+    def __init__(self, env: gym.Env, source: str, env_id: str):
         super().__init__(env)
         if source not in ("info", "method"):
             raise ValueError(f"source must be 'info' or 'method', got {source!r}")
-        self.source = source
+        self.source, self.env_id = source, env_id
         n = int(env.action_space.n)
         mask = gym.spaces.MultiBinary(n)
         space = env.observation_space
@@ -67,7 +71,11 @@ class ActionMaskObservation(gym.Wrapper):
 
     def _with_mask(self, obs: Any, info: dict[str, Any]) -> dict[str, Any]:
         if self.source == "info":
-            mask = info[ACTION_MASK]
+            mask = info.get(ACTION_MASK)
+            if mask is None:
+                raise UnsupportedEnv(f"{self.env_id} gives info['action_mask'] from reset() but "
+                                     "not with every observation after it: give it from every "
+                                     "step(), the final one too")  # fmt: skip
         else:
             mask = self.env.get_wrapper_attr("action_masks")()
         obs = {OBS_KEY: np.asarray(obs)} if self._wrap else dict(obs)
@@ -93,6 +101,7 @@ class StepCheck(gym.Wrapper):
         self.env_id, self.masked = env_id, masked
         self.late_masks = late_masks and isinstance(env.action_space, gym.spaces.Discrete)
         self.shapes = leaf_shapes(env.observation_space)
+        self.codes = leaf_codes(env.observation_space)
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
@@ -108,7 +117,7 @@ class StepCheck(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
     def _check(self, obs: Any, info: dict[str, Any], call: str, ended: bool) -> None:
-        check_observation(obs, self.shapes, f"{self.env_id}'s {call}")
+        check_observation(obs, self.shapes, f"{self.env_id}'s {call}", codes=self.codes)
         if self.masked:
             check_mask(np.asarray(obs[ACTION_MASK]), int(self.action_space.n), self.env_id,
                        ended)  # fmt: skip
@@ -126,12 +135,33 @@ def leaf_shapes(space: gym.Space) -> dict[str | None, tuple[int, ...]]:
     return {k: s.shape for k, s in leaves.items() if s.shape is not None}
 
 
+def leaf_codes(space: gym.Space) -> dict[str, int | np.ndarray]:
+    """How many codes each array of an observation of ``space`` (flattened: counted from 0) that
+    networks may read as codes has, by its key, as :func:`check_observation` reads them: a
+    ``Discrete``'s (an int), a ``MultiDiscrete``'s (one per entry) and an integer ``Box``'s with
+    bounds in ``[0, n)`` (its :class:`~rlherd.core.Leaf` categories) where its dtype can hold
+    more (a uint8 image's 256 it cannot). An action mask has its own check (:func:`check_mask`)."""
+    leaves = space.spaces if isinstance(space, gym.spaces.Dict) else {}
+    codes: dict[str, int | np.ndarray] = {}
+    for key, leaf_space in leaves.items():
+        if key == ACTION_MASK:
+            continue
+        if isinstance(leaf_space, gym.spaces.MultiDiscrete):
+            codes[key] = leaf_space.nvec
+        elif isinstance(leaf_space, gym.spaces.Discrete | gym.spaces.Box):
+            leaf = Leaf.of(leaf_space)
+            if leaf.categories and np.iinfo(leaf.dtype).max >= leaf.categories:
+                codes[key] = leaf.categories
+    return codes
+
+
 def check_observation(obs: Any, shapes: dict[str | None, tuple[int, ...]], where: str,
-                      whose: str = "") -> None:  # fmt: skip
-    """An environment's own observation held to its space (``shapes``, :func:`leaf_shapes`):
-    each array there, of its shape, finite. A fault is one line saying ``where`` it came from
-    (``"MyEnv-v0's step()"``) and ``whose`` (``" for player_1"``), not numpy's error inside a
-    batch or a network's NaN blamed on the learning rate."""
+                      whose: str = "", codes: dict[str, int | np.ndarray] | None = None) -> None:
+    """An environment's own observation held to its space (``shapes``, :func:`leaf_shapes`;
+    ``codes``, :func:`leaf_codes`): each array there, of its shape, finite, and each code one
+    of its space's. A fault is one line saying ``where`` it came from (``"MyEnv-v0's step()"``)
+    and ``whose`` (``" for player_1"``), not numpy's error inside a batch, torch's inside a
+    one-hot, or a network's NaN blamed on the learning rate."""
     for key, shape in shapes.items():  # every key is there: ApiCheck or FlatView.flat saw to it
         value = np.asarray(obs if key is None else obs[key])
         if value.shape != shape:
@@ -141,6 +171,15 @@ def check_observation(obs: Any, shapes: dict[str | None, tuple[int, ...]], where
             raise UnsupportedEnv(f"{where} returned {_leaf(key)}{whose} holding NaN or inf, "
                                  "which no network reads, even where its space's bounds allow "
                                  "inf: replace them (a gymnasium.wrappers.TransformObservation)")
+    for key, n in (codes or {}).items():
+        value = np.asarray(obs[key])  # a Discrete's in Python's ints: 4x numpy's speed
+        if 0 <= int(value) < n if value.ndim == 0 else not ((value < 0) | (value >= n)).any():
+            continue
+        outside = np.unique(value[(value < 0) | (value >= n)])[:5].tolist()
+        raise UnsupportedEnv(f"{where} returned {_leaf(key)}{whose} holding {outside}, outside "
+                             f"the codes its space declares (below {np.asarray(n).tolist()}, "
+                             "a Discrete's counted from its start), which no one-hot or "
+                             "embedding reads")
 
 
 def check_mask(mask: np.ndarray, n: int, name: str, ended: bool, whose: str = "") -> None:
@@ -163,7 +202,8 @@ class FlatView:
 
     def __init__(self, space: gym.Space):
         self.space = space
-        self.shapes = leaf_shapes(flatten_space(space)[0])
+        flat = flatten_space(space)[0]
+        self.shapes, self.codes = leaf_shapes(flat), leaf_codes(flat)
 
     def flat(self, obs: Any, where: str, whose: str = "") -> Any:
         try:
@@ -173,14 +213,15 @@ class FlatView:
                                  f"{e.args[0]!r}, which its observation space has") from None
 
     def check(self, flat: Any, where: str, whose: str = "") -> None:
-        check_observation(flat, self.shapes, where, whose)
+        check_observation(flat, self.shapes, where, whose, self.codes)
 
 
 class ApiCheck(gym.Wrapper):
     """An environment of one's own held to Gymnasium's API, innermost, before any wrapper
-    unpacks what it returns: ``reset()`` gives ``(observation, info)``, ``step()`` five values.
-    The old Gym API's (an observation alone; four values with one ``done``) is one line naming
-    the environment and the fix."""
+    unpacks what it returns: ``reset()`` takes ``seed=`` and ``options=`` (every vector env
+    passes both) and gives ``(observation, info)``, ``step()`` five values whose info is a
+    dict. The old Gym API's (a ``reset()`` of no arguments, an observation alone, four values
+    with one ``done``) and an info of None are one line naming the environment and the fix."""
 
     def __init__(self, env: gym.Env, env_id: str):
         super().__init__(env)
@@ -188,7 +229,15 @@ class ApiCheck(gym.Wrapper):
         self._dict = isinstance(env.observation_space, gym.spaces.Dict)
 
     def reset(self, **kwargs: Any):
-        result = self.env.reset(**kwargs)
+        try:
+            result = self.env.reset(**kwargs)
+        except TypeError:
+            if _takes(self.env.reset, kwargs):
+                raise  # raised inside: the environment's own bug
+            taken = ", ".join(f"{name}=" for name in kwargs)
+            raise UnsupportedEnv(f"{self.env_id}'s reset() does not take {taken} as "
+                                 "Gymnasium's does: define it as reset(self, *, seed=None, "
+                                 "options=None), calling super().reset(seed=seed)") from None
         if isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict):
             if self._dict:
                 self._check_keys(result[0], self.observation_space, "reset()")
@@ -199,6 +248,10 @@ class ApiCheck(gym.Wrapper):
     def step(self, action: Any):
         result = self.env.step(action)
         if isinstance(result, tuple) and len(result) == 5:
+            if not isinstance(result[4], dict):  # every wrapper and vector env reads it as one
+                raise UnsupportedEnv(f"{self.env_id}'s step() returned the info "
+                                     f"{result[4]!r:.60}, not a dict: return {{}} where there is "
+                                     "nothing to say")  # fmt: skip
             if self._dict:
                 self._check_keys(result[0], self.observation_space, "step()")
             return result
@@ -217,6 +270,18 @@ class ApiCheck(gym.Wrapper):
                                      f"{name!r}, which its observation space has")
             if isinstance(sub, gym.spaces.Dict):
                 self._check_keys(obs[key], sub, call, f"{name}.")
+
+
+def _takes(method: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether ``method`` can be called with ``kwargs`` (a method without a signature to read is
+    given the benefit of the doubt)."""
+    try:
+        inspect.signature(method).bind(**kwargs)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read
+        pass
+    return True
 
 
 def _count(result: Any) -> str:
@@ -243,20 +308,23 @@ def one_finite_number(reward: Any) -> bool:
         return False
 
 
-def mask_source(env: gym.Env, probe_info: dict[str, Any] | None) -> str | None:
+def mask_source(env: gym.Env, env_id: str, probe_info: dict[str, Any] | None) -> str | None:
     """Where ``env``'s action mask comes from, if it has one outside its observation:
     ``"method"`` (``action_masks()``), ``"info"`` (``info["action_mask"]`` at reset), or None.
-    A mask already in a dict observation needs nothing."""
+    A mask already in a dict observation needs nothing. A method of actions other than
+    ``Discrete`` (MaskablePPO's of MultiDiscrete ones) is refused, naming ``env_id``."""
     space = env.observation_space
     if isinstance(space, gym.spaces.Dict) and ACTION_MASK in space.spaces:
         return None
+    try:  # on the environment or on a wrapper of it (sb3-contrib's ActionMasker)
+        method = callable(env.get_wrapper_attr("action_masks"))
+    except AttributeError:
+        method = False
+    if method:
+        unmasked(env_id, "its action_masks()", env.action_space)
+        return "method"
     if not isinstance(env.action_space, gym.spaces.Discrete):
         return None
-    try:  # on the environment or on a wrapper of it (sb3-contrib's ActionMasker)
-        if callable(env.get_wrapper_attr("action_masks")):
-            return "method"
-    except AttributeError:
-        pass
     if probe_info is not None and ACTION_MASK in probe_info:
         return "info"
     return None

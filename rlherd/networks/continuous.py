@@ -84,7 +84,8 @@ def obs_dim(spec: EnvSpec) -> int:
         raise ConfigError(
             f"{spec.env_id} has image observations ({', '.join(images)}); the continuous-control "
             "agents take vector observations (state-based tasks such as Pendulum-v1, "
-            "HalfCheetah-v5 or dm_control/cartpole-swingup-v0)"
+            "HalfCheetah-v5 or dm_control/cartpole-swingup-v0): train ppo, whose networks read "
+            "images in every action space"
         )
     return sum(int(np.prod(leaf.shape)) for k, leaf in leaves.items() if k != F.ACTION_MASK)
 

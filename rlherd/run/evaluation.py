@@ -15,6 +15,7 @@ import torch
 
 from rlherd import envs as rl_envs
 from rlherd.core import VariableClient
+from rlherd.errors import ConfigError
 from rlherd.replay.recording import MAX_EPISODE_STEPS
 from rlherd.types import batch_of_one
 
@@ -78,10 +79,23 @@ def _game_episodes(game, actor, episodes: int, seed: int):
 def _render(env) -> np.ndarray:
     """A frame of ``env``, without Gymnasium's checker warning (on the first frame) that it is not
     uint8 or that the environment declares no frame rate (MinAtar's frames are both): a video
-    takes frames of any dtype (:func:`~rlherd.run.video.as_video`) and has its own rate."""
+    takes frames of any dtype (:func:`~rlherd.run.video.as_video`) and has its own rate. An
+    environment that draws nothing (its ``render()`` returns None, or is Gymnasium's, which
+    raises NotImplementedError) is one line at its first frame, not the video writer's error
+    on a frame of shape () after every episode, or a traceback."""
+    name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(No render fps|RGB-array rendering should)")
-        return env.render()
+        try:
+            frame = env.render()
+        except NotImplementedError:
+            raise ConfigError(f"{name} has no render(); it draws no frames to record: drop "
+                              "--video, or return an image from its render()") from None
+    if np.ndim(frame) < 2:
+        raise ConfigError(f"{name}'s render() returned {frame!r:.40} in render_mode 'rgb_array', "
+                          "not an image; it draws no frames to record: drop --video, or return "
+                          "an image from its render()")  # fmt: skip
+    return frame
 
 
 def episode_stats(

@@ -510,9 +510,10 @@ def check_parts(checkpoint: dict[str, Any], path: Path) -> None:
 def fitting(path: Path | None) -> Iterator[None]:
     """Restoring a run's state or policy from the file at ``path``: a part that does not fit
     what the run's config builds (tensors of other shapes, as after config.json's network sizes
-    were edited; a part missing; a value of the wrong type, a random state of another
-    generator) is one line naming the file, not the traceback of a ``load_state_dict`` deep in
-    torch or numpy. Only restoring goes in here: a fault of the run itself keeps its traceback."""
+    were edited, or an environment of one's own changed its spaces; a part missing; a value of
+    the wrong type, a random state of another generator) is one line naming the file, not the
+    traceback of a ``load_state_dict`` deep in torch or numpy. Only restoring goes in here: a
+    fault of the run itself keeps its traceback."""
     try:
         yield
     except (ConfigError, torch.OutOfMemoryError, NodeDied):  # RuntimeErrors, not misfits
@@ -521,8 +522,9 @@ def fitting(path: Path | None) -> Iterator[None]:
         if "can't allocate memory" in str(e):  # the CPU allocator's out of memory
             raise
         raise ConfigError(f"{path} does not fit the run's config ({_gist(e)}); was config.json "
-                          "edited after training? Restore the run's files from a copy, or "
-                          "train the run again") from None  # fmt: skip
+                          "edited after training, or have the environment's spaces changed "
+                          "since (its code, or its options)? Restore the run's files, or the "
+                          "environment, from a copy, or train the run again") from None  # fmt: skip
 
 
 def _gist(error: Exception) -> str:
