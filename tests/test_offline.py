@@ -15,6 +15,7 @@ from mixed_env import MIXED, assert_same
 import rlherd
 from rlherd import envs as rl_envs
 from rlherd import runtime as runtime_mod
+from rlherd.agents import BUILDERS
 from rlherd.agents.dqn import DQNBuilder, DQNConfig
 from rlherd.cli import main
 from rlherd.commands.collect import collect
@@ -642,3 +643,18 @@ def test_crr_exponential_weights_stop_at_their_bound():
     """exp(5 / 0.5) is 22,026; the bound holds it at 20."""
     weight = crr_weights(torch.tensor([5.0]), torch.zeros(4, 1), "exp", beta=0.5, upper_bound=20.0)
     assert weight.tolist() == [20.0]
+
+
+@pytest.mark.parametrize("agent", ["bc", "cql"])
+@pytest.mark.parametrize("space", [gym.spaces.MultiBinary(3), gym.spaces.MultiDiscrete([2, 3])])
+def test_actions_no_offline_agent_learns_are_refused_naming_the_ways_on(agent, space):
+    """A MultiBinary dataset was refused as 'multidiscrete actions' (a name the user never gave)
+    with no way on; the line names both spaces and the two ways: an online agent, or the actions
+    numbered as one Discrete before recording."""
+    spec = EnvSpec.from_spaces("mine/Switches-v0", gym.spaces.Box(-1, 1, (4,)), space)
+    builder = BUILDERS[agent](BUILDERS[agent].config_class())
+    choices = math.prod(space.nvec) if hasattr(space, "nvec") else 2**3
+    with pytest.raises(ConfigError, match=rf"MultiDiscrete \(or MultiBinary\) actions of shape "
+                                          rf".*train ppo online, or number them as one "
+                                          rf"Discrete\({choices}\)"):  # fmt: skip
+        builder.make_networks(spec)

@@ -7,6 +7,7 @@ compact uint8 observations.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -183,6 +184,21 @@ def require_discrete(spec: EnvSpec, agent: str) -> None:
             f"actions of shape {spec.action_shape}; use ppo, which acts in every space, or "
             "sac, td3, d4pg, ddpg, mpo or dmpo for continuous actions."
         )
+
+
+def require_discrete_or_box(spec: EnvSpec, agent: str) -> None:
+    """The offline agents that learn either kind of action (BC, CQL) fail early on the others,
+    MultiBinary's included (read as MultiDiscrete), with the two ways on: an online agent, or
+    the actions numbered as one Discrete before the dataset is recorded."""
+    if spec.action_kind in ("discrete", "continuous"):
+        return
+    choices = math.prod(spec.action_nvec)
+    raise ConfigError(
+        f"{agent} learns Discrete or Box actions; {spec.env_id} has MultiDiscrete (or "
+        f"MultiBinary) actions of shape {spec.action_shape}, which no offline agent learns: "
+        f"train ppo online, or number them as one Discrete({choices}) in a "
+        "gymnasium.ActionWrapper and record the dataset through it"
+    )
 
 
 def make_torso(

@@ -8,7 +8,7 @@ from torch import nn
 from rlherd.agents.bc.config import BCConfig
 from rlherd.core import EnvSpec
 from rlherd.errors import ConfigError
-from rlherd.networks import torso_of
+from rlherd.networks import require_discrete_or_box, torso_of
 from rlherd.networks.continuous import (
     ActionBounds,
     GaussianPolicy,
@@ -30,9 +30,7 @@ class BCNetwork(ActionBounds, nn.Module):
             torso = torso_of(spec, config)
             self.policy = nn.Sequential(torso, nn.Linear(torso.out_dim, spec.num_actions))
             return
-        if spec.action_kind != "continuous":
-            raise ConfigError(f"bc clones Discrete or Box actions; {spec.env_id} has "
-                              f"{spec.action_kind} actions")  # fmt: skip
+        require_discrete_or_box(spec, "bc")
         require_bounded_box(spec, "bc")
         if not config.hidden_sizes:  # the Gaussian heads read the last hidden layer's width
             raise ConfigError("hidden_sizes must name at least one hidden layer for continuous "

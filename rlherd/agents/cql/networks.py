@@ -9,8 +9,7 @@ from torch import nn
 
 from rlherd.agents.cql.config import CQLConfig
 from rlherd.core import EnvSpec
-from rlherd.errors import ConfigError
-from rlherd.networks import torso_of
+from rlherd.networks import require_discrete_or_box, torso_of
 from rlherd.networks.continuous import SACNetworks
 
 
@@ -29,9 +28,7 @@ class DiscreteQ(nn.Module):
 
 
 def make_networks(spec: EnvSpec, config: CQLConfig) -> DiscreteQ | SACNetworks:
+    require_discrete_or_box(spec, "cql")
     if spec.action_kind == "discrete":
         return DiscreteQ(spec, config)
-    if spec.action_kind == "continuous":
-        return SACNetworks(spec, config, "cql")
-    raise ConfigError(f"cql acts in Discrete or Box action spaces; {spec.env_id} has "
-                      f"{spec.action_kind} actions")  # fmt: skip
+    return SACNetworks(spec, config, "cql")
