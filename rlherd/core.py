@@ -98,7 +98,7 @@ def _carried(space: gym.Space, value: Any = None) -> tuple[gym.Space, Any]:
     return space, value
 
 
-def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
+def flatten_space(space: gym.Space, whose: str = "the") -> tuple[gym.Space, list[str]]:
     """A Gymnasium observation space as rlherd carries it, and the keys it leaves out.
 
     A ``Box`` stays as it is: the one array an agent reads (and ``EnvSpec.obs`` a single
@@ -108,7 +108,8 @@ def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
     not, become one ``Dict`` of their array leaves, keyed by their paths joined with ``"."`` (a
     ``Tuple``'s entries by position: ``"0"``, ``"1"``); leaves that are not arrays (MiniGrid's
     ``mission`` text, a ``Graph``) are left out and their keys returned, so the caller can say
-    so once. Codes count from 0, in int64, and a scalar ``Box`` is a vector of one.
+    so once. Codes count from 0, in int64, and a scalar ``Box`` is a vector of one. ``whose``
+    names the observation's environment (``"MyEnv-v0's"``) in the line that refuses a space.
     """
     if isinstance(space, gym.spaces.Box):
         return _carried(space)[0], []
@@ -119,8 +120,8 @@ def flatten_space(space: gym.Space) -> tuple[gym.Space, list[str]]:
     leaves = {path: _carried(s)[0] for path, s in arrays}
     if len(leaves) < len(arrays):  # one would overwrite the other in every observation
         twice = next(path for path in leaves if [p for p, _ in arrays].count(path) > 1)
-        raise UnsupportedEnv(f"two arrays of the observation are both named {twice!r} once its "
-                             "nested keys are joined with '.' (a key holding '.' beside a "
+        raise UnsupportedEnv(f"two arrays of {whose} observation are both named {twice!r} once "
+                             "its nested keys are joined with '.' (a key holding '.' beside a "
                              "nested one): rename one")  # fmt: skip
     dropped = [path for path, s, _ in _leaves(space) if s is None]
     return gym.spaces.Dict(leaves), dropped

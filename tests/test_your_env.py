@@ -671,6 +671,20 @@ def test_two_arrays_named_alike_once_flattened_are_refused_naming_the_key():
     with pytest.raises(UnsupportedEnv, match=r"two arrays of the observation are both named "
                                              r"'a\.b' once its nested keys are joined with '\.'"):
         flatten_space(space)
+    # Made by rlherd, the line names the environment.
+    gym.register("test_your_env/DotKeys-v0", entry_point=lambda: _Spaces(space))
+    with pytest.raises(UnsupportedEnv, match=r"two arrays of test_your_env/DotKeys-v0's "
+                                             r"observation are both named 'a\.b'"):
+        rl_envs.make("test_your_env/DotKeys-v0")
+
+
+class _Spaces(gym.Env):
+    """An environment of ``observation_space`` and two actions, never stepped."""
+
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, observation_space: gym.Space):
+        self.observation_space = observation_space
 
 
 def test_ids_of_installed_packages_resolve_to_their_module():

@@ -260,7 +260,7 @@ def _standard_observations(env: gym.Env, env_id: str, key: str) -> gym.Env:
         env = _innermost(env, lambda inner: ApiCheck(inner, env_id))
     space = env.observation_space
     if not isinstance(space, gym.spaces.Box) or space.shape == ():
-        env = NamedArrays(env)
+        env = NamedArrays(env, env_id)
     looks = own and isinstance(env.action_space, gym.spaces.Discrete)
     blind = looks and env.render_mode == "human"  # a reset to look would open a window
     source = _MASKS.get(key) if key in _MASKS else mask_source(

@@ -182,7 +182,7 @@ class AgentRows(gym.vector.VectorEnv):
         # A game of one's own is held to its spaces at every step, as StepCheck holds one's own
         # environment; PettingZoo's and MPE's own games are not.
         self._checked = None if env_id.startswith(KNOWN_GAMES) else {
-            a: FlatView(space) for a, space in obs_spaces.items()}
+            a: FlatView(space, env_id) for a, space in obs_spaces.items()}
         act_spaces = {a: first.action_space(a) for a in self.possible_agents}
         agent = self.possible_agents[0]
         self._legal: np.ndarray | None = None  # each agent's actions, where their counts differ
@@ -199,7 +199,8 @@ class AgentRows(gym.vector.VectorEnv):
         if isinstance(self.raw_space, gym.spaces.Box):
             self.single_observation_space, self.dropped = self.raw_space, []
         else:
-            self.single_observation_space, self.dropped = flatten_space(self.raw_space)
+            self.single_observation_space, self.dropped = flatten_space(self.raw_space,
+                                                                        f"{env_id}'s")
         if self._legal is not None:  # the legal actions, as PettingZoo's masks say them
             space = self.single_observation_space
             mask = gym.spaces.Box(0, 1, (single_action_space.n,), np.int8)

@@ -212,9 +212,9 @@ class TurnGames(gym.vector.VectorEnv):
                               "rlherd's self-play has one policy take both seats")  # fmt: skip
         self.raw_space = raw
         # A game of one's own is held to its space at every turn; PettingZoo's own are not.
-        self._check = None if env_id.startswith(KNOWN_GAMES) else FlatView(raw)
+        self._check = None if env_id.startswith(KNOWN_GAMES) else FlatView(raw, env_id)
         self._where = f"{env_id}'s observe()"
-        self.single_observation_space, self.dropped = flatten_space(raw)
+        self.single_observation_space, self.dropped = flatten_space(raw, f"{env_id}'s")
         self.single_action_space = self.games[0].action_space(self.possible_agents[0])
         self.num_envs = games
         self.agents_per_game = 1

@@ -42,11 +42,12 @@ from rlherd.types import ACTION_MASK
 
 
 class NamedArrays(gym.ObservationWrapper):
-    """See the module docstring. ``dropped`` lists the keys left out."""
+    """See the module docstring. ``dropped`` lists the keys left out; ``env_id`` names the
+    environment in the line that refuses a space it cannot carry."""
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, env_id: str):
         super().__init__(env)
-        self.observation_space, self.dropped = flatten_space(env.observation_space)
+        self.observation_space, self.dropped = flatten_space(env.observation_space, f"{env_id}'s")
 
     def observation(self, observation: Any) -> Any:
         return flatten_value(self.env.observation_space, observation)
@@ -198,11 +199,12 @@ class FlatView:
     """A game of one's own's observations as the policy reads them (flattened,
     :func:`rlherd.core.flatten_space`), held to its space: every array, nested ones too, there
     (:meth:`flat`), of its shape and finite (:meth:`check`). A fault is one line saying
-    ``where`` the observation came from and ``whose`` it is (:func:`check_observation`)."""
+    ``where`` the observation came from and ``whose`` it is (:func:`check_observation`);
+    ``game`` names the game in the line that refuses a space it cannot carry."""
 
-    def __init__(self, space: gym.Space):
+    def __init__(self, space: gym.Space, game: str):
         self.space = space
-        flat = flatten_space(space)[0]
+        flat = flatten_space(space, f"{game}'s")[0]
         self.shapes, self.codes = leaf_shapes(flat), leaf_codes(flat)
 
     def flat(self, obs: Any, where: str, whose: str = "") -> Any:
