@@ -14,6 +14,7 @@ from rlherd import envs as rl_envs
 from rlherd import types as F
 from rlherd.agents import BUILDERS
 from rlherd.commands.train import BudgetNotice, resolve_config
+from rlherd.errors import ConfigError
 from rlherd.losses.actor_critic import (
     sac_policy_loss,
     smoothed_target_action,
@@ -264,3 +265,8 @@ def test_a_run_too_short_for_its_learner_to_step_says_so(tmp_path):
         run = rlherd.train("td3", "Pendulum-v1", run_dir=tmp_path / "b",
                            **{**short, "total_steps": 301})  # fmt: skip
     assert run.summary["learner_steps"] > 0
+    # Of a run refused anyway (TD3 on Discrete actions), the refusal alone is said.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BudgetNotice)
+        with pytest.raises(ConfigError, match="acts in continuous"):
+            rlherd.train("td3", "CartPole-v1", run_dir=tmp_path / "c", **short)

@@ -365,11 +365,11 @@ def train(
     notice = rl_envs.dropped_notice(spec) if spec is not None and resume is None else None
     if notice:
         warnings.warn(notice, ObservationNotice, stacklevel=2)
-    budget = learning_starts_notice(agent, config, runtime, settings, record.total_steps)
-    if budget:
-        warnings.warn(budget, BudgetNotice, stacklevel=2)
     builder = checked_builder(agent, config, spec, runtime, settings, record.env,
                               record.env_kwargs)  # fmt: skip
+    budget = learning_starts_notice(agent, config, runtime, settings, record.total_steps)
+    if budget:  # of a run that can start: not before a refusal that would stop it
+        warnings.warn(budget, BudgetNotice, stacklevel=2)
     if rundir is None:
         rundir = _new_run_dir(run_dir, agent, record.env, overwrite)
         rundir.lock()
