@@ -704,6 +704,12 @@ def test_ids_that_cannot_be_found_name_the_fix(monkeypatch):
         rl_envs.make("minigrid:MiniGrid-DoorKey-5x5-v9")
     with pytest.raises(MissingExtra, match="no_such_package.*not found.*PYTHONPATH=."):
         rl_envs.make("no_such_package:Env-v0")
+    # An id one's own module registers, run without it, is near no known id but by a few
+    # letters: the line names the MODULE:ID form; a typo of a known id is left at the typo.
+    with pytest.raises(ConfigError, match=r"name the module that does, MODULE:ProbeMask-v0\.$"):
+        rl_envs.make("ProbeMask-v0")
+    with pytest.raises(ConfigError, match=r"Did you mean: CartPole-v1, CartPole-v0\?$"):
+        rl_envs.make("Cartpole")
     real = ids.importlib.util.find_spec
     monkeypatch.setattr(ids.importlib.util, "find_spec",
                         lambda name: None if name == "nle" else real(name))  # fmt: skip

@@ -175,6 +175,12 @@ def _import(module: str, env_id: str, install: str | None = None) -> Any:
         return importlib.import_module(module)
 
 
+def _alike(a: str, b: str) -> bool:
+    """Whether id ``a`` reads as a typo of ``b`` (a case or a character or two), rather than a
+    name of its own that merely shares letters with it."""
+    return difflib.SequenceMatcher(None, a.lower(), b.lower()).ratio() >= 0.8
+
+
 def check_id(env_id: str) -> None:
     if env_id in gym.registry:
         return
@@ -212,6 +218,8 @@ def check_id(env_id: str) -> None:
         " rlherd/Bandit-v0, rlherd/Corridor-v0, rlherd/Reach-v0, rlherd/DeepSea-v0,"
         " rlherd/MaskedCartPole-v1; any other package's ids as module:Env-v0."
     )
+    if close and ":" not in env_id and not any(_alike(env_id, c) for c in close):  # one's own?
+        hint += f" An id your code registers: name the module that does, MODULE:{env_id}."
     raise ConfigError(f"unknown environment id {env_id!r}.{did_you_mean}{hint}")
 
 
