@@ -83,19 +83,23 @@ def _render(env) -> np.ndarray:
     environment that draws nothing (its ``render()`` returns None, or is Gymnasium's, which
     raises NotImplementedError) is one line at its first frame, not the video writer's error
     on a frame of shape () after every episode, or a traceback."""
-    name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(No render fps|RGB-array rendering should)")
         try:
             frame = env.render()
         except NotImplementedError:
-            raise ConfigError(f"{name} has no render(); it draws no frames to record: drop "
-                              "--video, or return an image from its render()") from None
+            raise _draws_nothing(env, " has no render()") from None
     if np.ndim(frame) < 2:
-        raise ConfigError(f"{name}'s render() returned {frame!r:.40} in render_mode 'rgb_array', "
-                          "not an image; it draws no frames to record: drop --video, or return "
-                          "an image from its render()")  # fmt: skip
+        raise _draws_nothing(env, f"'s render() returned {frame!r:.40} in render_mode "
+                                  "'rgb_array', not an image")  # fmt: skip
     return frame
+
+
+def _draws_nothing(env, what: str) -> ConfigError:
+    """The line for an environment with no frames to record; ``what`` follows its name."""
+    name = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+    return ConfigError(f"{name}{what}; it draws no frames to record: drop --video, or "
+                       "return an image from its render()")
 
 
 def episode_stats(
