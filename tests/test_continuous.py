@@ -4,6 +4,7 @@ and Pendulum."""
 import dataclasses
 import warnings
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -17,7 +18,7 @@ from rlherd.agents.learning import SupportPlacer
 from rlherd.commands.train import resolve_config
 from rlherd.core import EnvSpec, Leaf
 from rlherd.errors import ConfigError
-from rlherd.networks.continuous import obs_dim
+from rlherd.networks.continuous import ObsVector
 from rlherd.run.rundir import RunDir
 
 CONTINUOUS = ("ddpg", "d4pg", "mpo", "dmpo", "sac", "td3")
@@ -78,7 +79,46 @@ def test_image_observations_point_to_the_agent_that_reads_them():
                     action_low=-np.ones(2), action_high=np.ones(2))  # fmt: skip
     with pytest.raises(ConfigError, match=r"img has image observations \(the observation\); .*: "
                                           r"train ppo, whose networks read images"):
-        obs_dim(image)
+        ObsVector(image)
+
+
+class Modes(gym.Env):
+    """Continuous actions and a dict observation with codes: a mode (Discrete) and two dials
+    (MultiDiscrete) beside numbers."""
+
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    observation_space = gym.spaces.Dict({
+        "dial": gym.spaces.MultiDiscrete([4, 4]), "mode": gym.spaces.Discrete(3),
+        "x": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+    })  # fmt: skip
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.observation_space.sample(), float(action[0]), False, self.t >= 20, {}
+
+
+@pytest.mark.parametrize("agent", CONTINUOUS)
+def test_codes_reach_the_networks_one_hot(agent, tmp_path):
+    """A Discrete or MultiDiscrete leaf of the observation (a mode, a dial) reaches the policy
+    and the critics as one-hots, as every other agent's torso reads codes. It was one float per
+    code, which reads code 2 as twice code 1."""
+    env_id = f"{__name__}:Modes"
+    spec = rl_envs.spec_for(env_id)
+    obs = {"dial": torch.tensor([[1, 3], [0, 2]]), "mode": torch.tensor([2, 0]),
+           "x": torch.randn(2, 2)}  # fmt: skip
+    one_hots = [torch.eye(4)[obs["dial"]].reshape(2, 8), torch.eye(3)[obs["mode"]], obs["x"]]
+    networks = builder_for(agent)[0].make_networks(spec)
+    readers = [m for m in networks.modules() if isinstance(m, ObsVector)]
+    assert readers and {m.out_dim for m in readers} == {8 + 3 + 2}
+    torch.testing.assert_close(readers[0](obs, 2), torch.cat(one_hots, -1))
+    run = rlherd.train(agent, env_id, total_steps=300, run_dir=tmp_path, progress=False,
+                       min_replay_size=100)  # fmt: skip
+    assert run.summary["learner_steps"] > 0
 
 
 @pytest.mark.parametrize(

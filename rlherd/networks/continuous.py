@@ -8,6 +8,8 @@ so replay holds the actions the environments took and a learner rescales them on
   layers; the normalised first layer keeps very different observation scales trainable without
   normalising observations. :func:`torso` gives it, or (``layer_norm=False``) the plain ReLU MLP
   of SAC's and TD3's papers and reference code.
+- :class:`ObsVector`: the observation as one float vector, codes one-hot; every policy and
+  critic here reads through one.
 - :class:`DeterministicPolicy`: ``tanh`` of a near-zero-initialised linear head (D4PG, DDPG, TD3).
 - :class:`GaussianPolicy`: a diagonal Gaussian with an untransformed mean and a softplus scale
   starting at ``init_scale`` (MPO, DMPO); samples are clipped to the box when acted.
@@ -74,29 +76,36 @@ def near_zero_linear(in_dim: int, out_dim: int, scale: float = 1e-4) -> nn.Linea
     return layer
 
 
-def obs_dim(spec: EnvSpec) -> int:
-    """The length of the vector these networks read: the observation flattened, or a dict
-    observation's arrays flattened and joined (goal-conditioned tasks: observation,
-    achieved and desired goal; see :func:`flat_obs`)."""
-    leaves = spec.obs if spec.structured else {"": spec.obs}
-    images = [k or "the observation" for k, leaf in leaves.items() if len(leaf.shape) == 3]
-    if images:
-        raise ConfigError(
-            f"{spec.env_id} has image observations ({', '.join(images)}); the continuous-control "
-            "agents take vector observations (state-based tasks such as Pendulum-v1, "
-            "HalfCheetah-v5 or dm_control/cartpole-swingup-v0): train ppo, whose networks read "
-            "images in every action space"
-        )
-    return sum(int(np.prod(leaf.shape)) for k, leaf in leaves.items() if k != F.ACTION_MASK)
+class ObsVector(nn.Module):
+    """Reads an observation as the float vectors ``[*leading, D]`` these networks take: an
+    array reshaped, a dict observation's arrays (its action mask aside) reshaped and joined in
+    key order (goal-conditioned tasks: observation, achieved and desired goal), and codes
+    (``Discrete`` and ``MultiDiscrete`` leaves) one-hot, so that an MLP reads category 2 as a
+    category of its own rather than as twice category 1. ``out_dim`` is ``D``; it has no
+    parameters, so one instance serves a policy and its critics."""
 
+    def __init__(self, spec: EnvSpec):
+        super().__init__()
+        leaves = spec.obs if spec.structured else {"": spec.obs}
+        images = [k or "the observation" for k, leaf in leaves.items() if len(leaf.shape) == 3]
+        if images:
+            raise ConfigError(
+                f"{spec.env_id} has image observations ({', '.join(images)}); the "
+                "continuous-control agents take vector observations (state-based tasks such as "
+                "Pendulum-v1, HalfCheetah-v5 or dm_control/cartpole-swingup-v0): train ppo, "
+                "whose networks read images in every action space"
+            )
+        # Key -> categories of its codes (0: numbers, read as they are).
+        self.categories = {k: leaves[k].categories if leaves[k].kind == "discrete" else 0
+                           for k in sorted(leaves) if k != F.ACTION_MASK}  # fmt: skip
+        self.out_dim = sum(math.prod(leaves[k].shape) * max(n, 1)
+                           for k, n in self.categories.items())  # fmt: skip
 
-def flat_obs(obs: torch.Tensor | dict[str, torch.Tensor], *leading: int) -> torch.Tensor:
-    """An observation as float vectors ``[*leading, D]``: an array reshaped, or a dict
-    observation's arrays (its action mask aside) reshaped and joined in key order."""
-    if isinstance(obs, dict):
-        return torch.cat([flat_obs(obs[k], *leading) for k in sorted(obs) if k != F.ACTION_MASK],
-                         -1)  # fmt: skip
-    return obs.float().reshape(*leading, -1)
+    def forward(self, obs: torch.Tensor | dict[str, torch.Tensor], *leading: int) -> torch.Tensor:
+        arrays = obs if isinstance(obs, dict) else {"": obs}
+        parts = [nnf.one_hot(arrays[k].long(), n) if n else arrays[k]
+                 for k, n in self.categories.items()]  # fmt: skip
+        return torch.cat([part.float().reshape(*leading, -1) for part in parts], -1)
 
 
 def require_bounded_box(spec: EnvSpec, agent: str) -> None:
@@ -120,14 +129,15 @@ class DeterministicPolicy(nn.Module):
     """``obs [B, ...] -> action [B, D]`` in ``[-1, 1]``."""
 
     def __init__(
-        self, in_dim: int, action_dim: int, sizes: tuple[int, ...], layer_norm: bool = True
+        self, read: ObsVector, action_dim: int, sizes: tuple[int, ...], layer_norm: bool = True
     ):
         super().__init__()
-        self.torso = torso(in_dim, sizes, layer_norm)
+        self.read = read
+        self.torso = torso(read.out_dim, sizes, layer_norm)
         self.head = near_zero_linear(self.torso.out_dim, action_dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.head(self.torso(flat_obs(obs, F.obs_len(obs)))))
+        return torch.tanh(self.head(self.torso(self.read(obs, F.obs_len(obs)))))
 
 
 class GaussianPolicy(nn.Module):
@@ -136,20 +146,21 @@ class GaussianPolicy(nn.Module):
 
     def __init__(
         self,
-        in_dim: int,
+        read: ObsVector,
         action_dim: int,
         sizes: tuple[int, ...],
         init_scale: float = 0.7,
         min_scale: float = 1e-6,
     ):
         super().__init__()
-        self.torso = LayerNormMLP(in_dim, sizes)
+        self.read = read
+        self.torso = LayerNormMLP(read.out_dim, sizes)
         self.mean = near_zero_linear(self.torso.out_dim, action_dim)
         self.scale = near_zero_linear(self.torso.out_dim, action_dim)
         self.init_scale, self.min_scale = init_scale, min_scale
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.torso(flat_obs(obs, F.obs_len(obs)))
+        x = self.torso(self.read(obs, F.obs_len(obs)))
         std = nnf.softplus(self.scale(x)) * (self.init_scale / math.log(2.0)) + self.min_scale
         return self.mean(x), std
 
@@ -160,15 +171,16 @@ class TanhGaussianPolicy(nn.Module):
     to ``[-20, 2]`` as SAC's code does."""
 
     def __init__(
-        self, in_dim: int, action_dim: int, sizes: tuple[int, ...], layer_norm: bool = True
+        self, read: ObsVector, action_dim: int, sizes: tuple[int, ...], layer_norm: bool = True
     ):
         super().__init__()
-        self.torso = torso(in_dim, sizes, layer_norm)
+        self.read = read
+        self.torso = torso(read.out_dim, sizes, layer_norm)
         self.mean = near_zero_linear(self.torso.out_dim, action_dim)
         self.log_std = near_zero_linear(self.torso.out_dim, action_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.torso(flat_obs(obs, F.obs_len(obs)))
+        x = self.torso(self.read(obs, F.obs_len(obs)))
         return self.mean(x), self.log_std(x).clamp(-20.0, 2.0)
 
 
@@ -202,7 +214,7 @@ class Critic(nn.Module):
 
     def __init__(
         self,
-        in_dim: int,
+        read: ObsVector,
         action_dim: int,
         sizes: tuple[int, ...],
         num_atoms: int = 1,
@@ -211,14 +223,15 @@ class Critic(nn.Module):
         layer_norm: bool = True,
     ):
         super().__init__()
-        self.torso = torso(in_dim + action_dim, sizes, layer_norm)
+        self.read = read
+        self.torso = torso(read.out_dim + action_dim, sizes, layer_norm)
         self.head = near_zero_linear(self.torso.out_dim, num_atoms)
         self.num_atoms = num_atoms
         if num_atoms > 1:
             self.register_buffer("atoms", torch.linspace(vmin, vmax, num_atoms))
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        obs = flat_obs(obs, *action.shape[:-1])
+        obs = self.read(obs, *action.shape[:-1])
         x = self.head(self.torso(torch.cat([obs, action.clamp(-1.0, 1.0)], -1)))
         return x if self.num_atoms > 1 else x[..., 0]
 
@@ -234,7 +247,7 @@ def make_critic(spec: EnvSpec, config: Any) -> Critic:
     places it at its first batch."""
     atoms = config.num_atoms if config.distributional else 1
     vmin, vmax = (config.vmin, config.vmax) if config.vmin is not None else (-1.0, 1.0)
-    return Critic(obs_dim(spec), spec.action_shape[0], tuple(config.critic_sizes), atoms, vmin,
+    return Critic(ObsVector(spec), spec.action_shape[0], tuple(config.critic_sizes), atoms, vmin,
                   vmax)  # fmt: skip
 
 
@@ -283,10 +296,10 @@ class TwinCritics(ActionBounds, nn.Module):
     def __init__(self, spec: EnvSpec, config: Any, agent: str):
         super().__init__()
         require_bounded_box(spec, agent)
-        dim, actions, sizes = obs_dim(spec), spec.action_shape[0], tuple(config.policy_sizes)
-        self.policy = self.policy_class(dim, actions, sizes, config.layer_norm)
-        self.q1 = Critic(dim, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
-        self.q2 = Critic(dim, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
+        read, actions, sizes = ObsVector(spec), spec.action_shape[0], tuple(config.policy_sizes)
+        self.policy = self.policy_class(read, actions, sizes, config.layer_norm)
+        self.q1 = Critic(read, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
+        self.q2 = Critic(read, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
         self.register_bounds(spec)
         # A float (0 or 1), as every other tensor here: one dtype keeps parameter copies fused.
         self.register_buffer("learning", torch.zeros(()))

@@ -12,7 +12,7 @@ from rlherd.networks import require_discrete_or_box, torso_of
 from rlherd.networks.continuous import (
     ActionBounds,
     GaussianPolicy,
-    obs_dim,
+    ObsVector,
     require_bounded_box,
 )
 
@@ -35,7 +35,7 @@ class BCNetwork(ActionBounds, nn.Module):
         if not config.hidden_sizes:  # the Gaussian heads read the last hidden layer's width
             raise ConfigError("hidden_sizes must name at least one hidden layer for continuous "
                               "actions, e.g. [256, 256]; got []")  # fmt: skip
-        self.policy = GaussianPolicy(obs_dim(spec), spec.action_shape[0],
+        self.policy = GaussianPolicy(ObsVector(spec), spec.action_shape[0],
                                      tuple(config.hidden_sizes))  # fmt: skip
         self.register_bounds(spec)
 

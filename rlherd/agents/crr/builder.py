@@ -12,7 +12,7 @@ from rlherd.networks.continuous import (
     ActorCritic,
     Critic,
     GaussianPolicy,
-    obs_dim,
+    ObsVector,
     require_bounded_box,
 )
 
@@ -25,10 +25,10 @@ class CRRBuilder(OfflineBuilder):
 
     def make_networks(self, spec: EnvSpec, device: str = "cpu") -> ActorCritic:
         require_bounded_box(spec, "crr")
-        c, dim = self.config, obs_dim(spec)
-        policy = GaussianPolicy(dim, spec.action_shape[0], tuple(c.policy_sizes),
+        c, read = self.config, ObsVector(spec)
+        policy = GaussianPolicy(read, spec.action_shape[0], tuple(c.policy_sizes),
                                 c.policy_init_scale, c.policy_min_scale)  # fmt: skip
-        critic = Critic(dim, spec.action_shape[0], tuple(c.critic_sizes))
+        critic = Critic(read, spec.action_shape[0], tuple(c.critic_sizes))
         return ActorCritic(spec, policy, critic).to(device)
 
     def make_policy(

@@ -8,13 +8,13 @@ from rlherd.core import EnvSpec
 from rlherd.networks.continuous import (
     ActorCritic,
     DeterministicPolicy,
+    ObsVector,
     make_critic,
-    obs_dim,
     require_bounded_box,
 )
 
 
 def make_networks(spec: EnvSpec, config: D4PGConfig, agent: str = "d4pg") -> ActorCritic:
     require_bounded_box(spec, agent)
-    policy = DeterministicPolicy(obs_dim(spec), spec.action_shape[0], tuple(config.policy_sizes))
+    policy = DeterministicPolicy(ObsVector(spec), spec.action_shape[0], tuple(config.policy_sizes))
     return ActorCritic(spec, policy, make_critic(spec, config))

@@ -8,8 +8,8 @@ from rlherd.core import EnvSpec
 from rlherd.networks.continuous import (
     ActorCritic,
     GaussianPolicy,
+    ObsVector,
     make_critic,
-    obs_dim,
     require_bounded_box,
 )
 
@@ -17,6 +17,6 @@ from rlherd.networks.continuous import (
 def make_networks(spec: EnvSpec, config: MPOConfig, agent: str = "mpo") -> ActorCritic:
     require_bounded_box(spec, agent)
     c = config
-    policy = GaussianPolicy(obs_dim(spec), spec.action_shape[0], tuple(c.policy_sizes),
+    policy = GaussianPolicy(ObsVector(spec), spec.action_shape[0], tuple(c.policy_sizes),
                             c.policy_init_scale, c.policy_min_scale)  # fmt: skip
     return ActorCritic(spec, policy, make_critic(spec, c))
