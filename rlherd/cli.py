@@ -64,7 +64,8 @@ def _add_train_parser(sub: argparse._SubParsersAction) -> None:
     )
     train.add_argument(
         "--eval-every", type=int, metavar="N",
-        help="evaluate every N steps (offline: learner steps; default a tenth of the run)",
+        help="evaluate every N steps and at the end (offline: learner steps; default a tenth "
+        "of the run)",
     )
     train.add_argument(
         "--eval-episodes", type=int,

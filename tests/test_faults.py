@@ -69,7 +69,7 @@ def test_resume_keeps_the_summarys_extras(tmp_path):
     kw = dict(eval_every=320, eval_episodes=2, progress=False)
     first = rlherd.train("impala", "rlherd/Bandit-v0", run_dir=tmp_path, total_steps=320, **kw)
     assert "eval_return_mean" in first.summary
-    resumed = rlherd.train(resume=tmp_path, total_steps=400, progress=False)  # no new evaluation
+    resumed = rlherd.train(resume=tmp_path, total_steps=400, eval_every=0, progress=False)
     assert resumed.summary["eval_return_mean"] == first.summary["eval_return_mean"]
 
 

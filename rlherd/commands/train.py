@@ -316,7 +316,9 @@ def train(
     like ``--set``). A ``dataset`` (a Minari dataset id) trains offline: the ``offline`` runtime,
     where ``total_steps`` counts learner steps and the policy is evaluated every ``eval_every``
     of them (a tenth of the run unless set). ``eval_every > 0`` runs the greedy policy for
-    ``eval_episodes`` (10) episodes every ``eval_every`` agent steps (metrics/evaluator.csv);
+    ``eval_episodes`` (10) episodes every ``eval_every`` agent steps, and at the end of a run
+    whose budget is no multiple of it, so that the last is the final policy's
+    (metrics/evaluator.csv);
     ``eval_episodes`` alone evaluates once, at the end of the run. A
     ``run_dir`` that already holds a run is refused unless ``overwrite`` (which deletes that run
     first).

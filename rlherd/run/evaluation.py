@@ -161,8 +161,10 @@ class EvalEpisodes:
 
 class Evaluator:
     """Runs the evaluation policy (greedy) for ``episodes`` episodes every ``every_steps`` steps
-    of what the run counts (actor steps; learner steps offline; :class:`EvalEpisodes`), and logs
-    ``metrics/evaluator.csv`` and ``eval_return_mean``.
+    of what the run counts (actor steps; learner steps offline; :class:`EvalEpisodes`), and
+    once more at the run's end unless the latest was already there, so that a run's
+    ``eval_return_mean`` is always its final policy's, whether or not ``every_steps`` divides
+    the budget; it logs ``metrics/evaluator.csv`` and ``eval_return_mean``.
     It has no adder: it never writes to replay, and it never changes the training actors' RNG
     streams."""
 
@@ -171,13 +173,17 @@ class Evaluator:
         self.play = EvalEpisodes(builder, spec, env_id, env_kwargs, episodes, EVAL_SEED)
         steps = int(recorder.counters[recorder.counts])
         self.next_at = (steps // every_steps + 1) * every_steps
+        self.last_at = -1  # the steps of this process's latest evaluation
 
-    def due(self) -> int | None:
-        """The steps now, if an evaluation is due (the next is then scheduled)."""
+    def due(self, end: bool = False) -> int | None:
+        """The steps now, if an evaluation is due (the next is then scheduled); at the run's
+        ``end``, one is due unless the latest was at or past the budget."""
         steps = int(self.recorder.counters[self.recorder.counts])
-        if steps < self.next_at:
+        final = end and self.last_at < self.recorder.total_steps
+        if steps < self.next_at and not final:
             return None
         self.next_at = (steps // self.every_steps + 1) * self.every_steps
+        self.last_at = steps
         return steps
 
     def log(self, steps: int, row: dict[str, float],
@@ -191,9 +197,10 @@ class Evaluator:
         if self.recorder.callbacks is not None:
             self.recorder.callbacks.on_eval(results, policy)
 
-    def maybe_run(self, source) -> None:
-        """Evaluate if due, with the parameters of ``source`` (a VariableSource: the learner)."""
-        steps = self.due()
+    def maybe_run(self, source, end: bool = False) -> None:
+        """Evaluate if due (see :meth:`due`), with the parameters of ``source`` (a
+        VariableSource: the learner)."""
+        steps = self.due(end)
         if steps is not None:
             self.log(steps, self.play(source), self.play.net.state_dict)
 

@@ -194,12 +194,13 @@ class RunContext:
             self.write_checkpoint(state)
 
     def finish(self, state: Callable[[], dict[str, Any]], source: Any) -> None:
-        """The run's end: an evaluation due within the run is run with ``source``'s parameters
-        (actors in other threads or processes may have crossed its step after the last tick read
-        the counters), unless the run was stopped; then the final checkpoint."""
-        due = self.evaluator is not None and self.evaluator.next_at <= self.recorder.total_steps
-        if due and not self.stop.is_set():
-            self.evaluator.maybe_run(source)
+        """The run's end: unless the run was stopped, the final policy is evaluated with
+        ``source``'s parameters where no evaluation reached the budget yet (one due there whose
+        step actors in other threads or processes crossed after the last tick read the
+        counters, or a budget that is no multiple of ``eval_every``); then the final
+        checkpoint."""
+        if self.evaluator is not None and not self.stop.is_set():
+            self.evaluator.maybe_run(source, end=True)
         self.write_checkpoint(state)
 
     def write_checkpoint(self, state: Callable[[], dict[str, Any]]) -> None:

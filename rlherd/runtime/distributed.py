@@ -412,7 +412,8 @@ class Program:
     def _evaluate(self, final: bool = False) -> None:
         """Start an evaluation on the evaluator node when one is due (one at a time, while
         training goes on); log it once it is back (at the end: wait up to
-        ``FINAL_EVALUATION_S`` for it). An evaluator node that died is restarted."""
+        ``FINAL_EVALUATION_S`` for it, then evaluate the final policy if none reached the
+        budget). An evaluator node that died is restarted."""
         if self.evaluator is None:
             return
         if self.evaluation is not None:
@@ -426,10 +427,12 @@ class Program:
                         return
                     ray.kill(self.evaluator, no_restart=True)
                     self._start_evaluator()
-        if self.evaluation is None and not final:
-            steps = self.ctx.evaluator.due()
+        if self.evaluation is None:
+            steps = self.ctx.evaluator.due(end=final)
             if steps is not None:
                 self.evaluation = (steps, self.evaluator.evaluate.remote())
+                if final:  # the final policy's (see Evaluator.due)
+                    self._evaluate(final=True)
 
     def _evaluated_policy(self) -> dict[str, Any]:
         """The parameters the evaluator node played with in its latest evaluation."""

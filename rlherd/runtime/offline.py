@@ -50,7 +50,7 @@ def run(ctx: RunContext) -> None:
         while not ctx.recorder.done() and not ctx.stop.is_set():
             ctx.recorder.learner(learner.step())
             ctx.tick(state, learner)
-        ctx.write_checkpoint(state)
+        ctx.finish(state, learner)
     finally:
         if hasattr(dataset, "close"):
             dataset.close()
