@@ -38,6 +38,30 @@ def _write(path: Path, data: dict) -> Path:
     return path
 
 
+def test_each_evaluation_is_reported_at_a_step_of_its_own():
+    """The final policy's evaluation of a budget that is no multiple of eval_every (25,000 of
+    10,000s) fell on the step of the one before (2), which Optuna keeps the first value of: the
+    pruner never saw it. It is reported at the next step; the objective counts it."""
+    from rlherd.commands.tune import ReportEvaluations
+
+    class Trial:
+        def __init__(self):
+            self.reported = {}
+
+        def report(self, value, step):
+            assert step not in self.reported, f"step {step} reported twice"
+            self.reported[step] = value
+
+        def should_prune(self):
+            return False
+
+    trial = Trial()
+    report = ReportEvaluations(trial, 10_000, "auc")
+    for steps, ret in ((10_000, 1.0), (20_003, 2.0), (25_001, 6.0)):
+        report.on_eval({"actor_steps": steps, "eval_return_mean": ret})
+    assert trial.reported == {1: 1.0, 2: 1.5, 3: 3.0} and report.value() == 3.0
+
+
 def test_four_trials_on_two_workers_finish_and_the_best_config_trains(tmp_path, capfd):
     """Two worker processes share the study's SQLite storage; every trial is an ordinary run
     directory; ``best.yaml`` is a ``--config`` file whose values reach the new run's config."""

@@ -349,20 +349,24 @@ class ReportEvaluations(Callback):
     The value reported is the trial's value so far (the mean of its evaluations for ``auc``),
     so the pruner compares what the objective compares. Its step is the evaluation's interval
     (steps // eval_every), the same for every trial however its rollouts fall, for the median
-    is taken over the trials' values at the same step."""
+    is taken over the trials' values at the same step; the final policy's evaluation, where
+    ``eval_every`` does not divide the budget, takes the next one (Optuna keeps one value per
+    step, and would drop it)."""
 
     def __init__(self, trial, eval_every: int, objective: str):
         self.trial, self.eval_every, self.objective = trial, eval_every, objective
         self.returns: list[float] = []
         self.counts = "actor_steps"
         self.pruned = False
+        self.step = -1  # the latest step reported
 
     def on_start(self, run: RunInfo) -> None:
         self.counts = run.counts
 
     def on_eval(self, results: dict[str, Any]) -> str | None:
         self.returns.append(float(results["eval_return_mean"]))
-        value, step = self.value(), int(results[self.counts]) // self.eval_every
+        value = self.value()
+        step = self.step = max(int(results[self.counts]) // self.eval_every, self.step + 1)
         self.trial.report(value, step)
         if self.trial.should_prune():
             self.pruned = True
