@@ -24,6 +24,15 @@ def test_continuous_spec():
     assert spec.action_high[0] == 2.0
 
 
+@pytest.mark.parametrize("module", ["mpe2.simple_spread_v3", "pettingzoo.classic.connect_four_v3"])
+def test_a_pettingzoo_games_module_given_as_an_id_is_told_its_prefix(module):
+    """A PettingZoo game's module (a parallel game, a turn-based one) given as the id, without
+    ``pettingzoo/``, got the list of every family rlherd knows."""
+    with pytest.raises(ConfigError, match=rf"it is the module of a PettingZoo game; train it as "
+                                          rf"pettingzoo/{re.escape(module)}$"):
+        envs.make(module)
+
+
 def test_unknown_id_lists_close_matches():
     with pytest.raises(ValueError, match="Did you mean: CartPole-v1"):
         envs.make("Cartpole-v1")

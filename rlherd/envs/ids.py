@@ -181,6 +181,21 @@ def _alike(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a.lower(), b.lower()).ratio() >= 0.8
 
 
+def _pettingzoo_module(env_id: str) -> bool:
+    """Whether ``env_id`` is the dotted path of a module holding a PettingZoo game
+    (``mpe2.simple_spread_v3``, ``pettingzoo.classic.connect_four_v3``), given without the
+    ``pettingzoo/`` that marks one. Imported to tell: the user named it to be trained."""
+    if "." not in env_id or "/" in env_id or ":" in env_id:
+        return False
+    try:
+        module = importlib.import_module(env_id)
+    except Exception:  # no such module (or one that fails): no hint, the usual refusal
+        return False
+    # A parallel game's parallel_env(), or a turn-based one's env() beside its raw_env.
+    return callable(getattr(module, "parallel_env", None)) or (
+        callable(getattr(module, "env", None)) and hasattr(module, "raw_env"))
+
+
 def check_id(env_id: str) -> None:
     if env_id in gym.registry:
         return
@@ -200,6 +215,9 @@ def check_id(env_id: str) -> None:
         return
     if env_id.startswith(bsuite.PREFIX):  # near a sweep id: never Shimmy's, which log no CSV
         bsuite.bsuite_id(env_id)
+    if _pettingzoo_module(env_id):
+        raise ConfigError(f"unknown environment id {env_id!r}: it is the module of a PettingZoo "
+                          f"game; train it as {PETTINGZOO}{env_id}")  # fmt: skip
     ids = known_ids()
     hint = ""
     for prefix, extra in (("ALE/", "atari"), ("MinAtar/", "minatar"), ("dm_control/", "control")):
