@@ -375,7 +375,9 @@ def test_impala_minatar_preset_passes_the_breakout_plateau(interrupt_at, tmp_pat
     step size), stopped at 1M: seed 0 was at 15.6 there on an AMD EPYC (the mean of its last
     100 episodes). When a seed leaves the plateau is partly chance: seed 2 was at 6.7 at 1M and
     ended at 24.4. (The former preset, Adam at 6e-3 on 16 x 20 rollouts, was at 16.5 on an Intel
-    Xeon and 9.4 on an AMD EPYC.)"""
+    Xeon and 9.4 on an AMD EPYC.) The run differs from machine to machine: on another AMD EPYC
+    VM, with the same code as the 15.6, seed 0 was at 7.25 at 1M (its last 20 episodes, which
+    the test reads; 6.2 over its last 100), just over the bar."""
     pytest.importorskip("minatar")
     interrupt_at(1_000_000)
     run = rlherd.train("impala", "MinAtar/Breakout-v1", total_steps=5_000_000, seed=0,
