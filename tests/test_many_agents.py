@@ -143,10 +143,26 @@ def test_check_env_runs_pettingzoos_test_and_names_the_runtimes_that_step_games(
     assert report["agents"]["ppo"] == ["single", "mono", "poly", "distributed"]
     assert report["agents"]["bc"].startswith("no runtime both runs it and steps this environment "
                                              "(on offline: pettingzoo/scripted_game is a multi-")
+    # Runtimes that refuse for one reason say it once (it was said four times over, one per
+    # runtime).
+    r2d3 = report["agents"]["r2d3"]
+    assert "(on single, mono, poly, distributed: " in r2d3 and r2d3.count("multi-agent") == 1, r2d3
     # MCTS's simulator copies single environments, not a game's rows; its learned model plays.
     assert report["agents"]["mcts"].startswith("model=simulator searches with copies")
     assert "--set model=learned" in report["agents"]["mcts"]
     assert report["steps_per_second"] > 0
+
+
+@pytest.mark.parametrize("agent", ["dqfd", "r2d3"])
+def test_a_demonstration_agent_on_a_game_names_the_agents_that_train_it(agent, tmp_path):
+    """dqfd and r2d3 on a game said "train it with rlherd train and play it with rlherd eval",
+    the command that had just refused it."""
+    with pytest.raises(ConfigError, match=r"pettingzoo/scripted_game is a multi-agent game, and "
+                                          r"demonstrations \(dqfd, r2d3\) are of one "
+                                          r"single-agent environment: train dqn or r2d2"):
+        rlherd.train(agent, GAME, env_kwargs=dict(agents=3), run_dir=tmp_path / "run",
+                     progress=False)  # fmt: skip
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

@@ -130,7 +130,7 @@ def runtimes(agent: str, spec: EnvSpec, config: Any, preset: str,
     where none does, why not, as the runtimes that run the agent refuse it."""
     from rlherd.commands.train import check_pairing, checked_builder, own_game
 
-    able, needed, refusals = [], {}, []
+    able, needed, refusals = [], {}, {}  # refusals: the line -> the runtimes that said it
     for runtime, declared in RUNTIMES.items():
         try:
             settings = check_pairing(agent, spec.env_id, runtime, config, preset, {}, env_kwargs)
@@ -142,13 +142,13 @@ def runtimes(agent: str, spec: EnvSpec, config: Any, preset: str,
             needed[runtime] = e.flag
         except ConfigError as e:
             if runtime in runtimes_for(BUILDERS[agent].needs):
-                refusals.append(f"on {runtime}: {str(e).splitlines()[0]}")
+                refusals.setdefault(str(e).splitlines()[0], []).append(runtime)
             continue
         able.append(runtime)
     if able:
         return able, needed
-    return ("no runtime both runs it and steps this environment"
-            + (f" ({'; '.join(refusals)})" if refusals else "")), {}
+    said = "; ".join(f"on {', '.join(where)}: {line}" for line, where in refusals.items())
+    return "no runtime both runs it and steps this environment" + (f" ({said})" if said else ""), {}
 
 
 def check(env: str, env_kwargs: dict[str, Any] | None = None, seconds: float = 2.0,
