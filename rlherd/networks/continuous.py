@@ -103,9 +103,9 @@ class ObsVector(nn.Module):
 
     def forward(self, obs: torch.Tensor | dict[str, torch.Tensor], *leading: int) -> torch.Tensor:
         arrays = obs if isinstance(obs, dict) else {"": obs}
-        parts = [nnf.one_hot(arrays[k].long(), n) if n else arrays[k]
-                 for k, n in self.categories.items()]  # fmt: skip
-        return torch.cat([part.float().reshape(*leading, -1) for part in parts], -1)
+        codes = {k: nnf.one_hot(arrays[k].long(), n) for k, n in self.categories.items() if n}
+        parts = [codes.get(k, arrays[k]).float().reshape(*leading, -1) for k in self.categories]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, -1)  # one array: no copy
 
 
 def require_bounded_box(spec: EnvSpec, agent: str) -> None:
