@@ -343,6 +343,40 @@ def test_eval_episodes_alone_evaluates_once_at_the_end(runtime, tmp_path):
                      run_dir=tmp_path / "device", progress=False)  # fmt: skip
 
 
+def test_a_runs_end_asks_for_one_evaluation_of_its_final_policy(monkeypatch):
+    """Evaluator.due's schedule: every eval_every steps, and at the end (``end=True``) once,
+    unless the latest evaluation already reached the budget (actors of other processes may
+    carry the count past it). A run that ended below its budget (by its episodes) asked again
+    after its final evaluation, and the distributed driver, which asks until none is due,
+    evaluated it over and over."""
+    from rlherd.run import evaluation
+
+    monkeypatch.setattr(evaluation, "EvalEpisodes", lambda *args: None)
+
+    class Recorder:
+        counts, total_steps = "actor_steps", 25_000
+
+        def __init__(self):
+            self.counters = {"actor_steps": 0}
+
+    def schedule(moves):
+        recorder = Recorder()
+        evaluator = evaluation.Evaluator(None, None, "", {}, recorder, 10_000, 1)
+        asked = []
+        for steps, end in moves:
+            recorder.counters["actor_steps"] = steps
+            asked.append(evaluator.due(end))
+        return asked
+
+    # The budget is no multiple of eval_every: the final policy gets one at the end.
+    assert schedule([(10_000, False), (15_000, False), (25_000, True), (25_000, True)]) == [
+        10_000, None, 25_000, None]  # fmt: skip
+    # One due at the budget was run past it: none more at the end.
+    assert schedule([(25_004, False), (25_010, True)]) == [25_004, None]
+    # Ended by its episodes, below the budget: one at the end, and that is all.
+    assert schedule([(10_000, False), (12_000, True), (12_000, True)]) == [10_000, 12_000, None]
+
+
 def test_learner_rows_are_step_weighted_means_read_once_per_interval(tmp_path):
     """Learner metrics (tensors or numbers) are kept until the log interval's row: one row for
     many steps, each metric the mean over its steps, ints (counts) their latest value."""

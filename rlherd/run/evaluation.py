@@ -177,9 +177,10 @@ class Evaluator:
 
     def due(self, end: bool = False) -> int | None:
         """The steps now, if an evaluation is due (the next is then scheduled); at the run's
-        ``end``, one is due unless the latest was at or past the budget."""
+        ``end``, one is due unless the latest was at or past the budget, or (a run its episodes
+        ended) at these steps."""
         steps = int(self.recorder.counters[self.recorder.counts])
-        final = end and self.last_at < self.recorder.total_steps
+        final = end and self.last_at < min(steps, self.recorder.total_steps)
         if steps < self.next_at and not final:
             return None
         self.next_at = (steps // self.every_steps + 1) * self.every_steps
