@@ -73,7 +73,7 @@ def check_source(source: str, env_id: str, env_kwargs: dict[str, Any]) -> None:
 
     if source.partition(":")[0] != EXPERT:
         return
-    if rl_envs.family(env_id) == "pettingzoo" or env_id in rl_envs.MULTI_AGENT:
+    if rl_envs.family(env_id) == "pettingzoo":  # (the Tag games are refused before, by spec)
         raise ConfigError(f"{env_id} is a multi-agent game, and demonstrations (dqfd, r2d3) are "
                           "of one single-agent environment: train dqn or r2d2, the same learners "
                           "without them")  # fmt: skip
