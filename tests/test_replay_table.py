@@ -599,3 +599,113 @@ def test_a_restored_tables_checkpoint_copy_is_let_go():
     gc.collect()
     assert items() is None, "the checkpoint still holds the table's items"
     assert restored.info() == table.info()
+
+
+# ------------------------------------------------------------------------ compressed frames
+FRAMES = {"obs": ((4, 84, 84), np.uint8), "next_obs": ((4, 84, 84), np.uint8),
+          "grid": ((10, 10, 4), np.uint8), "action": ((), np.int64)}  # fmt: skip
+
+
+def frames_item(i, rng=None):
+    """An item whose frames are mostly background, as Atari's are (or noise, with ``rng``)."""
+    shape = (4, 84, 84)
+    obs = np.zeros(shape, np.uint8) if rng is None else rng.integers(0, 256, shape, np.uint8)
+    obs[:, i % 84, :] = i % 256
+    return {"obs": obs, "next_obs": obs[::-1].copy(), "grid": np.full((10, 10, 4), i % 2, np.uint8),
+            "action": np.int64(i)}  # fmt: skip
+
+
+def test_frames_are_kept_compressed_and_sampled_back_exactly():
+    """DQN's Atari replay holds two stacks of four 84x84 frames per item: 53 GiB for a million
+    as arrays, more than a workstation has. A table that compresses keeps the frame fields
+    compressed (small fields, MinAtar's grid, and others as they are) and samples back the same
+    keys and the same arrays as a plain table."""
+    plain = Table("t", FRAMES, 50, Prioritized(0.6), seed=3)
+    packed = Table("t", FRAMES, 50, Prioritized(0.6), seed=3, compress=True)
+    assert packed.compressed == ["obs", "next_obs"]
+    for i in range(80):  # past full: the remover's choice goes, in both
+        for table in (plain, packed):
+            table.insert(frames_item(i), priority=1.0 + i % 3)
+    a, b = plain.sample(32), packed.sample(32)
+    np.testing.assert_array_equal(a.keys, b.keys)
+    for field in FRAMES:
+        np.testing.assert_array_equal(a.data[field], b.data[field])
+    assert b.data["obs"].flags.writeable  # torch.from_numpy takes it as a plain sample
+    assert 0 < packed.storage["obs"].nbytes < 50 * 4 * 84 * 84 / 20
+
+
+def test_a_compressed_item_that_leaves_the_table_lets_its_bytes_go():
+    """An item removed by its sample (``max_times_sampled``) is gone from the table's memory,
+    not only from its keys."""
+    table = Table("t", FRAMES, 20, Fifo(), max_times_sampled=1, compress=True)
+    for i in range(10):
+        table.insert(frames_item(i))
+    held = table.storage["obs"].nbytes
+    table.sample(4)
+    assert 0 < table.storage["obs"].nbytes < held
+    table.sample(6)
+    assert table.size == 0 and table.storage["obs"].nbytes == table.storage["next_obs"].nbytes == 0
+
+
+def test_a_compressed_tables_checkpoint_holds_its_items_compressed_and_restores_exactly(tmp_path):
+    """A checkpoint holds the compressed bytes (a million Atari items stay gigabytes, not 53 GiB)
+    in plain arrays that load without pickle, and the restored table samples what the saved one
+    does. A checkpoint of a table from before frames were compressed restores into one too."""
+    import torch
+
+    from rlherd.run.plain import from_plain, to_plain
+
+    a = Table("t", FRAMES, 40, Uniform(), seed=1, compress=True)
+    for i in range(60):
+        a.insert(frames_item(i))
+    state = a.state_dict()
+    assert "data/obs" not in state and state["zdata/obs"].dtype == np.uint8
+    assert state["zdata/obs"].nbytes == a.storage["obs"].nbytes < 40 * 4 * 84 * 84 / 20
+    torch.save(to_plain(state), tmp_path / "ckpt.pt")
+    b = Table("t", FRAMES, 40, Uniform(), seed=1, compress=True)
+    b.load_state_dict(from_plain(torch.load(tmp_path / "ckpt.pt", weights_only=True)))
+    old = Table("t", FRAMES, 40, Uniform(), seed=1)
+    for i in range(60):
+        old.insert(frames_item(i))
+    c = Table("t", FRAMES, 40, Uniform(), seed=1, compress=True)
+    c.load_state_dict(old.state_dict())
+    assert b.info() == a.info() == c.info()
+    want = a.sample(16)
+    for restored in (b, c):
+        got = restored.sample(16)
+        np.testing.assert_array_equal(got.keys, want.keys)
+        np.testing.assert_array_equal(got.data["obs"], want.data["obs"])
+        np.testing.assert_array_equal(got.data["next_obs"], want.data["next_obs"])
+
+
+def test_compressed_frames_that_would_not_fit_stop_the_run_once_measured(monkeypatch):
+    """Compressed items' size is known only once some are in: the table measures its first
+    thousand and refuses a size that would not fit then, with one that does, rather than when
+    it fills. Frames that compress well go on."""
+    import rlherd.replay.table as table_mod
+
+    monkeypatch.setattr(table_mod, "machine_memory", lambda: 2**30)  # 1 GiB
+    background = Table("replay", FRAMES, 1_000_000, Uniform(), compress=True)
+    for i in range(1_001):
+        background.insert(frames_item(i))
+    noise = Table("replay", FRAMES, 1_000_000, Uniform(), compress=True)  # up front: 408 B/item
+    rng = np.random.default_rng(0)
+    for i in range(1_000):
+        noise.insert(frames_item(i, rng))
+    with pytest.raises(ConfigError, match=r"1,000,000 items of 56,\d{3} bytes \(the mean of "
+                       r"the 1,000 it holds, compressed\) need 52\.\d GiB, more than this "
+                       r"machine's 1\.0 GiB of memory; 9,5\d\d items .*replay_size=95\d\d"):
+        noise.insert(frames_item(1_000, rng))
+
+
+def test_a_compressed_table_loaded_over_its_own_items_holds_only_the_checkpoints():
+    """Loading a checkpoint replaces what a table held: its compressed bytes are the
+    checkpoint's items' alone, as its keys are."""
+    a = Table("t", FRAMES, 40, Uniform(), compress=True)
+    for i in range(5):
+        a.insert(frames_item(i))
+    b = Table("t", FRAMES, 40, Uniform(), compress=True)
+    for i in range(30):
+        b.insert(frames_item(i))
+    b.load_state_dict(a.state_dict())
+    assert b.size == 5 and b.storage["obs"].nbytes == a.storage["obs"].nbytes

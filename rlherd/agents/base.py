@@ -248,8 +248,10 @@ class TransitionReplayBuilder(AgentBuilder):
                     "apart (--runtime mono, poly or distributed), or give a finite ratio"
                 )
             limiter = limiter.without_insert_blocking()
+        # Frames are kept compressed: a million Atari transitions are 53 GiB as arrays.
         signature = self.item_signature(spec)
-        return [Table("replay", signature, size, self.sampler(), Fifo(), 0, limiter)]
+        return [Table("replay", signature, size, self.sampler(), Fifo(), 0, limiter,
+                      compress=True)]  # fmt: skip
 
     def make_dataset(self, tables: list[Table], device: str = "cpu") -> ReplayDataset:
         return ReplayDataset(tables[0], self.config.batch_size, device, timeout=SAMPLE_TIMEOUT_S)

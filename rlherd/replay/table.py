@@ -2,6 +2,8 @@
 
 Items are dicts of arrays that match the table's *signature* (field -> shape, dtype); they are
 copied into storage preallocated per field, so the hot path creates no per-item Python objects.
+A table that holds frames (``compress=True``) keeps each item's frames zlib-compressed instead
+(:class:`ZlibColumn`), as Reverb compresses what it stores.
 An item's key is ``insert_count * max_size + slot``: keys increase with insertion order and give
 the storage slot back with one modulo, so priority updates need no lookup table.
 """
@@ -13,6 +15,7 @@ import json
 import os
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,26 +28,90 @@ from rlherd.replay.selectors import Fifo, Lifo, Selector
 
 Signature = dict[str, tuple[tuple[int, ...], Any]]
 
+# A field is compressed where it holds frames: bytes of at least this many per item (one 84x84
+# grayscale frame is 7,056). Smaller fields (MinAtar's grids, MiniGrid's views, vectors) would
+# cost the compressor's time per item and save little.
+FRAME_BYTES = 4096
+# A table of compressed items measures what they take once it holds this many, and stops a run
+# whose replay would not fit then, rather than when it fills, hours later.
+FIT_CHECK_AT = 1000
+
 
 def machine_memory() -> int:
     """Bytes of physical memory this machine has."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def _check_fits(name: str, max_size: int, item_nbytes: int) -> None:
+def _check_fits(name: str, max_size: int, item_nbytes: int, measured: str = "") -> None:
     """Storage is preallocated, lazily: a table larger than the machine's memory fails at once
     or once it fills (Atari's 1M stacked frames, twice over with the next observations, are 53
-    GiB). Say so before a run starts, with a size that fits. A table within the machine's
-    memory goes ahead even where other processes hold much of it now, as it fills slowly."""
+    GiB as arrays). Say so before a run starts, with a size that fits; for compressed items,
+    whose size is known only once some are in, as soon as it is (``measured`` says how). A
+    table within the machine's memory goes ahead even where other processes hold much of it
+    now, as it fills slowly."""
     need, have = max_size * item_nbytes, machine_memory()
     if need > have:
         fits = max(1, int(0.5 * have) // item_nbytes)
         raise ConfigError(
-            f"replay table {name!r}: {max_size:,} items of {item_nbytes:,} bytes need "
+            f"replay table {name!r}: {max_size:,} items of {item_nbytes:,} bytes{measured} need "
             f"{need / 2**30:.1f} GiB, more than this machine's {have / 2**30:.1f} GiB of memory; "
             f"{fits:,} items take about half of it (a replay agent's replay_size: --set "
             f"replay_size={fits})"
         )
+
+
+def compressible(signature: Signature) -> list[str]:
+    """The fields of ``signature`` that hold frames: ``uint8`` and at least ``FRAME_BYTES`` per
+    item (stacked Atari frames, pixels)."""
+    return [k for k, (shape, dtype) in signature.items()
+            if np.dtype(dtype) == np.uint8 and int(np.prod(shape)) >= FRAME_BYTES]  # fmt: skip
+
+
+class ZlibColumn:
+    """One field's items, each zlib-compressed (level 1) in a slot of its own.
+
+    Why: DQN's replay of a million Atari transitions holds two stacks of four 84x84 frames per
+    item, 53 GiB as arrays. Frames are mostly background, and zlib's fastest level shrinks a
+    stack 10x (Ms. Pac-Man) to 50x (Pong) in about 0.1 ms, and gives it back in 0.05 ms, so the
+    million fit in 1-6 GiB for a small share of a step's time. (Reverb, Acme's replay, compresses
+    its chunks with zstd the same way; zlib is Python's own.) Reads return a new array, as the
+    fancy indexing of a plain column does."""
+
+    def __init__(self, max_size: int, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.items: list[bytes] = [b""] * max_size
+        self.nbytes = 0  # compressed bytes held
+
+    def __setitem__(self, slot: int, value: np.ndarray) -> None:
+        data = zlib.compress(np.ascontiguousarray(value, dtype=self.dtype).tobytes(), 1)
+        self.nbytes += len(data) - len(self.items[slot])
+        self.items[slot] = data
+
+    def __getitem__(self, slots: np.ndarray) -> np.ndarray:
+        out = np.empty((len(slots), *self.shape), dtype=self.dtype)
+        rows = out.reshape(len(slots), -1)
+        for row, slot in zip(rows, slots.tolist(), strict=True):
+            row[:] = np.frombuffer(zlib.decompress(self.items[slot]), dtype=self.dtype)
+        return out
+
+    def drop(self, slot: int) -> None:
+        """Let go of a removed item's bytes."""
+        self.nbytes -= len(self.items[slot])
+        self.items[slot] = b""
+
+    def state(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        """The items at ``slots`` still compressed, as two arrays: their bytes end to end and
+        each one's length (a checkpoint of a million items stays the size it is here)."""
+        items = [self.items[s] for s in slots.tolist()]
+        data = np.frombuffer(b"".join(items), dtype=np.uint8)
+        return dict(zdata=data, zsize=np.array([len(b) for b in items], dtype=np.int64))
+
+    def load(self, slots: np.ndarray, data: np.ndarray, sizes: np.ndarray) -> None:
+        ends = np.cumsum(sizes).tolist()
+        raw = np.asarray(data, dtype=np.uint8).tobytes()
+        for slot, start, end in zip(slots.tolist(), [0, *ends[:-1]], ends, strict=True):
+            self.nbytes += (end - start) - len(self.items[slot])
+            self.items[slot] = raw[start:end]
 
 
 class RateLimiterTimeout(TimeoutError):
@@ -85,6 +152,9 @@ class Table:
         max_times_sampled: remove an item after this many samples (0: never).
         rate_limiter: when inserts and samples may proceed (default ``MinSize(1)``).
         seed: for the sampler's random numbers.
+        compress: keep the fields that hold frames (:func:`compressible`) zlib-compressed, one
+            item at a time (:class:`ZlibColumn`): for replay that holds many items for long.
+            A queue, whose items leave soon after they come, gains nothing from it.
     """
 
     def __init__(
@@ -97,6 +167,7 @@ class Table:
         max_times_sampled: int = 0,
         rate_limiter: RateLimiter | None = None,
         seed: int = 0,
+        compress: bool = False,
     ):
         if max_size < 1:
             raise ValueError(f"table {name!r}: max_size must be >= 1, got {max_size}")
@@ -112,12 +183,17 @@ class Table:
         self.max_times_sampled = max_times_sampled
         self.limiter = rate_limiter if rate_limiter is not None else MinSize(1)
         self.rng = np.random.default_rng(seed)
+        self.compressed = compressible(self.signature) if compress else []
+        # What a compressed item takes is known once some are in (FIT_CHECK_AT); until then, the
+        # fields stored as they are.
         self.item_nbytes = sum(int(np.prod(shape)) * dt.itemsize
-                               for shape, dt in self.signature.values())  # fmt: skip
+                               for k, (shape, dt) in self.signature.items()
+                               if k not in self.compressed)  # fmt: skip
         _check_fits(name, max_size, self.item_nbytes)
-        self.storage = {
+        self.storage: dict[str, np.ndarray | ZlibColumn] = {
             k: np.zeros((max_size, *shape), dtype=dt) for k, (shape, dt) in self.signature.items()
-        }
+            if k not in self.compressed
+        }  # and the compressed columns, made by _clear
         self._cond = threading.Condition(threading.Lock())
         self._clear()
 
@@ -137,6 +213,8 @@ class Table:
         self.times_sampled = np.zeros(self.max_size, dtype=np.int64)
         self.free_slots = list(range(self.max_size - 1, -1, -1))
         self.insert_count = 0
+        for k in self.compressed:  # plain columns' old rows are never read again
+            self.storage[k] = ZlibColumn(self.max_size, *self.signature[k])
         self.sampler.reset(self.max_size)
         self.remover.reset(self.max_size)
 
@@ -213,6 +291,8 @@ class Table:
         self.sampler.delete(slot)
         self.remover.delete(slot)
         self.keys[slot] = -1
+        for k in self.compressed:
+            self.storage[k].drop(slot)
         self.free_slots.append(slot)
         self.limiter.deletes += 1
 
@@ -260,6 +340,8 @@ class Table:
     def _put(self, values: dict[str, np.ndarray], priority: float) -> int:
         """Write one item into a slot (freeing one by the remover when the table is full) and
         return its key; the lock is held."""
+        if self.compressed and self.insert_count == FIT_CHECK_AT < self.max_size and self.size:
+            self._check_compressed_fits()
         if not self.free_slots:
             self._delete(int(self.remover.sample(1, self.rng)[0][0]))
         slot = self.free_slots.pop()
@@ -274,6 +356,12 @@ class Table:
         self.remover.insert(slot, key, priority)
         self.limiter.inserts += 1
         return key
+
+    def _check_compressed_fits(self) -> None:
+        """A full table, at the mean size of the compressed items in it now, must fit."""
+        compressed = sum(self.storage[k].nbytes for k in self.compressed)
+        _check_fits(self.name, self.max_size, self.item_nbytes + compressed // self.size,
+                    f" (the mean of the {self.size:,} it holds, compressed)")
 
     def update_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> None:
         """Set new priorities; keys of items no longer in the table are ignored, and so is -1
@@ -361,7 +449,7 @@ class Table:
         with self._cond:
             slots = np.flatnonzero(self.keys >= 0)
             slots = slots[np.argsort(self.keys[slots])]
-            state = {f"data/{k}": v[slots] for k, v in self.storage.items()} if items else {}
+            state = self._items_state(slots) if items else {}
             state.update(
                 keys=self.keys[slots],
                 priorities=self.priorities[slots],
@@ -377,6 +465,28 @@ class Table:
             )
             return state
 
+    def _items_state(self, slots: np.ndarray) -> dict[str, np.ndarray]:
+        """The items at ``slots``: ``data/FIELD``, or, compressed, ``zdata/FIELD`` and
+        ``zsize/FIELD`` (:meth:`ZlibColumn.state`)."""
+        state = {}
+        for k, column in self.storage.items():
+            if isinstance(column, ZlibColumn):
+                state.update({f"{part}/{k}": v for part, v in column.state(slots).items()})
+            else:
+                state[f"data/{k}"] = column[slots]
+        return state
+
+    def _load_items(self, slots: np.ndarray, state: dict[str, np.ndarray]) -> None:
+        """:meth:`_items_state`'s items back into ``slots``."""
+        for k, column in self.storage.items():
+            if isinstance(column, ZlibColumn) and f"zdata/{k}" in state:
+                column.load(slots, state[f"zdata/{k}"], state[f"zsize/{k}"])
+            elif isinstance(column, ZlibColumn):  # a checkpoint from before frames compressed
+                for slot, value in zip(slots.tolist(), state[f"data/{k}"], strict=True):
+                    column[slot] = value
+            else:
+                column[slots] = state[f"data/{k}"]
+
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         if int(state["max_size"]) != self.max_size:
             raise ValueError(
@@ -387,8 +497,7 @@ class Table:
             self._clear()
             keys = np.asarray(state["keys"], dtype=np.int64)
             slots = keys % self.max_size
-            for k in self.signature:
-                self.storage[k][slots] = state[f"data/{k}"]
+            self._load_items(slots, state)
             self.keys[slots] = keys
             self.priorities[slots] = state["priorities"]
             self.times_sampled[slots] = state["times_sampled"]

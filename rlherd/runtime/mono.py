@@ -241,7 +241,9 @@ class ActorLink:
         parent, child = pool.mp.Pipe()
         self.conn = parent
         self.started = False
-        self.error: str | None = None  # a ConfigError the actor met: the run stops with it
+        # A ConfigError the actor met, or its inserts did (a replay table that measured its
+        # compressed items and would not fit): the run stops with it.
+        self.error: str | None = None
         self.held: int | None = None  # the slot the actor is filling
         budget = dataclasses.replace(pool.budget, index=index)
         self.process = pool.mp.Process(
@@ -289,6 +291,8 @@ class ActorLink:
                     self.error = message[1]
         except (EOFError, OSError, _Stopped):
             pass  # the actor died (the pool restarts it) or the run is stopping
+        except ConfigError as error:  # the link stops serving; check() stops the run
+            self.error = str(error)
 
     def dead(self, timeout: float | None = 0.0) -> bool:
         """Whether the actor process has ended (waiting up to ``timeout`` seconds). Not
@@ -425,6 +429,8 @@ class ActorPool:
         """Restart actors that died; stop the run if one could not even start, or met a fault
         of the run's (a :class:`ConfigError`, which a restart would meet again)."""
         for i, link in enumerate(self.links):
+            if link.error is not None and not link.thread.is_alive():
+                raise ConfigError(link.error)  # close() ends the actor, alive or not
             if not link.dead():
                 continue
             link.thread.join(timeout=5.0)
