@@ -87,22 +87,24 @@ def test_atari_with_its_million_transition_replay_runs_and_resumes_on_a_24_gb_ma
         interrupt_at, tmp_path, monkeypatch):  # fmt: skip
     """The `atari` preset's replay holds a million transitions of two 4x84x84 frame stacks: 53
     GiB as arrays, which a 24 GB machine refused before the run began. Its frames are kept
-    compressed, so the preset runs there as it is: the table measures its first thousand items
-    and goes on, and the run's checkpoint holds them compressed and brings them back on
-    ``--resume``. (Atari's episodes restart on resume: ale-py's vector env does not pickle.)"""
+    compressed, so the preset runs there as it is: the table measures its first items (here
+    200, not 1,000, for the suite's time) and goes on, and the run's checkpoint holds them
+    compressed and brings them back on ``--resume``. (Atari's episodes restart on resume:
+    ale-py's vector env does not pickle.)"""
     import rlherd.replay.table as table_mod
 
     monkeypatch.setattr(table_mod, "machine_memory", lambda: 24 * 2**30)
-    interrupt_at(1_100)
-    kw = dict(total_steps=1_300, min_replay_size=500, samples_per_insert=1.0, eval_every=0)
+    monkeypatch.setattr(table_mod, "FIT_CHECK_AT", 200)
+    interrupt_at(300)
+    kw = dict(total_steps=500, min_replay_size=100, samples_per_insert=1.0, eval_every=0)
     stopped = rlherd.train("dqn", "ALE/Pong-v5", run_dir=tmp_path, progress=False, **kw)
     state = checkpoint(tmp_path)
     assert RunDir(tmp_path).read_config().config["replay_size"] == 1_000_000
-    assert stopped.summary["actor_steps"] >= 1_100 and "data/obs" not in state["tables"][0]
-    assert len(state["tables"][0]["zsize/obs"]) > 1_000  # past the table's measure
+    assert stopped.summary["actor_steps"] >= 300 and "data/obs" not in state["tables"][0]
+    assert len(state["tables"][0]["zsize/obs"]) > 200  # past the table's measure
     resumed = rlherd.train(resume=tmp_path, progress=False)
-    assert resumed.summary["actor_steps"] == 1_300 and resumed.summary["learner_steps"] > 0
-    assert len(checkpoint(tmp_path)["tables"][0]["keys"]) > 1_200  # the restored items and more
+    assert resumed.summary["actor_steps"] == 500 and resumed.summary["learner_steps"] > 0
+    assert len(checkpoint(tmp_path)["tables"][0]["keys"]) > 400  # the restored items and more
 
 
 @pytest.mark.timeout(300)  # a regression hung until the suite's timeout
@@ -110,14 +112,15 @@ def test_atari_with_its_million_transition_replay_runs_and_resumes_on_a_24_gb_ma
 def test_a_replay_of_frames_that_would_not_fit_stops_the_run_once_measured(
         runtime, tmp_path, monkeypatch):  # fmt: skip
     """On a machine too small for the preset's replay even compressed (here a patched 512 MiB),
-    the run stops with one line once the table has measured its first thousand items, naming a
-    size that fits. In ``mono`` the actors' inserts meet it in a thread of the learner's: it
-    died there, and the run waited for its actor for ever."""
+    the run stops with one line once the table has measured its first items (here 100, not
+    1,000, for the suite's time), naming a size that fits. In ``mono`` the actors' inserts meet
+    it in a thread of the learner's: it died there, and the run waited for its actor for ever."""
     import rlherd.replay.table as table_mod
 
     monkeypatch.setattr(table_mod, "machine_memory", lambda: 2**29)
+    monkeypatch.setattr(table_mod, "FIT_CHECK_AT", 100)
     with pytest.raises(ConfigError, match=r"1,000,000 items of [\d,]+ bytes \(the mean of the "
-                       r"1,000 it holds, compressed\).*--set replay_size=\d+"):
+                       r"100 it holds, compressed\).*--set replay_size=\d+"):
         rlherd.train("dqn", "ALE/Pong-v5", runtime=runtime, total_steps=3_000,
                      min_replay_size=2_000, run_dir=tmp_path, progress=False,
                      **({"num_actors": 1} if runtime == "mono" else {}))  # fmt: skip
