@@ -120,7 +120,7 @@ def run(kind: str, name: str, seconds: float) -> None:
     calls, elapsed = timed(insert_one, seconds)
     size = dict(size=min(n, capacity), capacity=capacity)
     if name == "uniform_compressed":
-        size["bytes_per_item"] = round(store.item_nbytes + store.storage["obs"].nbytes / store.size)
+        size["bytes_per_item"] = store.stored_item_nbytes()
     emit(item=kind, store=name, op="insert", items_per_s=round(calls / elapsed, 1), **size)
     calls, elapsed = timed(lambda: sample(BATCH), seconds)
     emit(item=kind, store=name, op="sample", batch=BATCH,
