@@ -87,15 +87,31 @@ class ZlibColumn:
         self.nbytes = 0  # compressed bytes held
 
     def __setitem__(self, slot: int, value: np.ndarray) -> None:
-        data = zlib.compress(np.ascontiguousarray(value, dtype=self.dtype).tobytes(), 1)
+        self.put(slot, self.pack(value))
+
+    def pack(self, value: np.ndarray) -> bytes:
+        """One item compressed: what an insert does before it takes the table's lock."""
+        return zlib.compress(np.ascontiguousarray(value, dtype=self.dtype).tobytes(), 1)
+
+    def put(self, slot: int, data: bytes) -> None:
         self.nbytes += len(data) - len(self.items[slot])
         self.items[slot] = data
 
     def __getitem__(self, slots: np.ndarray) -> np.ndarray:
-        out = np.empty((len(slots), *self.shape), dtype=self.dtype)
-        rows = out.reshape(len(slots), -1)
-        for row, slot in zip(rows, slots.tolist(), strict=True):
-            row[:] = np.frombuffer(zlib.decompress(self.items[slot]), dtype=self.dtype)
+        return self.unpack(self.take(slots))
+
+    def take(self, slots: np.ndarray) -> np.ndarray:
+        """The items' compressed bytes (an object array): what a sample reads under the table's
+        lock, to :meth:`unpack` once it is released, so that inserts need not wait for it."""
+        out = np.empty(len(slots), dtype=object)
+        out[:] = [self.items[s] for s in slots.tolist()]
+        return out
+
+    def unpack(self, items: np.ndarray) -> np.ndarray:
+        """:meth:`take`'s bytes as an array of the field's shape and dtype."""
+        out = np.empty((len(items), *self.shape), dtype=self.dtype)
+        for row, data in zip(out.reshape(len(items), -1), items, strict=True):
+            row[:] = np.frombuffer(zlib.decompress(data), dtype=self.dtype)
         return out
 
     def drop(self, slot: int) -> None:
@@ -304,6 +320,8 @@ class Table:
     def insert(self, item: dict[str, Any], priority: float = 1.0, timeout: float | None = None):
         """Insert one item (blocking as the rate limiter says); return its key."""
         values = self._check(item)
+        for k in self.compressed:  # before the lock, which samples and other inserts wait on
+            values[k] = self.storage[k].pack(values[k])
         with self._cond:
             self._wait(lambda: self.limiter.can_insert(1), timeout, "insert")
             key = self._put(values, priority)
@@ -327,6 +345,8 @@ class Table:
         if any(len(v) != n for v in values.values()):
             raise ValueError(f"table {self.name!r}: columns of {n} rows expected, got "
                              f"{ {k: len(v) for k, v in values.items()} }")  # fmt: skip
+        for k in self.compressed:  # before the lock, as insert does
+            values[k] = [self.storage[k].pack(row) for row in values[k]]
         deadline = None if timeout is None else time.monotonic() + timeout
         done = 0
         with self._cond:
@@ -342,7 +362,7 @@ class Table:
                 self._cond.notify_all()
         return done
 
-    def _put(self, values: dict[str, np.ndarray], priority: float) -> int:
+    def _put(self, values: dict[str, Any], priority: float) -> int:
         """Write one item into a slot (freeing one by the remover when the table is full) and
         return its key; the lock is held."""
         if self.compressed and self.insert_count == FIT_CHECK_AT < self.max_size and self.size:
@@ -353,7 +373,10 @@ class Table:
         key = self.insert_count * self.max_size + slot
         self.insert_count += 1
         for k, v in values.items():
-            self.storage[k][slot] = v
+            if k in self.compressed:
+                self.storage[k].put(slot, v)  # packed by the caller
+            else:
+                self.storage[k][slot] = v
         self.keys[slot] = key
         self.priorities[slot] = priority
         self.times_sampled[slot] = 0
@@ -399,9 +422,11 @@ class Table:
 
     # ------------------------------------------------------------------------------ sampling
     def _columns(self, slots: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Copies (fancy indexing) of everything a sample returns, in SampleBatch order."""
+        """Copies (fancy indexing) of everything a sample returns, in SampleBatch order; of a
+        compressed field, its items' bytes (``sample`` unpacks them after the lock)."""
         size = np.full(len(slots), self.size, dtype=np.int64)
-        data = (self.storage[k][slots] for k in self.signature)
+        data = (self.storage[k].take(slots) if k in self.compressed else self.storage[k][slots]
+                for k in self.signature)  # fmt: skip
         return (self.keys[slots], probs, size, self.priorities[slots], self.times_sampled[slots],
                 *data)  # fmt: skip
 
@@ -452,6 +477,8 @@ class Table:
                 self._cond.notify_all()
         cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
         data = dict(zip(self.signature, cols[5:], strict=True))
+        for k in self.compressed:
+            data[k] = self.storage[k].unpack(data[k])
         return SampleBatch(data, *cols[:5])
 
     # ------------------------------------------------------------------------------ checkpoints
