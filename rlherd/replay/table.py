@@ -78,16 +78,13 @@ class ZlibColumn:
     item, 53 GiB as arrays. Frames are mostly background, and zlib's fastest level shrinks a
     stack 10x (Ms. Pac-Man) to 50x (Pong) in about 0.1 ms, and gives it back in 0.05 ms, so the
     million fit in 1-6 GiB for a small share of a step's time. (Reverb, Acme's replay, compresses
-    its chunks with zstd the same way; zlib is Python's own.) Reads return a new array, as the
-    fancy indexing of a plain column does."""
+    its chunks with zstd the same way; zlib is Python's own.) :meth:`unpack` returns a new
+    array, as the fancy indexing of a plain column does."""
 
     def __init__(self, max_size: int, shape: tuple[int, ...], dtype: np.dtype):
         self.shape, self.dtype = shape, np.dtype(dtype)
         self.items: list[bytes] = [b""] * max_size
         self.nbytes = 0  # compressed bytes held
-
-    def __setitem__(self, slot: int, value: np.ndarray) -> None:
-        self.put(slot, self.pack(value))
 
     def pack(self, value: np.ndarray) -> bytes:
         """One item compressed: what an insert does before it takes the table's lock."""
@@ -96,9 +93,6 @@ class ZlibColumn:
     def put(self, slot: int, data: bytes) -> None:
         self.nbytes += len(data) - len(self.items[slot])
         self.items[slot] = data
-
-    def __getitem__(self, slots: np.ndarray) -> np.ndarray:
-        return self.unpack(self.take(slots))
 
     def take(self, slots: np.ndarray) -> np.ndarray:
         """The items' compressed bytes (an object array): what a sample reads under the table's
@@ -523,7 +517,7 @@ class Table:
                 column.load(slots, state[f"zdata/{k}"], state[f"zsize/{k}"])
             elif isinstance(column, ZlibColumn):  # a checkpoint from before frames compressed
                 for slot, value in zip(slots.tolist(), state[f"data/{k}"], strict=True):
-                    column[slot] = value
+                    column.put(slot, column.pack(value))
             else:
                 column[slots] = state[f"data/{k}"]
 
