@@ -360,7 +360,8 @@ class Table:
         """Write one item into a slot (freeing one by the remover when the table is full) and
         return its key; the lock is held."""
         if self.compressed and self.insert_count == FIT_CHECK_AT < self.max_size and self.size:
-            self._check_compressed_fits()
+            _check_fits(self.name, self.max_size, self.stored_item_nbytes(),
+                        f" (the mean of the {self.size:,} it holds, compressed)")
         if not self.free_slots:
             self._delete(int(self.remover.sample(1, self.rng)[0][0]))
         slot = self.free_slots.pop()
@@ -378,11 +379,6 @@ class Table:
         self.remover.insert(slot, key, priority)
         self.limiter.inserts += 1
         return key
-
-    def _check_compressed_fits(self) -> None:
-        """A full table, at the mean size of the compressed items in it now, must fit."""
-        _check_fits(self.name, self.max_size, self.stored_item_nbytes(),
-                    f" (the mean of the {self.size:,} it holds, compressed)")
 
     def stored_item_nbytes(self) -> int:
         """What an item takes in this table's memory, on average over those it holds now (all
@@ -504,7 +500,7 @@ class Table:
         ``zsize/FIELD`` (:meth:`ZlibColumn.state`)."""
         state = {}
         for k, column in self.storage.items():
-            if isinstance(column, ZlibColumn):
+            if k in self.compressed:
                 state.update({f"{part}/{k}": v for part, v in column.state(slots).items()})
             else:
                 state[f"data/{k}"] = column[slots]
@@ -513,9 +509,9 @@ class Table:
     def _load_items(self, slots: np.ndarray, state: dict[str, np.ndarray]) -> None:
         """:meth:`_items_state`'s items back into ``slots``."""
         for k, column in self.storage.items():
-            if isinstance(column, ZlibColumn) and f"zdata/{k}" in state:
+            if k in self.compressed and f"zdata/{k}" in state:
                 column.load(slots, state[f"zdata/{k}"], state[f"zsize/{k}"])
-            elif isinstance(column, ZlibColumn):  # a checkpoint from before frames compressed
+            elif k in self.compressed:  # a checkpoint from before frames compressed
                 for slot, value in zip(slots.tolist(), state[f"data/{k}"], strict=True):
                     column.put(slot, column.pack(value))
             else:
