@@ -550,6 +550,43 @@ def test_evaluation_episode_i_is_seeded_seed_plus_i():
     assert returns == [1.0] * 4 and lengths == [1] * 4
 
 
+class _Rhythm:
+    """A policy with a state per row: it pushes one way for ``2 + (first observation's sign)``
+    steps of each episode, then the other. A row that began its episode at the wrong step, or
+    kept another row's count, plays a different episode."""
+
+    def observe_first(self, obs, first):
+        if not hasattr(self, "count"):
+            self.count, self.lean = np.zeros(len(obs), np.int64), np.zeros(len(obs), np.int64)
+        self.count[first] = 0
+        self.lean[first] = 2 + (obs[first, 2] > 0)
+
+    def select_action(self, obs):
+        self.count += 1
+        return (self.count > self.lean).astype(np.int64)
+
+
+@pytest.mark.parametrize("copies", [2, 3, 16])
+def test_episodes_played_at_once_are_the_episodes_played_one_at_a_time(copies):
+    """An evaluation plays its episodes in several copies of the environment at once; episode i
+    is still seeded seed + i, played from its own first step, cut at the step limit, and
+    reported in its place, whichever copy played it and however long the others' were."""
+    from rlherd.run import evaluation
+    from rlherd.run.evaluation import EVAL_SEED, run_episodes
+
+    def cartpoles(n):
+        return [gym.make("CartPole-v1") for _ in range(n)]
+
+    alone = run_episodes(cartpoles(1), _Rhythm(), 9, EVAL_SEED)
+    together = run_episodes(cartpoles(copies), _Rhythm(), 9, EVAL_SEED)
+    assert together == alone and len(set(alone[1])) > 3  # episodes of several lengths
+    lengths = np.array(alone[1])
+    with pytest.MonkeyPatch.context() as patch:  # the cut, reached in some copies and not others
+        patch.setattr(evaluation, "MAX_EPISODE_STEPS", int(np.median(lengths)))
+        cut = run_episodes(cartpoles(copies), _Rhythm(), 9, EVAL_SEED)
+    assert cut[1] == np.minimum(lengths, int(np.median(lengths))).tolist()
+
+
 def test_visit_policy_sharpens_below_temperature_one_and_flattens_above():
     """``N ** (1 / temperature)``: below 1 the visit policy sharpens, above 1 it flattens."""
     from rlherd.agents.mcts.search import Tree, visit_policy

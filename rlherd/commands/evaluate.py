@@ -21,6 +21,7 @@ from rlherd.run.evaluation import (
     episode_policies,
     episode_stats,
     eval_actor,
+    make_eval_envs,
     run_episodes,
 )
 from rlherd.run.package import POLICY_FILE, is_package, read_package
@@ -223,9 +224,9 @@ def evaluate(
                           "game, which rlherd does not record yet: drop --video")  # fmt: skip
     # A run trained with a render mode of its own among its options records in rgb_array.
     kwargs = dict(record.env_kwargs, render_mode="rgb_array") if video else record.env_kwargs
-    env = rl_envs.make_one(record.env, spec.agent_index, **kwargs)
     actor = eval_actor(builder, spec, net, greedy, seed)
     if opponent is not None:
+        env = rl_envs.make_one(record.env, spec.agent_index, **kwargs)
         try:
             results = _versus(opponent, run_dir, record, env, actor, checkpoint, builder, spec,
                               episodes, seed)  # fmt: skip
@@ -233,11 +234,15 @@ def evaluate(
             env.close()
         _add_to_summary(run_dir, results)
         return results if opponent == "snapshots" else results[f"vs_{opponent}"]
-    returns, lengths, frames = run_episodes(env, actor, episodes, seed, record=bool(video))
-    env.close()
+    envs = make_eval_envs(record.env, spec.agent_index, episodes, **kwargs)
+    try:
+        returns, lengths, frames = run_episodes(envs, actor, episodes, seed, record=bool(video))
+    finally:
+        for env in envs:
+            env.close()
     if video:
         write_video(Path(video), frames)
-    policies = episode_policies(env, actor, episodes)
+    policies = episode_policies(envs, actor, episodes)
     result = dict(**episode_stats(returns, lengths, policies), eval_episodes=episodes,
                   eval_greedy=greedy)  # fmt: skip
     # The summary's eval_return_mean is the latest policy's greedy score (rlherd report reads

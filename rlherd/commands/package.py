@@ -32,7 +32,13 @@ from rlherd.commands.train import resolve_config
 from rlherd.config import to_json
 from rlherd.core import policy_state
 from rlherd.errors import ConfigError, MissingExtra
-from rlherd.run.evaluation import EVAL_SEED, episode_policies, episode_stats, run_episodes
+from rlherd.run.evaluation import (
+    EVAL_SEED,
+    episode_policies,
+    episode_stats,
+    make_eval_envs,
+    run_episodes,
+)
 from rlherd.run.package import (
     CONFIG_FILE,
     PACKAGE_KEY,
@@ -158,7 +164,7 @@ def _video_file(record: RunRecord) -> tuple[str | None, list[str]]:
     except MissingExtra as e:
         return None, [f"no video: {e}"]
     try:
-        env = _make(record, render=True)
+        (env,) = _make(record, render=True)
         try:
             frame = None
             if "rgb_array" in env.metadata.get("render_modes", []):
@@ -174,13 +180,13 @@ def _video_file(record: RunRecord) -> tuple[str | None, list[str]]:
     return name, []
 
 
-def _make(record: RunRecord, render: bool, agent_index: bool = False):
-    """The environment the episodes are played in (:func:`rlherd.envs.make_one`, as
-    ``rlherd eval`` makes it), rendering frames if ``render``."""
+def _make(record: RunRecord, render: bool, agent_index: bool = False, episodes: int = 1) -> list:
+    """The environments ``episodes`` episodes are played in (:func:`make_eval_envs`, as
+    ``rlherd eval`` makes them), rendering frames if ``render``."""
     kwargs = dict(record.env_kwargs, render_mode="rgb_array") if render else record.env_kwargs
     with warnings.catch_warnings():  # Gymnasium's, for one that cannot render: the card says so
         warnings.filterwarnings("ignore", message=".*render_mode='rgb_array' that is not in")
-        return rl_envs.make_one(record.env, agent_index, **kwargs)
+        return make_eval_envs(record.env, agent_index, episodes, **kwargs)
 
 
 def _score(
@@ -191,12 +197,15 @@ def _score(
     scored is what is shared); and the first episode's frames if ``render``, with the
     environment's frame rate."""
     policy = run_policy(folder, greedy=True, seed=seed)
-    env = _make(record, render, policy.spec.agent_index)
+    envs = _make(record, render, policy.spec.agent_index, episodes)
     actor = policy.make_actor()
-    returns, lengths, frames = run_episodes(env, actor, episodes, seed, record=render)
-    fps = int(env.metadata.get("render_fps") or 30)
-    env.close()
-    stats = episode_stats(returns, lengths, episode_policies(env, actor, episodes))
+    try:
+        returns, lengths, frames = run_episodes(envs, actor, episodes, seed, record=render)
+    finally:
+        for env in envs:
+            env.close()
+    fps = int(envs[0].metadata.get("render_fps") or 30)
+    stats = episode_stats(returns, lengths, episode_policies(envs, actor, episodes))
     score = dict(**stats, eval_episodes=episodes, eval_greedy=True,
                  eval_seeds=list(range(seed, seed + episodes)), eval_returns=returns)  # fmt: skip
     if "eval_return_mean" in stats:  # one policy (several: each one's mean)
