@@ -17,6 +17,7 @@ from bsuite.utils import wrappers
 import rlherd
 from rlherd import envs as rl_envs
 from rlherd.commands import bsuite as sweeps
+from rlherd.commands import seeds as seeds_mod
 from rlherd.envs.bsuite import STEP_BOUND
 from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
@@ -27,6 +28,64 @@ def csv_of(run_dir) -> pd.DataFrame:
     """The bsuite CSV a run wrote, read by bsuite's own loader."""
     data, _ = csv_load.load_bsuite({"agent": str(run_dir / "bsuite")})
     return data
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quick_polls():
+    """A sweep's group looks at its ids' processes once a second (``seeds.POLL_S``), so each
+    sweep waited half a second on average after its last id ended; here it looks every 50 ms.
+    (Module-scoped, so that the shared sweeps below are made with it too.)"""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(seeds_mod, "POLL_S", 0.05)
+        yield
+
+
+def copy_of(sweep, to):
+    """A copy of the sweep folder ``sweep`` at ``to`` (its ``csv/`` links, which are relative,
+    as links), for a test to change as it likes."""
+    shutil.copytree(sweep, to, symlinks=True)
+    return to
+
+
+# Each id a sweep trains is a process of its own (seconds of imports before its first step), so
+# the sweeps that several tests start from are made once (per worker: their tests are grouped
+# onto one), and each test changes a copy of its own.
+SHARES_CATCH = pytest.mark.xdist_group("bsuite-swept-catch")
+SHARES_TWO_AGENTS = pytest.mark.xdist_group("bsuite-two-agents")
+
+
+@pytest.fixture(scope="module")
+def swept_catch(tmp_path_factory):
+    """A finished sweep of DQN on bsuite/catch/0 at 3 episodes (its replay dropped as it
+    finished), as ``sweeps.sweep("dqn", ["bsuite/catch/0"], OUT, total_episodes=3)`` leaves it.
+    Tests take a :func:`copy_of` it."""
+    out = tmp_path_factory.mktemp("swept-catch") / "sweep"
+    result, done = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    assert not result.failed and done == []
+    return out
+
+
+@pytest.fixture(scope="module")
+def failed_dqfd_sweep(tmp_path_factory):
+    """A sweep of DQfD on bsuite/catch/0, which has no expert to give DQfD its demonstrations:
+    its one id fails at once in its own process, before a checkpoint. The sweep's outcome and
+    folder; tests that change the folder take a :func:`copy_of` it."""
+    out = tmp_path_factory.mktemp("failed-dqfd") / "failed"
+    result, _ = sweeps.sweep("dqfd", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    return result, out
+
+
+@pytest.fixture(scope="module")
+def two_agents_swept(tmp_path_factory):
+    """Sweeps of DQN and IMPALA (folders ``dqn`` and ``impala`` of the returned one) over
+    bsuite/bandit/0 and bsuite/deep_sea/0 at 30 episodes each. Tests take a :func:`copy_of`
+    them."""
+    parent = tmp_path_factory.mktemp("two-agents")
+    for agent in ("dqn", "impala"):
+        result, _ = sweeps.sweep(agent, ["bsuite/bandit/0", "bsuite/deep_sea/0"], parent / agent,
+                                 progress=False, total_episodes=30)  # fmt: skip
+        assert not result.failed
+    return parent
 
 
 def test_bsuite_ids_are_bsuites_own():
@@ -155,40 +214,41 @@ def replay_kept(run_dir) -> list[bool]:
     return [torch.load(p, weights_only=True)["tables"] is not None for p in paths]
 
 
-def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrupt_at):
-    out = tmp_path / "sweep"
-    result, done = sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False,
-                                total_episodes=12)  # fmt: skip
-    assert not result.failed and done == []
+@SHARES_CATCH
+def test_a_stopped_sweep_resumes_without_redoing_finished_ids(tmp_path, interrupt_at,
+                                                              swept_catch):  # fmt: skip
+    out = copy_of(swept_catch, tmp_path / "sweep")  # catch/0 finished, 3 episodes
     finished = (out / "catch-0" / "summary.json").stat().st_mtime_ns
-    interrupt_at(60, signal.SIGTERM)  # catch/1 stopped on its way, as a killed sweep leaves it
+    # catch/1 stopped on its way (in its third and last 9-step episode), as a killed sweep
+    # leaves it.
+    interrupt_at(20, signal.SIGTERM)
     stopped = rlherd.train("dqn", "bsuite/catch/1", run_dir=sweeps.run_path(out, "bsuite/catch/1"),
-                           total_episodes=12, seed=1, progress=False)  # fmt: skip
-    assert stopped.stopped
+                           total_episodes=3, seed=1, progress=False)  # fmt: skip
+    assert stopped.stopped and stopped.summary["episodes"] == 2
     assert replay_kept(out / "catch-1") == [True]  # to continue exactly
     (out / "catch-1" / "kept").touch()  # a new run (--overwrite) would start in an empty folder
     result, done = sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out,
-                                progress=False, total_episodes=12)  # fmt: skip
+                                progress=False, total_episodes=3)  # fmt: skip
     assert done == ["bsuite/catch/0"] and not result.failed
     assert (out / "catch-0" / "summary.json").stat().st_mtime_ns == finished  # not redone
     assert (out / "catch-1" / "kept").exists()  # continued, not started again
     assert replay_kept(out / "catch-0") == replay_kept(out / "catch-1") == [False]
     data = csv_of(out / "catch-1")
-    assert data["episode"].is_monotonic_increasing and data["episode"].max() == 12
+    assert data["episode"].tolist() == [1, 2, 3]  # one stream: 1 and 2, then 3 continued
     # bsuite's loader reads the sweep's csv/ folder as it is.
     data, _ = csv_load.load_bsuite({"dqn": str(out / sweeps.CSV_DIR)})
     assert sorted(data["bsuite_id"].unique()) == ["catch/0", "catch/1"]
 
 
-def test_a_finished_id_keeps_its_policy_and_lets_go_of_its_replay(tmp_path):
+@SHARES_CATCH
+def test_a_finished_id_keeps_its_policy_and_lets_go_of_its_replay(tmp_path, swept_catch):
     """A finished id is never continued, so its replay (gigabytes for R2D2) goes from its
     checkpoint as it finishes, and from ids a sweep finished before that, on the next sweep;
     its policy stays, for eval."""
     from rlherd.cli import main
 
-    out = tmp_path / "sweep"
-    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
-    assert replay_kept(out / "catch-0") == [False]
+    out = copy_of(swept_catch, tmp_path / "sweep")
+    assert replay_kept(out / "catch-0") == [False]  # dropped by the sweep, as catch/0 finished
     assert main(["eval", str(out / "catch-0"), "--episodes", "2"]) == 0
     before = rlherd.train("dqn", "bsuite/catch/1", run_dir=sweeps.run_path(out, "bsuite/catch/1"),
                           total_episodes=3, seed=1, progress=False)  # finished without a sweep
@@ -234,12 +294,14 @@ def test_an_agent_that_cannot_act_in_bsuites_spaces_is_refused_once(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_deleted_run_leaves_no_link_in_the_sweeps_csv_folder(tmp_path):
+@SHARES_CATCH
+def test_a_deleted_run_leaves_no_link_in_the_sweeps_csv_folder(tmp_path, swept_catch):
     """An id's run deleted (to redo or drop it) and the sweep run again without it: ``csv/``,
     the folder bsuite's loader reads, kept a link to its CSV, and the loader failed on it."""
-    out = tmp_path / "sweep"
+    out = copy_of(swept_catch, tmp_path / "sweep")  # catch/0 finished; bandit/0 added to it
     sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/bandit/0"], out, progress=False,
                  total_episodes=3)  # fmt: skip
+    assert (out / sweeps.CSV_DIR / "bsuite_id_-_bandit-0.csv").is_symlink()
     shutil.rmtree(out / "bandit-0")
     sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
     assert sorted(p.name for p in (out / sweeps.CSV_DIR).iterdir()) == [
@@ -272,9 +334,9 @@ def test_a_setting_every_bsuite_run_refuses_is_refused_once(setting, said, tmp_p
     assert not (tmp_path / "out").exists()
 
 
-def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
-    out = tmp_path / "sweep"
-    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+@SHARES_CATCH
+def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path, swept_catch, failed_dqfd_sweep):
+    out = copy_of(swept_catch, tmp_path / "sweep")  # dqn on catch/0, 3 episodes
     with pytest.raises(ConfigError, match="holds a sweep of dqn with another agent"):
         sweeps.sweep("ppo", ["bsuite/catch/2"], out, progress=False, total_episodes=3)
     # Its finished ids would be kept as they are: a full budget, or other fields, are refused...
@@ -299,19 +361,20 @@ def test_a_sweep_folder_keeps_one_agent_and_its_settings(tmp_path):
     sweeps.sweep("dqfd", ["bsuite/deep_sea/0"], tmp_path / "dqfd", progress=False,
                  total_episodes=3, demonstration_ratio=0.25)  # fmt: skip
     # A sweep whose every id failed before a checkpoint does not hold its folder.
-    result, _ = sweeps.sweep("dqfd", ["bsuite/catch/0"], tmp_path / "failed", progress=False,
-                             total_episodes=3)  # fmt: skip
+    result, failed = failed_dqfd_sweep
     assert result.failed
-    sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "failed", progress=False, total_episodes=3)
+    failed = copy_of(failed, tmp_path / "failed")
+    assert not sweeps.sweep("dqn", ["bsuite/catch/0"], failed, progress=False,
+                            total_episodes=3)[0].failed  # fmt: skip
     assert sweeps.select(None, ["deep_sea/0", "bsuite/deep_sea/0"]) == ["bsuite/deep_sea/0"]
 
 
-def test_a_run_directory_is_no_sweeps_folder(tmp_path):
+@SHARES_CATCH
+def test_a_run_directory_is_no_sweeps_folder(tmp_path, swept_catch):
     """``--out`` or ``--kept`` naming one id's run directory (``OUT/catch-0``, a slip of the
     shell) is refused before anything is written: the sweep would put its runs, ``csv/`` and
     ``sweep.json`` among that run's files."""
-    out = tmp_path / "sweep"
-    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    out = copy_of(swept_catch, tmp_path / "sweep")
     before = sorted(p.name for p in (out / "catch-0").iterdir())
     with pytest.raises(ConfigError, match="--out .*catch-0 is a run directory"):
         sweeps.sweep("dqn", ["bsuite/catch/0"], out / "catch-0", progress=False,
@@ -323,12 +386,13 @@ def test_a_run_directory_is_no_sweeps_folder(tmp_path):
     assert not (tmp_path / "other").exists()
 
 
-def test_a_sweep_folder_of_finished_ids_without_checkpoints_keeps_its_settings(tmp_path):
+@SHARES_CATCH
+def test_a_sweep_folder_of_finished_ids_without_checkpoints_keeps_its_settings(tmp_path,
+                                                                               swept_catch):
     """Finished runs whose checkpoints were deleted (to free the disk) or never copied (kept
     results) still hold the folder to its settings: another budget is refused, not written
     over the folder's sweep.json with the old ids counted as done."""
-    out = tmp_path / "sweep"
-    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    out = copy_of(swept_catch, tmp_path / "sweep")  # 3 episodes
     shutil.rmtree(out / "catch-0" / "checkpoints")
     with pytest.raises(ConfigError, match="another settings"):
         sweeps.sweep("dqn", ["bsuite/catch/0", "bsuite/catch/1"], out, progress=False,
@@ -336,12 +400,12 @@ def test_a_sweep_folder_of_finished_ids_without_checkpoints_keeps_its_settings(t
     assert '"total_episodes": 3' in (out / sweeps.SWEEP_FILE).read_text()
 
 
-def test_a_sweep_recorded_before_a_field_existed_continues_at_its_default(tmp_path):
+@SHARES_CATCH
+def test_a_sweep_recorded_before_a_field_existed_continues_at_its_default(tmp_path, swept_catch):
     """A sweep of days goes on after an upgrade that added a config field or a setting: the
     folder's record, which lacks it, was swept with what its default does. Setting the new
     field to something else is still another sweep."""
-    out = tmp_path / "sweep"
-    sweeps.sweep("dqn", ["bsuite/catch/0"], out, progress=False, total_episodes=3)
+    out = copy_of(swept_catch, tmp_path / "sweep")  # 3 episodes
     record = json.loads((out / sweeps.SWEEP_FILE).read_text())
     del record["config"]["double_q"], record["settings"]["torch_threads"]  # "not yet" fields
     (out / sweeps.SWEEP_FILE).write_text(json.dumps(record))
@@ -353,7 +417,9 @@ def test_a_sweep_recorded_before_a_field_existed_continues_at_its_default(tmp_pa
                      double_q=False)  # fmt: skip
 
 
-def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(tmp_path):
+@SHARES_CATCH
+def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(tmp_path,
+                                                                               swept_catch):
     """``--kept``: what the report reads of each finished id (config, summary, bsuite CSV; no
     checkpoints) is kept, an unfinished id is not, and a sweep in a fresh folder (another
     machine, a fresh clone) redoes none of what is kept, replaces an unfinished run of a kept
@@ -361,6 +427,7 @@ def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(t
     from rlherd.cli import main
 
     first, kept, fresh = tmp_path / "first", tmp_path / "kept", tmp_path / "fresh"
+    copy_of(swept_catch, first)  # catch/0 finished there: the command keeps it
     sweep = ["--total-episodes", "3", "--no-progress", "--kept", str(kept)]
     assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(first), *sweep]) == 0
     begun = first / "catch-1"  # an id begun and not finished: its summary is not at budget
@@ -383,15 +450,17 @@ def test_a_sweep_starts_from_the_ids_kept_elsewhere_and_adds_those_it_finishes(t
     assert not (fresh / "catch-0" / "checkpoints").exists()  # nothing made in a kept id
 
 
-def test_a_kept_id_is_read_as_a_copy_without_a_policy_and_never_written(tmp_path, capsys):
+@SHARES_CATCH
+def test_a_kept_id_is_read_as_a_copy_without_a_policy_and_never_written(tmp_path, capsys,
+                                                                       swept_catch):  # fmt: skip
     """A ``--kept`` id (config, summary, bsuite CSV) was read as a package that lost its policy
     ("package the run again"), or as a run "stopped before its first checkpoint", and opening it
     made empty checkpoints/ and metrics/ folders in it."""
     from rlherd.cli import main
 
-    kept = tmp_path / "kept"
-    sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "out", progress=False, total_episodes=3,
-                 kept=kept)  # fmt: skip
+    kept = tmp_path / "kept"  # the sweep finds catch/0 finished, and keeps it
+    sweeps.sweep("dqn", ["bsuite/catch/0"], copy_of(swept_catch, tmp_path / "out"),
+                 progress=False, total_episodes=3, kept=kept)  # fmt: skip
     copy = kept / "catch-0"
     before = sorted(p.relative_to(copy) for p in copy.rglob("*"))
     for argv in (["eval", str(copy)], ["package", str(copy), "-o", str(tmp_path / "pkg")],
@@ -405,43 +474,45 @@ def test_a_kept_id_is_read_as_a_copy_without_a_policy_and_never_written(tmp_path
     assert not (tmp_path / "pkg").exists()
 
 
-def test_a_finished_id_whose_csv_is_gone_is_said_not_left_out_silently(tmp_path):
+@SHARES_TWO_AGENTS
+def test_a_finished_id_whose_csv_is_gone_is_said_not_left_out_silently(tmp_path,
+                                                                       two_agents_swept):
     """A finished id whose bsuite CSV was deleted stayed finished, and the report left it out
     of the scores without a word (and counted it among the ids both sweeps finished)."""
-    for agent in ("dqn", "impala"):
-        sweeps.sweep(agent, ["bsuite/bandit/0", "bsuite/catch/0"], tmp_path / agent,
-                     progress=False, total_episodes=3)  # fmt: skip
-    (tmp_path / "dqn" / "catch-0" / "bsuite" / "bsuite_id_-_catch-0.csv").unlink()
-    with pytest.warns(Warning, match="catch-0 finished, but its bsuite CSV is gone"):
-        _, done = sweeps.sweep("dqn", ["bsuite/bandit/0", "bsuite/catch/0"], tmp_path / "dqn",
-                               progress=False, total_episodes=3)  # fmt: skip
-    assert done == ["bsuite/bandit/0", "bsuite/catch/0"]
+    for agent in ("dqn", "impala"):  # bandit/0 and deep_sea/0 finished, 30 episodes
+        copy_of(two_agents_swept / agent, tmp_path / agent)
+    (tmp_path / "dqn" / "deep_sea-0" / "bsuite" / "bsuite_id_-_deep_sea-0.csv").unlink()
+    with pytest.warns(Warning, match="deep_sea-0 finished, but its bsuite CSV is gone"):
+        _, done = sweeps.sweep("dqn", ["bsuite/bandit/0", "bsuite/deep_sea/0"], tmp_path / "dqn",
+                               progress=False, total_episodes=30)  # fmt: skip
+    assert done == ["bsuite/bandit/0", "bsuite/deep_sea/0"]
     notes = sweeps.notes([tmp_path / "dqn", tmp_path / "impala"])
-    assert any("1 finished ids have no bsuite CSV (catch-0)" in n for n in notes), notes
+    assert any("1 finished ids have no bsuite CSV (deep_sea-0)" in n for n in notes), notes
     assert any("finished different ids" in n and "dqn: 1" in n for n in notes), notes
 
 
-def test_resuming_a_sweeps_folder_names_the_command_that_continues_it(tmp_path, capsys):
+@SHARES_CATCH
+def test_resuming_a_sweeps_folder_names_the_command_that_continues_it(tmp_path, capsys,
+                                                                     swept_catch):  # fmt: skip
     """A sweep's folder holds one run per id: ``train --resume`` of it names ``rlherd bsuite``
     with its agent, and one of its runs, where it said only that it was not a run."""
     from rlherd.cli import main
 
-    out = tmp_path / "sweep"
-    assert main(["bsuite", "dqn", "--ids", "catch/0", "--out", str(out), "--total-episodes", "2",
-                 "--no-progress"]) == 0  # fmt: skip
+    out = copy_of(swept_catch, tmp_path / "sweep")
     assert main(["train", "--resume", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert f"`rlherd bsuite dqn --out {out}`" in err and f"--resume {out / 'catch-0'}" in err
     assert main(["train", "--resume", str(out / "catch-0"), "--no-progress"]) == 0  # a run is
 
 
-def test_a_kept_folder_holds_one_sweeps_settings(tmp_path, monkeypatch):
+@SHARES_CATCH
+def test_a_kept_folder_holds_one_sweeps_settings(tmp_path, monkeypatch, swept_catch):
     """A kept folder of another sweep, or of runs without a record, is refused before anything
     is copied or run; one kept before an upgrade added a field is the same sweep; a copy cut
     short leaves the folder usable; a stopped sweep keeps the ids it finished."""
-    kept = tmp_path / "kept"
-    sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "first", progress=False, total_episodes=3,
-                 kept=kept)  # fmt: skip
+    kept = tmp_path / "kept"  # the sweep finds catch/0 finished, and keeps it
+    sweeps.sweep("dqn", ["bsuite/catch/0"], copy_of(swept_catch, tmp_path / "first"),
+                 progress=False, total_episodes=3, kept=kept)  # fmt: skip
     other = tmp_path / "other"
     with pytest.raises(ConfigError, match=re.escape(f"{kept} holds a sweep of dqn with another "
                                                     "settings; give another --kept")):
@@ -551,11 +622,10 @@ def test_a_bsuite_run_from_another_machine_goes_on_with_bsuites_counts(tmp_path,
     assert after["steps"].iloc[-1] > 30 * 9 - 9  # every episode's steps, in the one stream
 
 
-def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path):
-    for agent in ("dqn", "impala"):
-        result, _ = sweeps.sweep(agent, ["bsuite/bandit/0", "bsuite/deep_sea/0"],
-                                 tmp_path / agent, progress=False, total_episodes=30)  # fmt: skip
-        assert not result.failed
+@SHARES_TWO_AGENTS
+def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path, two_agents_swept):
+    for agent in ("dqn", "impala"):  # bandit/0 and deep_sea/0, 30 episodes, neither failed
+        copy_of(two_agents_swept / agent, tmp_path / agent)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         scored = sweeps.report([tmp_path / "dqn", tmp_path / "impala"], tmp_path / "report")
@@ -866,24 +936,25 @@ def test_a_report_of_runs_too_short_for_bsuites_analysis_is_one_line(tmp_path):
     assert not (tmp_path / "report").exists()  # a refused report leaves no folder behind
 
 
-def test_a_refused_report_leaves_no_output_folder(tmp_path):
+@SHARES_CATCH
+def test_a_refused_report_leaves_no_output_folder(tmp_path, failed_dqfd_sweep):
     """A report refused for its sweeps (one that holds no run, or none finished) writes
     nothing: ``-o`` is made only once there is something to put in it."""
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="holds no bsuite run"):
         sweeps.report([tmp_path / "empty"], tmp_path / "report")
-    result, _ = sweeps.sweep("dqfd", ["bsuite/catch/0"], tmp_path / "failed", progress=False,
-                             total_episodes=3)  # catch has no expert: the id fails at once
+    result, failed = failed_dqfd_sweep  # catch has no expert: the id fails at once
     assert result.failed
     with pytest.raises(ConfigError, match="no finished bsuite run"):
-        sweeps.report([tmp_path / "failed"], tmp_path / "report")
+        sweeps.report([copy_of(failed, tmp_path / "failed")], tmp_path / "report")
     assert not (tmp_path / "report").exists()
 
 
-def test_a_report_of_one_ids_run_names_the_sweep_that_holds_it(tmp_path):
+@SHARES_CATCH
+def test_a_report_of_one_ids_run_names_the_sweep_that_holds_it(tmp_path, swept_catch):
     """``bsuite-report OUT/catch-0`` (one id's run, not its sweep) was told the folder holds
     no bsuite run, and to sweep into it: a sweep inside a run directory."""
-    sweeps.sweep("dqn", ["bsuite/catch/0"], tmp_path / "out", progress=False, total_episodes=3)
+    copy_of(swept_catch, tmp_path / "out")
     with pytest.raises(ConfigError, match=r"catch-0 is a run directory; give the sweep's "
                                           r"folder, .* \(that holds it: .*out\)"):
         sweeps.report([tmp_path / "out" / "catch-0"], tmp_path / "report")
