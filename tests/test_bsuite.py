@@ -672,6 +672,19 @@ def test_the_report_scores_two_agents_with_bsuites_analysis(tmp_path, two_agents
         sweeps.report([tmp_path / "dqn", tmp_path / "again" / ".." / "dqn"], tmp_path / "same")
 
 
+@SHARES_TWO_AGENTS
+def test_runs_of_an_installed_rlherd_are_reported_without_a_commit(tmp_path, two_agents_swept):
+    """A run of rlherd installed from a wheel (no git checkout) records its commit as None:
+    ``bsuite-report`` failed on it with a TypeError while writing runs.md."""
+    sweep = copy_of(two_agents_swept / "dqn", tmp_path / "dqn")
+    for path in [*sweep.glob("*/config.json"), *sweep.glob("*/summary.json")]:  # first and last
+        record = json.loads(path.read_text())
+        record["machine"]["commit"] = None
+        path.write_text(json.dumps(record))
+    runs = sweeps.runs_markdown([sweep], ["dqn"])
+    assert "| dqn | deep_sea | 1 | " in runs and "| none (not a git checkout) |" in runs, runs
+
+
 def test_mnist_without_its_download_is_one_line(monkeypatch):
     from urllib.error import URLError
 

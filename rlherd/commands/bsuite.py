@@ -725,9 +725,10 @@ def runs_markdown(dirs: list[Path], names: list[str]) -> str:
     return "\n".join(agents) + "\n\n" + "\n".join(experiments) + "\n"
 
 
-def _short(commit: str) -> str:
-    """``8724b21`` for a 40-digit commit, ``8724b21-dirty`` for one with edits under way."""
-    return commit[:7] + commit[40:]
+def _short(commit: str | None) -> str:
+    """``8724b21`` for a 40-digit commit, ``8724b21-dirty`` for one with edits under way; a run
+    of an installed rlherd (not a git checkout) records none."""
+    return "none (not a git checkout)" if commit is None else commit[:7] + commit[40:]
 
 
 def markdown(table: Any) -> str:
