@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import hold_until_restarts, kill_an_actor
+from conftest import hold_run_until, hold_until_restarts, kill_an_actor
 from test_poly import _server_pids  # environment servers this process started
 
 import rlherd
@@ -22,6 +22,7 @@ from rlherd.errors import TrainingDiverged
 from rlherd.run import divergence
 from rlherd.run.divergence import LOSS_WARMUP, DivergenceWatch
 from rlherd.run.rundir import RunDir
+from rlherd.runtime import poly
 
 REPO = Path(__file__).resolve().parents[1]
 KILLED = r"killed by SIGKILL \(out of memory\? the kernel's OOM killer sends it\)"
@@ -141,10 +142,21 @@ def test_a_replaced_mono_actor_is_said_on_stderr_when_it_happens(tmp_path, capfd
     assert len(lines) == 1
 
 
-def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, capfd):
+def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, capfd, monkeypatch):
     """SIGKILL one of two local environment servers while the learner learns: one line when it
     goes (whichever notices first, its streams or the restart), one when a stream reaches it
-    again, however many of the four actors' streams it served."""
+    again, however many of the four actors' streams it served. The server is back within about
+    a second (1,800 steps on a loaded machine), so 10,000 steps outlast it; the run is held past
+    its budget until the second line is said, so no machine's speed ends the run before it."""
+    said, say_now = [], poly.say
+
+    def say(message: str) -> None:
+        said.append(message)
+        say_now(message)
+
+    monkeypatch.setattr("rlherd.runtime.poly.say", say)
+    hold_run_until(monkeypatch, lambda recorder: any("answers again" in m for m in said),
+                   timeout_s=60)  # fmt: skip
     victims = []
 
     def kill_one():
@@ -158,7 +170,7 @@ def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, 
 
     killer = threading.Thread(target=kill_one)
     killer.start()
-    run = rlherd.train("impala", "rlherd/Corridor-v0", runtime="poly", total_steps=30_000, seed=0,
+    run = rlherd.train("impala", "rlherd/Corridor-v0", runtime="poly", total_steps=10_000, seed=0,
                        run_dir=tmp_path, progress=False, num_servers=2, num_actors=4,
                        log_interval_s=0.5)  # fmt: skip
     killer.join()
