@@ -146,8 +146,9 @@ def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, 
     """SIGKILL one of two local environment servers while the learner learns: one line when it
     goes (whichever notices first, its streams or the restart), one when a stream reaches it
     again, however many of the four actors' streams it served. The server is back within about
-    a second (1,800 steps on a loaded machine), so 10,000 steps outlast it; the run is held past
-    its budget until the second line is said, so no machine's speed ends the run before it."""
+    a second (1,800 steps on a loaded machine), so 20,000 steps outlast it ten times over; the
+    run is held past its budget until the second line is said, so no machine's speed ends the
+    run before it."""
     said, say_now = [], poly.say
 
     def say(message: str) -> None:
@@ -170,7 +171,7 @@ def test_a_poly_server_outage_is_said_when_it_starts_and_when_it_ends(tmp_path, 
 
     killer = threading.Thread(target=kill_one)
     killer.start()
-    run = rlherd.train("impala", "rlherd/Corridor-v0", runtime="poly", total_steps=10_000, seed=0,
+    run = rlherd.train("impala", "rlherd/Corridor-v0", runtime="poly", total_steps=20_000, seed=0,
                        run_dir=tmp_path, progress=False, num_servers=2, num_actors=4,
                        log_interval_s=0.5)  # fmt: skip
     killer.join()
