@@ -17,7 +17,6 @@ from bsuite.utils import wrappers
 import rlherd
 from rlherd import envs as rl_envs
 from rlherd.commands import bsuite as sweeps
-from rlherd.commands import seeds as seeds_mod
 from rlherd.envs.bsuite import STEP_BOUND
 from rlherd.errors import ConfigError
 from rlherd.run.rundir import RunDir
@@ -28,16 +27,6 @@ def csv_of(run_dir) -> pd.DataFrame:
     """The bsuite CSV a run wrote, read by bsuite's own loader."""
     data, _ = csv_load.load_bsuite({"agent": str(run_dir / "bsuite")})
     return data
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _quick_polls():
-    """A sweep's group looks at its ids' processes once a second (``seeds.POLL_S``), so each
-    sweep waited half a second on average after its last id ended; here it looks every 50 ms.
-    (Module-scoped, so that the shared sweeps below are made with it too.)"""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(seeds_mod, "POLL_S", 0.05)
-        yield
 
 
 def copy_of(sweep, to):

@@ -18,7 +18,7 @@ import pytest
 
 import rlherd
 from rlherd.cli import main
-from rlherd.commands.seeds import SeedProcess, parse_seeds
+from rlherd.commands.seeds import SeedProcess, parse_seeds, wait_for_an_end
 from rlherd.errors import ConfigError
 from rlherd.run import statistics
 
@@ -66,6 +66,19 @@ def test_an_empty_run_dir_is_refused_not_the_working_directory(seeds, tmp_path, 
                  *more])  # fmt: skip
     assert code == 2 and "--run-dir is empty" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_group_notices_a_seed_that_ends_as_it_ends_not_at_its_next_look():
+    """The group waits on its seeds' processes themselves, so the next seed starts (or the
+    command returns) as one ends; a look every 30 s would have seen this one only at its end."""
+    quick = subprocess.Popen([sys.executable, "-c", "pass"])
+    long = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        assert wait_for_an_end([long, quick], timeout=30.0)
+        assert quick.poll() is not None and long.poll() is None
+    finally:
+        long.kill()
+        long.wait()
 
 
 def test_seeds_make_runs_that_differ_only_in_seed(tmp_path):
