@@ -182,11 +182,13 @@ def test_ppo_learns_simple_spread_with_one_shared_policy(tmp_path):
 def test_an_interrupted_mpe_run_resumes_mid_game_exactly(interrupt_at, tmp_path):
     """MPE's games pickle into checkpoints (their pygame surface and font as fresh ones): a run
     stopped mid-game goes on with the same games, to the parameters and episodes of a run never
-    stopped (with new games at the resume, its episodes and parameters part)."""
-    kw = dict(total_steps=3_000, seed=0, progress=False, num_envs=3)
+    stopped (with new games at the resume, its episodes and parameters part). (The stop comes
+    at 760 steps, some 320 learner steps in; the 740 steps after it are some 530 learner steps
+    and 80-odd games.)"""
+    kw = dict(total_steps=1_500, seed=0, progress=False, num_envs=3)
     env = "pettingzoo/mpe2.simple_spread_v3"
     straight = rlherd.train("dqn", env, run_dir=tmp_path / "a", **kw)
-    interrupt_at(1_510)  # games are 25 steps: the stop falls inside one
+    interrupt_at(760)  # games are 25 steps: the stop falls inside one
     stopped = rlherd.train("dqn", env, run_dir=tmp_path / "b", **kw)
     assert stopped.stopped and stopped.summary["actor_steps"] % 25
     resumed = rlherd.train(resume=tmp_path / "b", progress=False)
