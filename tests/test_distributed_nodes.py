@@ -1,6 +1,7 @@
 """The distributed runtime's nodes, a few at a time, on one local Ray that the module's tests
 share (whole programs, which start their own, are in tests/test_distributed.py): how parameters
-are published and fetched, and how inserts and rollouts travel."""
+are published and fetched, how inserts and rollouts travel; and a whole program on a Ray that
+its script started itself."""
 
 import functools
 import itertools
@@ -283,3 +284,19 @@ def test_parameters_that_come_back_with_a_rollout_act_from_the_next_step(local_r
     assert source.variables_version() == 1
     assert source.get_variables(["policy"])[0]["w"].item() == 1.0
     assert client.in_flight is None  # settled: the next rollout's call goes at once
+
+
+def test_a_scripts_own_ray_runs_the_program_and_goes_on_after_it(local_ray, tmp_path):
+    """A script that started Ray itself (``ray.init()``) before ``rlherd.train``: the run's
+    nodes go on that Ray, asking for CPUs as on a cluster (one for the learner, ``actor_cpus``
+    for each actor: here two of the two it offers), and the Ray is the script's to stop."""
+    import rlherd
+
+    run = rlherd.train("dqn", "rlherd/Corridor-v0", runtime="distributed", total_steps=300,
+                       seed=0, num_actors=1, run_dir=tmp_path / "run", progress=False)  # fmt: skip
+    assert run.summary["actor_steps"] >= 300 and run.summary["learner_steps"] > 0
+    assert local_ray.is_initialized()
+    deadline = time.monotonic() + 30  # the nodes' CPUs come back as Ray sees them gone
+    while local_ray.available_resources().get("CPU") != 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert local_ray.available_resources().get("CPU") == 2
