@@ -18,6 +18,7 @@ from rlherd.core import POLICY_KEY, policy_state
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import (
     EVAL_SEED,
+    close_envs,
     episode_policies,
     episode_stats,
     eval_actor,
@@ -238,8 +239,7 @@ def evaluate(
     try:
         returns, lengths, frames = run_episodes(envs, actor, episodes, seed, record=bool(video))
     finally:
-        for env in envs:
-            env.close()
+        close_envs(envs)
     if video:
         write_video(Path(video), frames)
     policies = episode_policies(envs, actor, episodes)

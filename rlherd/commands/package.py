@@ -34,6 +34,7 @@ from rlherd.core import policy_state
 from rlherd.errors import ConfigError, MissingExtra
 from rlherd.run.evaluation import (
     EVAL_SEED,
+    close_envs,
     episode_policies,
     episode_stats,
     make_eval_envs,
@@ -202,8 +203,7 @@ def _score(
     try:
         returns, lengths, frames = run_episodes(envs, actor, episodes, seed, record=render)
     finally:
-        for env in envs:
-            env.close()
+        close_envs(envs)
     fps = int(envs[0].metadata.get("render_fps") or 30)
     stats = episode_stats(returns, lengths, episode_policies(envs, actor, episodes))
     score = dict(**stats, eval_episodes=episodes, eval_greedy=True,

@@ -43,6 +43,12 @@ def make_eval_envs(env_id: str, agent_index: bool, episodes: int, **kwargs: Any)
     return envs
 
 
+def close_envs(envs: list) -> None:
+    """Close the environments :func:`make_eval_envs` made."""
+    for env in envs:
+        env.close()
+
+
 def run_episodes(envs, actor, episodes: int, seed: int, record: bool = False):
     """Returns and lengths of ``episodes`` episodes of ``actor`` in ``envs`` (an environment, or
     a list of copies of it from :func:`make_eval_envs`, each playing one episode at a time, so
@@ -187,8 +193,7 @@ class EvalEpisodes:
         return dict(**stats, eval_episodes=self.episodes)
 
     def close(self) -> None:
-        for env in self.envs:
-            env.close()
+        close_envs(self.envs)
 
 
 class Evaluator:
