@@ -44,7 +44,7 @@ def test_large_parameters_are_published_once_per_version_and_small_ones_sent_in_
         builder = BUILDERS["dqn"](BUILDERS["dqn"].config_class(hidden_sizes=hidden))
         tables = functools.partial(builder.make_replay_tables, spec, True)
         replay = local_ray.remote(ReplayNode).remote(tables)
-        setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed())
+        setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed(), 0)
         node = local_ray.remote(LearnerNode).options(max_concurrency=4).remote(setup, replay, 10, 0)
         local_ray.get(node.ready.remote())
         answers = [local_ray.get(node.get_variables.remote(["policy"])) for _ in range(2)]
@@ -61,6 +61,41 @@ def test_large_parameters_are_published_once_per_version_and_small_ones_sent_in_
         assert (sum(v.nbytes for v in state.values()) >= PUBLISH_BYTES) == published
         local_ray.kill(node)
         local_ray.kill(replay)
+
+
+def test_the_learner_node_starts_from_the_runs_seed_as_a_single_run_does(local_ray):
+    """A node's process starts with torch's own random seed; the learner's networks are made from
+    the run's: two runs of one seed start from the same parameters, those a single run of that
+    seed starts from, and another seed's differ. (Without it, R2D2's distributed runs on
+    Corridor with seed 0 started from a different network each time, and some never left
+    the first cell.)"""
+    from rlherd import envs as rl_envs
+    from rlherd.agents import BUILDERS
+    from rlherd.runtime import seed_everything
+    from rlherd.runtime.program import LearnerNode, NodeSetup, ReplayNode, fetch_variables
+    from rlherd.runtime.settings import Distributed
+
+    spec = rl_envs.spec_for("CartPole-v1")
+    builder = BUILDERS["dqn"](BUILDERS["dqn"].config_class(hidden_sizes=(16,)))
+    tables = functools.partial(builder.make_replay_tables, spec, True)
+    replay = local_ray.remote(ReplayNode).remote(tables)
+
+    def first_parameters(seed: int) -> dict[str, np.ndarray]:
+        setup = NodeSetup(builder, spec, "CartPole-v1", {}, Distributed(), seed)
+        node = local_ray.remote(LearnerNode).options(max_concurrency=4).remote(setup, replay, 10, 0)
+        _, (state,) = fetch_variables(node.get_variables.remote(["policy"]))
+        local_ray.kill(node)
+        return state
+
+    seed_everything(0)
+    single = {k: v.numpy() for k, v in builder.make_networks(spec, "cpu").state_dict().items()}
+    runs = [first_parameters(0), first_parameters(0), first_parameters(1)]
+    local_ray.kill(replay)
+    for run in runs[:2]:
+        assert run.keys() == single.keys()
+        for name, value in single.items():
+            np.testing.assert_array_equal(run[name], value)
+    assert any(not np.array_equal(runs[2][k], single[k]) for k in single)
 
 
 def test_insert_calls_gather_the_chunks_made_while_a_call_is_out(local_ray):
@@ -164,7 +199,7 @@ def _cartpole_on_policy_program(ray, learner_cls: type, settings, capacity: int)
 
     spec = rl_envs.spec_for("CartPole-v1")
     builder = BUILDERS["impala"](BUILDERS["impala"].config_class(unroll_length=5, batch_size=4))
-    setup = NodeSetup(builder, spec, "CartPole-v1", {}, settings)
+    setup = NodeSetup(builder, spec, "CartPole-v1", {}, settings, 0)
     k = settings.envs_per_actor
     queue = functools.partial(_queue_table, rollout_signature(builder, spec, k), capacity)
     learner = ray.remote(learner_cls).options(max_concurrency=4).remote(

@@ -51,10 +51,10 @@ LEARNS = {
     ("mcts", "single"): (DEEP_SEA, 2_000, 0.5),
     **{("mcts", r): (CORRIDOR, 2_000, 0.9) for r in ("mono", "distributed")},
     # R2D2 starts learning once 200 sequences are in (about 4,000 Corridor steps); with its toy
-    # preset, seed 0 on mono held 0.95 from 6,000 steps on in 4 of 4 runs. On distributed it
-    # reached 0.95 by 15,000 in 12 of 16 runs (of three versions of the runtime), but 4 ended
-    # at -0.5 or 0.15, one having learned for 5 s of a 15 s run (226-260 learner steps, where
-    # the others took 276-1,069); at 20,000, 4 of 4 held 0.95 (473-1,474 learner steps).
+    # preset, seed 0 on mono held 0.95 from 6,000 steps on in 4 of 4 runs. On distributed, seed
+    # 0 reached 0.93-0.94 at about 10,000 steps (88-99 learner steps) in 4 of 4 runs beside a
+    # busy core. (While the learner node did not take the run's seed, each run started from a
+    # network of its own: 2 of 10 never left the first cell in 20,000 steps.)
     # R2D3 and DQfD mix in Corridor's scripted expert (always right):
     # DQfD, half of each batch, learns it on every host runtime (seed 0: 0.95 at 3,000 steps on
     # mono; on distributed 0.88 at 3,000, 0.95 at 5,000 in 8 of 8 runs here, 0.42 at 5,000 in

@@ -207,7 +207,8 @@ class Program:
     def __init__(self, ctx: RunContext, cpus: tuple[float, float]):
         self.ctx = ctx
         self.learner_cpus, self.actor_cpus = cpus
-        self.setup = NodeSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings)
+        self.setup = NodeSetup(ctx.builder, ctx.spec, ctx.env_id, ctx.env_kwargs, ctx.settings,
+                               ctx.seed)
         self.nodes: dict[str, Any] = {}  # name -> handle, every node ever started
         self.where: dict[str, dict] = {}  # name -> pid, ip
         self.actors: list[Any] = []

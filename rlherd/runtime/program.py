@@ -42,7 +42,7 @@ from rlherd.run.counting import StepReport
 from rlherd.run.evaluation import EvalEpisodes
 from rlherd.run.loop import EnvironmentLoop
 from rlherd.run.recorder import mean_metrics
-from rlherd.runtime import make_envs, torch_threads, with_demonstrations
+from rlherd.runtime import make_envs, seed_everything, torch_threads, with_demonstrations
 from rlherd.runtime.node import Node, keeps_errors
 
 POLL_S = 0.5  # the longest a blocked call waits before its caller looks at its stop flag again
@@ -69,6 +69,7 @@ class NodeSetup:
     env_id: str
     env_kwargs: dict
     settings: Any  # rlherd.runtime.settings.Distributed
+    seed: int  # the run's: the learner's networks start from it, as on every other runtime
 
 
 # ------------------------------------------------------------------------------------ replay
@@ -313,6 +314,9 @@ class LearnerNode(TableHost, Node):
                  make_queue: Callable[[], list[Table]] | None = None):  # fmt: skip
         torch_threads(setup.settings.torch_threads)
         builder, device = setup.builder, setup.settings.device
+        # A node's process starts with torch's random seed: without this, a run's first
+        # parameters (and so how it explores) would differ from run to run of one seed.
+        seed_everything(setup.seed)
         networks = builder.make_networks(setup.spec, device)
         self.turns = TakeTurns(READER_TURN_S)
         self.lock = self.turns.lock
