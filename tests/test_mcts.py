@@ -578,6 +578,87 @@ def test_eval_against_opponents(tmp_path):
         evaluate(run.path, episodes=2)
 
 
+class LegalMover:
+    """An actor for :func:`play_against` that moves at random among the legal moves, drawn from
+    each game's own generator (seeded by its reset), so that a game's moves are its seed's
+    whichever copy plays it. It keeps the environment loop's protocol (a copy observed as ended
+    is not acted in) and asserts that it is asked to move only in games that go on."""
+
+    def bind_environments(self, envs: list) -> None:
+        self.envs, self.ended = envs, np.zeros(len(envs), dtype=bool)
+
+    def observe_first(self, obs: Any, envs: np.ndarray) -> None:
+        self.ended[np.asarray(envs, dtype=bool)] = False
+
+    def observe(self, action, reward, next_obs, terminated, truncated, skip, extras=None) -> None:
+        self.ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+
+    def select_action(self, obs: Any) -> np.ndarray:
+        assert obs_len(obs) == len(self.envs)
+        actions = np.zeros(len(self.envs), dtype=np.int64)
+        for row in np.flatnonzero(~self.ended):
+            game = self.envs[row].unwrapped
+            assert not game.state.is_terminal()
+            actions[row] = game.np_random.choice(game.state.legal_actions())
+        return actions
+
+
+class MoveLog(gym.Wrapper):
+    """Writes each game's moves to ``log``, under the seed its reset was given."""
+
+    def __init__(self, env: gym.Env, log: dict[int, list[int]]):
+        super().__init__(env)
+        self.log, self.seed = log, None
+
+    def reset(self, *, seed=None, options=None):
+        self.seed, self.log[seed] = seed, []
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.log[self.seed].append(int(action))
+        return self.env.step(action)
+
+
+@pytest.mark.parametrize("copies", [1, 3, 16])
+def test_games_played_at_once_against_an_opponent_are_the_games_played_one_at_a_time(copies):
+    """``rlherd eval --opponent`` on an OpenSpiel game plays its games in copies of the game, the
+    actor moving in all of them as one batch: each game is still played whole, from its seed,
+    at its seat (game g moves first if g is even), against the opponent's moves, and scored
+    at its seat, move for move as a naive loop over the games one at a time plays them. The
+    opponent (the lowest legal move) and the actor (a seeded draw) differ, so a move made for
+    the other player changes the game."""
+    pytest.importorskip("pyspiel")
+    from rlherd.commands.evaluate import play_against, rates
+    from rlherd.run.evaluation import close_envs, make_eval_envs
+
+    games = 7  # more than 3 copies play: copies start new games while others go on
+    lowest = lambda game: min(game.state.legal_actions())  # noqa: E731
+
+    expected_moves: dict[int, list[int]] = {}
+    env = MoveLog(rl_envs.make("open_spiel/tic_tac_toe"), expected_moves)
+    scores: dict[int, list[float]] = {0: [], 1: []}
+    for g in range(games):
+        me = g % 2
+        env.reset(seed=g)
+        game, terminated = env.unwrapped, False
+        while not terminated:
+            mine = game.current_player == me
+            move = game.np_random.choice(game.state.legal_actions()) if mine else lowest(game)
+            terminated = env.step(move)[2]
+        scores[me].append(float(game.state.returns()[me]))
+    env.close()
+    expected = rates(scores[0], scores[1])
+    assert 0 < expected["win_rate"] < 1  # the games differ
+
+    moves: dict[int, list[int]] = {}
+    envs = [MoveLog(env, moves) for env in make_eval_envs("open_spiel/tic_tac_toe", False, copies)]
+    try:
+        assert play_against(envs, LegalMover(), lowest, games) == expected
+    finally:
+        close_envs(envs)
+    assert moves == expected_moves
+
+
 @pytest.mark.slow
 def test_self_play_learns_perfect_tic_tac_toe(interrupt_at, tmp_path):
     """12,000 steps of self-play (~1,400 games): over 200 games it never loses to a random

@@ -14,7 +14,7 @@ from rlherd import types as F
 from rlherd.agents import BUILDERS
 from rlherd.agents.groups import for_policies
 from rlherd.config import apply_overrides, check_seed
-from rlherd.core import POLICY_KEY, policy_state
+from rlherd.core import POLICY_KEY, policy_state, stack_obs
 from rlherd.errors import ConfigError
 from rlherd.run.evaluation import (
     EVAL_SEED,
@@ -94,25 +94,60 @@ def policy_network(record: RunRecord, builder, learner_state: dict[str, Any], so
     return builder, spec, net
 
 
-def play_against(env, actor, opponent, games: int) -> dict[str, float]:
-    """``games`` games of a two-player OpenSpiel ``env`` between ``actor`` and ``opponent``
-    (:mod:`rlherd.envs.openspiel`), the actor moving first in every other game: its win, draw
-    and loss rates, overall and as the first and second player."""
-    game_env = env.unwrapped
-    actor.bind_environments([env])
+def play_against(envs: list, actor, opponent, games: int) -> dict[str, float]:
+    """``games`` games of a two-player OpenSpiel game between ``actor`` and ``opponent``
+    (:mod:`rlherd.envs.openspiel`), the actor moving first in every other game (game g: seat
+    g % 2, seeded g): its win, draw and loss rates, overall and as the first and second player.
+
+    ``envs`` are copies of the game's environment (:func:`make_eval_envs`), each playing one
+    game at a time, so that the actor searches the positions of several games as one batch:
+    the opponent moves in each copy until the actor is to move in all of them. A copy whose
+    game has ended and that has no game left to play is observed as ended, which a search
+    skips, as the environment loop's actors skip an ended environment."""
+    envs = envs[:games]
+    actor.bind_environments(envs)
     outcomes: dict[int, list[float]] = {0: [], 1: []}
-    for g in range(games):
-        me = g % 2
-        obs, _ = env.reset(seed=g)
-        actor.observe_first(batch_of_one(obs), np.ones(1, dtype=bool))
-        terminated = False
-        while not terminated:
-            if game_env.current_player == me:
-                action = actor.select_action(batch_of_one(obs))[0]
-            else:
-                action = opponent(game_env)
-            obs, _, terminated, _, _ = env.step(action)
-        outcomes[me].append(float(game_env.state.returns()[me]))
+    playing = list(range(len(envs)))  # each copy's game: first games 0, 1, ...
+    obs = [env.reset(seed=g)[0] for g, env in enumerate(envs)]
+    upcoming = iter(range(len(envs), games))
+
+    def opponent_moves(row: int) -> bool:
+        """The opponent's moves in copy ``row`` until the actor is to move; True if they ended
+        the game (then scored)."""
+        game, me = envs[row].unwrapped, playing[row] % 2
+        while game.current_player != me:
+            obs[row], _, terminated, _, _ = envs[row].step(opponent(game))
+            if terminated:
+                outcomes[me].append(float(game.state.returns()[me]))
+                return True
+        return False
+
+    def next_game(row: int) -> bool:
+        """Start games in copy ``row`` until one reaches the actor's move; False if none is
+        left."""
+        for g in upcoming:
+            playing[row] = g
+            obs[row], _ = envs[row].reset(seed=g)
+            if not opponent_moves(row):
+                return True
+        return False
+
+    live = np.array([not opponent_moves(row) or next_game(row) for row in range(len(envs))])
+    actor.observe_first(stack_obs(obs), live)
+    actions, started, no = np.zeros(len(envs), np.int64), np.zeros_like(live), np.zeros_like(live)
+    while live.any():
+        # The actor hears which copies are done (it skips them) and which began a game.
+        actor.observe(actions, np.zeros(len(envs)), stack_obs(obs), ~live | started, no, no)
+        if started.any():
+            actor.observe_first(stack_obs(obs), started)
+        actions, started = actor.select_action(stack_obs(obs)), np.zeros_like(live)
+        for row in np.flatnonzero(live):
+            game, me = envs[row].unwrapped, playing[row] % 2
+            obs[row], _, terminated, _, _ = envs[row].step(actions[row])
+            if terminated:
+                outcomes[me].append(float(game.state.returns()[me]))
+            if terminated or opponent_moves(row):
+                started[row] = live[row] = next_game(row)
     return rates(outcomes[0], outcomes[1])
 
 
@@ -227,12 +262,8 @@ def evaluate(
     kwargs = dict(record.env_kwargs, render_mode="rgb_array") if video else record.env_kwargs
     actor = eval_actor(builder, spec, net, greedy, seed)
     if opponent is not None:
-        env = rl_envs.make_one(record.env, spec.agent_index, **kwargs)
-        try:
-            results = _versus(opponent, run_dir, record, env, actor, checkpoint, builder, spec,
-                              episodes, seed)  # fmt: skip
-        finally:
-            env.close()
+        results = _versus(opponent, run_dir, record, kwargs, actor, checkpoint, builder, spec,
+                          episodes, seed)  # fmt: skip
         _add_to_summary(run_dir, results)
         return results if opponent == "snapshots" else results[f"vs_{opponent}"]
     envs = make_eval_envs(record.env, spec.agent_index, episodes, **kwargs)
@@ -265,16 +296,22 @@ def _check_opponent(env_id: str, opponent: str | None) -> None:
         )
 
 
-def _versus(opponent: str, run_dir: str | Path, record: RunRecord, env: Any, actor: Any,
-            checkpoint: dict[str, Any], builder: Any, spec: Any, episodes: int,
+def _versus(opponent: str, run_dir: str | Path, record: RunRecord, env_kwargs: dict[str, Any],
+            actor: Any, checkpoint: dict[str, Any], builder: Any, spec: Any, episodes: int,
             seed: int) -> dict[str, dict[str, Any]]:  # fmt: skip
     """The games of the run's policy against ``opponent`` (``snapshots``: each of the run's
-    snapshots in turn), by rival: ``vs_<rival>``'s win, draw and loss rates."""
-    if not rl_envs.turn_based(record.env):  # an OpenSpiel game, played in ``env``
+    snapshots in turn), by rival: ``vs_<rival>``'s win, draw and loss rates. An OpenSpiel
+    game is played in copies made with ``env_kwargs``; a turn-based PettingZoo game makes its
+    own (:func:`play_turns`)."""
+    if not rl_envs.turn_based(record.env):  # an OpenSpiel game, played in copies of it
         from rlherd.envs.openspiel import make_opponent
 
-        rival = make_opponent(opponent, env.unwrapped.game, seed)
-        rates = play_against(env, actor, rival, episodes)
+        envs = make_eval_envs(record.env, spec.agent_index, episodes, **env_kwargs)
+        try:
+            rival = make_opponent(opponent, envs[0].unwrapped.game, seed)
+            rates = play_against(envs, actor, rival, episodes)
+        finally:
+            close_envs(envs)
         return {f"vs_{opponent}": dict(opponent=opponent, games=episodes, **rates)}
     # The policy is the checkpoint's, so its step is the checkpoint's (a run may go on).
     player = f"step:{int(checkpoint['recorder']['counters']['actor_steps'])}"
