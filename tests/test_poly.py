@@ -596,38 +596,6 @@ def test_killing_a_server_mid_run_is_survived_and_counted(tmp_path, monkeypatch)
     assert _server_pids() == []  # every server, restarted ones included, was stopped
 
 
-def test_a_restarted_server_and_the_runs_end_cut_the_actors_backoff_short():
-    """An actor waiting to retry a server (up to MAX_BACKOFF_S) tries again as soon as the
-    learner has restarted that server, and not when another server is restarted; a restart
-    during its try (after it read the count) is not missed; the run's end wakes every waiter,
-    so shutdown waits on no sleep. Each wait here is a minute long: only a wake ends it."""
-    from rlherd.runtime.poly import Outages
-
-    outages = Outages()
-
-    def waiter(address: str, starts: int | None = None) -> threading.Thread:
-        """An actor's wait after a failed try at ``address``, whose count it read at ``starts``
-        (by default, now)."""
-        starts = outages.starts(address) if starts is None else starts
-        thread = threading.Thread(target=outages.pause, args=(address, 60.0, starts), daemon=True)
-        thread.start()
-        return thread
-
-    a, b = waiter("unix:/a"), waiter("unix:/b")
-    outages.restarted("unix:/a")
-    a.join(timeout=10)
-    b.join(timeout=0.5)
-    assert not a.is_alive() and b.is_alive()  # only the restarted server's actors try again
-    before = outages.starts("unix:/c")
-    outages.restarted("unix:/c")  # while an actor's try at it was under way
-    missed = waiter("unix:/c", before)
-    missed.join(timeout=10)
-    assert not missed.is_alive()
-    outages.wake()
-    b.join(timeout=10)
-    assert not b.is_alive()
-
-
 def test_poly_actors_stop_at_the_step_budget_while_the_learner_is_slow(tmp_path, monkeypatch):
     """The actors, not only the learner's loop, watch the budget: a learner slowed (as by a
     loaded machine) must not let them fill the batching queue with steps past it. At most each

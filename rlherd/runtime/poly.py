@@ -12,8 +12,7 @@ the policy lag is bounded; the learner joins ``batch_size / envs_per_actor`` per
 through the agent's adder into the learner's replay tables (rate-limited: actor threads wait).
 
 Faults: a broken stream is retried with exponential backoff (``reconnects`` in the metrics) while
-the other actors go on; a local server that dies is restarted (``server_restarts``), and its
-actors try again at once, whatever their backoff. An
+the other actors go on; a local server that dies is restarted (``server_restarts``). An
 environment that raises in its server (:class:`~rlherd.envs.server.EnvFailed`) or data that does
 not fit (``ProtocolError``) stops the run at once with that error: retrying would repeat it. A
 server out of reach is said on stderr once when its first stream breaks and once when a stream
@@ -65,18 +64,11 @@ class Outages:
     """The environment servers out of reach now: one line on stderr when a server goes (the
     first of its streams to break, or its process seen dead) and one when it is back (a stream
     to it opened and checked), however many actors' streams it serves. Thread-safe: actor
-    threads report breaks and reconnections, the learner's thread dead local servers.
-
-    It is also where actors wait between tries (:meth:`pause`): a local server's restart
-    (:meth:`restarted`) and the run's end (:meth:`wake`) cut their backoff short, so a stream
-    comes back as soon as its server does, and a stopping run waits on no actor's sleep."""
+    threads report breaks and reconnections, the learner's thread dead local servers."""
 
     def __init__(self) -> None:
         self._since: dict[str, float] = {}  # address -> when it went
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._starts: dict[str, int] = {}  # address -> its restarts by this process
-        self._woken = False
 
     def down(self, address: str, why: str) -> None:
         with self._lock:
@@ -91,32 +83,6 @@ class Outages:
         if since is not None:
             out = time.monotonic() - since
             say(f"environment server {address} answers again, after {out:.1f}s")
-
-    def starts(self, address: str) -> int:
-        """How many times ``address``'s server was restarted here: what :meth:`pause` waits to
-        see change, read before a try so that a restart during the try is not missed."""
-        with self._lock:
-            return self._starts.get(address, 0)
-
-    def pause(self, address: str, seconds: float, starts: int) -> None:
-        """Wait ``seconds`` before the next try at ``address``, or until its server has been
-        restarted since :meth:`starts` said ``starts``, or the run ends."""
-        with self._changed:
-            self._changed.wait_for(
-                lambda: self._woken or self._starts.get(address, 0) != starts, timeout=seconds
-            )
-
-    def restarted(self, address: str) -> None:
-        """``address``'s server is serving again: its actors try now."""
-        with self._changed:
-            self._starts[address] = self._starts.get(address, 0) + 1
-            self._changed.notify_all()
-
-    def wake(self) -> None:
-        """The run is ending: no actor waits out its backoff."""
-        with self._changed:
-            self._woken = True
-            self._changed.notify_all()
 
 
 class LocalServers:
@@ -177,7 +143,6 @@ class LocalServers:
                 self.restarts += 1
                 self._start(i)
                 self._wait_ready(i)
-                self.outages.restarted(self.addresses[i])
 
     def close(self) -> None:
         for proc in self.procs:
@@ -322,7 +287,7 @@ class Actors:
         address = self.addresses[i % len(self.addresses)]
         backoff, attempt = 0.1, 0
         while not ctx.stop.is_set():
-            envs, starts = None, self.outages.starts(address)
+            envs = None
             try:
                 seed = self.seed + 1000 * i + attempt
                 envs = StreamEnvs(EnvStream(address, seed=seed, stop=ctx.stop))
@@ -355,7 +320,7 @@ class Actors:
                 self.last_errors[i] = f"{type(e).__name__}: {details}"
                 self.outages.down(address, f"does not answer ({' '.join(details.split())}); "
                                            "retrying")  # fmt: skip
-                self.outages.pause(address, backoff, starts)
+                time.sleep(backoff)
                 backoff, attempt = min(2 * backoff, MAX_BACKOFF_S), attempt + 1
             except BaseException as e:  # a bug, bad data, the env's own error: will not fix itself
                 self._fail(e)
@@ -460,7 +425,6 @@ def run(ctx: RunContext) -> None:
         ctx.finish(state, learner)
     finally:
         ctx.stop.set()
-        outages.wake()
         if queue is not None:
             queue.close()
         batcher.close()
