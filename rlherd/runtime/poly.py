@@ -320,7 +320,7 @@ class Actors:
                 self.last_errors[i] = f"{type(e).__name__}: {details}"
                 self.outages.down(address, f"does not answer ({' '.join(details.split())}); "
                                            "retrying")  # fmt: skip
-                time.sleep(backoff)
+                ctx.stop.wait(backoff)  # a run stopped meanwhile ends the wait
                 backoff, attempt = min(2 * backoff, MAX_BACKOFF_S), attempt + 1
             except BaseException as e:  # a bug, bad data, the env's own error: will not fix itself
                 self._fail(e)
