@@ -54,7 +54,7 @@ LEARNS = {
     # preset, seed 0 on mono held 0.95 from 6,000 steps on in 4 of 4 runs. On distributed, seed
     # 0 reached 0.93-0.94 at about 10,000 steps (88-99 learner steps) in 4 of 4 runs beside a
     # busy core. (While the learner node did not take the run's seed, each run started from a
-    # network of its own: 2 of 10 never left the first cell in 20,000 steps.)
+    # network of its own: 2 runs of 10 failed in 20,000 steps, one never leaving the first cell.)
     # R2D3 and DQfD mix in Corridor's scripted expert (always right):
     # DQfD, half of each batch, learns it on every host runtime (seed 0: 0.95 at 3,000 steps on
     # mono; on distributed 0.88 at 3,000, 0.95 at 5,000 in 8 of 8 runs here, 0.42 at 5,000 in
