@@ -111,14 +111,20 @@ def play_against(envs: list, actor, opponent, games: int) -> dict[str, float]:
     obs = [env.reset(seed=g)[0] for g, env in enumerate(envs)]
     upcoming = iter(range(len(envs), games))
 
+    def move(row: int, action: int) -> bool:
+        """Play ``action`` in copy ``row``; True if it ended the game (then scored)."""
+        game, me = envs[row].unwrapped, playing[row] % 2
+        obs[row], _, terminated, _, _ = envs[row].step(action)
+        if terminated:
+            outcomes[me].append(float(game.state.returns()[me]))
+        return terminated
+
     def opponent_moves(row: int) -> bool:
         """The opponent's moves in copy ``row`` until the actor is to move; True if they ended
-        the game (then scored)."""
+        the game."""
         game, me = envs[row].unwrapped, playing[row] % 2
         while game.current_player != me:
-            obs[row], _, terminated, _, _ = envs[row].step(opponent(game))
-            if terminated:
-                outcomes[me].append(float(game.state.returns()[me]))
+            if move(row, opponent(game)):
                 return True
         return False
 
@@ -137,16 +143,13 @@ def play_against(envs: list, actor, opponent, games: int) -> dict[str, float]:
     actions, started, no = np.zeros(len(envs), np.int64), np.zeros_like(live), np.zeros_like(live)
     while live.any():
         # The actor hears which copies are done (it skips them) and which began a game.
-        actor.observe(actions, np.zeros(len(envs)), stack_obs(obs), ~live | started, no, no)
+        batch = stack_obs(obs)
+        actor.observe(actions, np.zeros(len(envs)), batch, ~live | started, no, no)
         if started.any():
-            actor.observe_first(stack_obs(obs), started)
-        actions, started = actor.select_action(stack_obs(obs)), np.zeros_like(live)
+            actor.observe_first(batch, started)
+        actions, started = actor.select_action(batch), np.zeros_like(live)
         for row in np.flatnonzero(live):
-            game, me = envs[row].unwrapped, playing[row] % 2
-            obs[row], _, terminated, _, _ = envs[row].step(actions[row])
-            if terminated:
-                outcomes[me].append(float(game.state.returns()[me]))
-            if terminated or opponent_moves(row):
+            if move(row, actions[row]) or opponent_moves(row):
                 started[row] = live[row] = next_game(row)
     return rates(outcomes[0], outcomes[1])
 
