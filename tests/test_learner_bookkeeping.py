@@ -396,7 +396,7 @@ def test_td3_critic_target_is_the_smaller_target_critic_at_the_clipped_smoothed_
         a = smoothed_target_action(mu, 1.0 * raw, 0.1)
         y = d["reward"] + d["discount"] * torch.min(target.q1(next_obs, a), target.q2(next_obs, a))
     action = net.from_env(d["action"])
-    twin_critic_loss(net.q1(obs, action), net.q2(obs, action), y).backward()
+    twin_critic_loss(net.q1(obs, action), net.q2(obs, action), y, 1.0).backward()  # summed
     for (name, p), q in zip(learner.net.named_parameters(), net.parameters(), strict=True):
         if name.startswith("q"):
             torch.testing.assert_close(p.grad, q.grad, msg=name)

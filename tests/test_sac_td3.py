@@ -119,6 +119,90 @@ def test_td3_updates_the_policy_and_targets_every_policy_delay_critic_updates():
                 torch.testing.assert_close(v, 0.9 * target[k] + 0.1 * now[k])
 
 
+def _mlp(layers: list[torch.nn.Linear], final: torch.nn.Module | None = None) -> torch.nn.Module:
+    """A plain ``Linear -> ReLU -> ... -> Linear`` with copies of ``layers``' weights."""
+    modules: list[torch.nn.Module] = []
+    for layer in layers:
+        modules += [copy.deepcopy(layer), torch.nn.ReLU()]
+    return torch.nn.Sequential(*modules[:-1], *([final] if final else []))
+
+
+def _linears(module: torch.nn.Module) -> list[torch.nn.Linear]:
+    return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def test_td3s_update_is_the_authors_update():
+    """From the same weights, on the same batches and target-noise draws, the learner moves
+    every network and target as the TD3 authors' ``train`` (``sfujim/TD3``, ``TD3.py``),
+    written out here: both critics' squared errors summed, toward the smaller target critic at
+    the smoothed target action; every second update, the policy up Q1 and every target
+    ``tau`` toward its network."""
+    learner = _learner("td3", tau=0.1)
+    c, net = learner.config, learner.net
+    actor = _mlp(_linears(net.policy), torch.nn.Tanh())
+    q1, q2 = _mlp(_linears(net.q1)), _mlp(_linears(net.q2))
+    targets = [copy.deepcopy(m) for m in (actor, q1, q2)]
+    actor_opt = torch.optim.Adam(actor.parameters(), lr=c.learning_rate)
+    critic_opt = torch.optim.Adam([*q1.parameters(), *q2.parameters()], lr=c.critic_learning_rate)
+    for it in range(1, 7):
+        sample = next(learner.dataset)
+        torch.manual_seed(it)
+        metrics = learner.learn(sample)
+        d = sample.data
+        o, o2, a = d["obs"].float(), d["next_obs"].float(), net.from_env(d["action"])
+        torch.manual_seed(it)
+        with torch.no_grad():
+            target_actor, target_q1, target_q2 = targets
+            noise = (torch.randn_like(a) * c.policy_noise).clamp(-c.noise_clip, c.noise_clip)
+            a2 = (target_actor(o2) + noise).clamp(-1, 1)
+            next_q = torch.min(target_q1(torch.cat([o2, a2], 1)), target_q2(torch.cat([o2, a2], 1)))
+            y = d["reward"][:, None] + d["discount"][:, None] * next_q
+        sa = torch.cat([o, a], 1)
+        critic_loss = ((q1(sa) - y) ** 2).mean() + ((q2(sa) - y) ** 2).mean()
+        assert metrics["critic_loss"].item() == pytest.approx(critic_loss.item(), rel=1e-5)
+        critic_opt.zero_grad()
+        critic_loss.backward()
+        critic_opt.step()
+        if it % c.policy_delay == 0:
+            actor_loss = -q1(torch.cat([o, actor(o)], 1)).mean()
+            actor_opt.zero_grad()
+            actor_loss.backward()
+            actor_opt.step()
+            for model, target in zip((actor, q1, q2), targets, strict=True):
+                for p, tp in zip(model.parameters(), target.parameters(), strict=True):
+                    tp.data.copy_(c.tau * p.data + (1 - c.tau) * tp.data)
+        pairs = [(net.policy, actor), (net.q1, q1), (net.q2, q2),
+                 (learner.target_net.policy, targets[0]), (learner.target_net.q1, targets[1]),
+                 (learner.target_net.q2, targets[2])]  # fmt: skip
+        for ours, theirs in pairs:
+            for x, y_ in zip(_linears(ours), _linears(theirs), strict=True):
+                torch.testing.assert_close(x.weight, y_.weight, rtol=0, atol=1e-6)
+                torch.testing.assert_close(x.bias, y_.bias, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("agent", ["sac", "td3"])
+@pytest.mark.parametrize("near_zero", [False, True])
+def test_output_layers_start_near_zero_or_as_pytorch_starts_them(agent, near_zero):
+    """TD3's default is PyTorch's initialisation (its authors' code), SAC's Acme's near-zero
+    heads; ``near_zero_heads`` picks either for both. PyTorch draws a layer's weights and biases
+    uniformly within ``1 / sqrt(fan_in)`` (standard deviation ``0.58 / sqrt(fan_in)``); a
+    near-zero layer's weights have ``0.01 / sqrt(fan_in)`` and its biases are zero."""
+    assert resolve_config(agent, REACH, None, {})[0].near_zero_heads == (agent == "sac")
+    config, _ = resolve_config(agent, REACH, None, dict(near_zero_heads=near_zero))
+    torch.manual_seed(0)
+    net = BUILDERS[agent](config).make_networks(rl_envs.spec_for(REACH))
+    heads = [net.q1.head, net.q2.head]
+    heads += [net.policy.mean, net.policy.log_std] if agent == "sac" else [net.policy.head]
+    for head in heads:
+        fan_in = head.in_features
+        std = head.weight.std().item() * math.sqrt(fan_in)
+        if near_zero:
+            assert std < 0.02 and not head.bias.any()
+        else:
+            assert 0.4 < std < 0.8 and head.bias.abs().max() <= 1 / math.sqrt(fan_in)
+            assert head.bias.abs().max() > 0.1 / math.sqrt(fan_in)
+
+
 def test_sacs_critics_learn_from_their_own_loss_alone_and_the_targets_follow_by_tau():
     """The policy's loss runs through the critics; their gradients must be the critic loss's
     alone (recomputed here from the same draws), or the policy would pull the critics up."""

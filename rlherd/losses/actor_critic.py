@@ -27,13 +27,17 @@ def soft_td_target(
     return reward + discount * (torch.min(next_q1, next_q2) - alpha * next_log_pi)
 
 
-def twin_critic_loss(q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Both critics' squared errors toward one target: ``0.5 (Q1 - y)^2 + 0.5 (Q2 - y)^2``,
-    averaged over the batch, as SAC's reference code and Stable-Baselines3's SAC write it.
-    TD3's reference code (and Stable-Baselines3's TD3) sums the two errors without the halves;
-    Adam's step is unchanged by a constant factor on a loss, except through its ``eps``."""
+def twin_critic_loss(
+    q1: torch.Tensor, q2: torch.Tensor, target: torch.Tensor, weight: float = 0.5
+) -> torch.Tensor:
+    """Both critics' squared errors toward one target: ``weight (Q1 - y)^2 + weight (Q2 - y)^2``,
+    averaged over the batch. SAC's reference code (and Stable-Baselines3's SAC) halves them
+    (``weight=0.5``); TD3's (and Stable-Baselines3's TD3) sums them (``weight=1``). Adam's step
+    would be unchanged by the factor but for its ``eps``: where a weight's gradient is near
+    ``eps`` the factor changes its step, and over hundreds of updates the two runs part as far
+    as two seeds do."""
     target = target.detach()
-    return 0.5 * ((q1 - target).square().mean() + (q2 - target).square().mean())
+    return weight * ((q1 - target).square().mean() + (q2 - target).square().mean())
 
 
 def sac_policy_loss(

@@ -10,7 +10,8 @@ so replay holds the actions the environments took and a learner rescales them on
   of SAC's and TD3's papers and reference code.
 - :class:`ObsVector`: the observation as one float vector, codes one-hot; every policy and
   critic here reads through one.
-- :class:`DeterministicPolicy`: ``tanh`` of a near-zero-initialised linear head (D4PG, DDPG, TD3).
+- :class:`DeterministicPolicy`: ``tanh`` of a linear head (D4PG, DDPG, TD3), near-zero at the
+  start as Acme's, or initialised as PyTorch's default (``near_zero_head=False``, TD3's code).
 - :class:`GaussianPolicy`: a diagonal Gaussian with an untransformed mean and a softplus scale
   starting at ``init_scale`` (MPO, DMPO); samples are clipped to the box when acted.
 - :class:`TanhGaussianPolicy`: a Gaussian squashed by ``tanh`` into the box (SAC, CQL), with
@@ -76,6 +77,12 @@ def near_zero_linear(in_dim: int, out_dim: int, scale: float = 1e-4) -> nn.Linea
     return layer
 
 
+def head(in_dim: int, out_dim: int, near_zero: bool) -> nn.Linear:
+    """An output layer: :func:`near_zero_linear` (Acme's networks), or PyTorch's default
+    initialisation, which the TD3 authors' code and Stable-Baselines3 keep."""
+    return near_zero_linear(in_dim, out_dim) if near_zero else nn.Linear(in_dim, out_dim)
+
+
 class ObsVector(nn.Module):
     """Reads an observation as the float vectors ``[*leading, D]`` these networks take: an
     array reshaped, a dict observation's arrays (its action mask aside) reshaped and joined in
@@ -129,12 +136,17 @@ class DeterministicPolicy(nn.Module):
     """``obs [B, ...] -> action [B, D]`` in ``[-1, 1]``."""
 
     def __init__(
-        self, read: ObsVector, action_dim: int, sizes: tuple[int, ...], layer_norm: bool = True
+        self,
+        read: ObsVector,
+        action_dim: int,
+        sizes: tuple[int, ...],
+        layer_norm: bool = True,
+        near_zero_head: bool = True,
     ):
         super().__init__()
         self.read = read
         self.torso = torso(read.out_dim, sizes, layer_norm)
-        self.head = near_zero_linear(self.torso.out_dim, action_dim)
+        self.head = head(self.torso.out_dim, action_dim, near_zero_head)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.head(self.torso(self.read(obs, F.obs_len(obs)))))
@@ -171,13 +183,18 @@ class TanhGaussianPolicy(nn.Module):
     to ``[-20, 2]`` as SAC's code does."""
 
     def __init__(
-        self, read: ObsVector, action_dim: int, sizes: tuple[int, ...], layer_norm: bool = True
+        self,
+        read: ObsVector,
+        action_dim: int,
+        sizes: tuple[int, ...],
+        layer_norm: bool = True,
+        near_zero_head: bool = True,
     ):
         super().__init__()
         self.read = read
         self.torso = torso(read.out_dim, sizes, layer_norm)
-        self.mean = near_zero_linear(self.torso.out_dim, action_dim)
-        self.log_std = near_zero_linear(self.torso.out_dim, action_dim)
+        self.mean = head(self.torso.out_dim, action_dim, near_zero_head)
+        self.log_std = head(self.torso.out_dim, action_dim, near_zero_head)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.torso(self.read(obs, F.obs_len(obs)))
@@ -221,11 +238,12 @@ class Critic(nn.Module):
         vmin: float = -150.0,
         vmax: float = 150.0,
         layer_norm: bool = True,
+        near_zero_head: bool = True,
     ):
         super().__init__()
         self.read = read
         self.torso = torso(read.out_dim + action_dim, sizes, layer_norm)
-        self.head = near_zero_linear(self.torso.out_dim, num_atoms)
+        self.head = head(self.torso.out_dim, num_atoms, near_zero_head)
         self.num_atoms = num_atoms
         if num_atoms > 1:
             self.register_buffer("atoms", torch.linspace(vmin, vmax, num_atoms))
@@ -285,10 +303,10 @@ class ActorCritic(ActionBounds, nn.Module):
 
 class TwinCritics(ActionBounds, nn.Module):
     """A ``policy`` and two critics, ``q1`` and ``q2`` (the smaller of the two is the target:
-    clipped double Q, Fujimoto et al. 2018), from a config's ``policy_sizes``, ``critic_sizes``
-    and ``layer_norm``; subclasses say which policy. ``learning``, a flag the learner sets at
-    its first step, travels to the actors with the parameters: until then an agent that warms
-    up acts at random (:class:`rlherd.agents.acting.WarmUpPolicy`)."""
+    clipped double Q, Fujimoto et al. 2018), from a config's ``policy_sizes``, ``critic_sizes``,
+    ``layer_norm`` and ``near_zero_heads``; subclasses say which policy. ``learning``, a flag
+    the learner sets at its first step, travels to the actors with the parameters: until then
+    an agent that warms up acts at random (:class:`rlherd.agents.acting.WarmUpPolicy`)."""
 
     discrete = False
     policy_class: type[nn.Module]
@@ -297,9 +315,11 @@ class TwinCritics(ActionBounds, nn.Module):
         super().__init__()
         require_bounded_box(spec, agent)
         read, actions, sizes = ObsVector(spec), spec.action_shape[0], tuple(config.policy_sizes)
-        self.policy = self.policy_class(read, actions, sizes, config.layer_norm)
-        self.q1 = Critic(read, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
-        self.q2 = Critic(read, actions, tuple(config.critic_sizes), layer_norm=config.layer_norm)
+        norm, near_zero = config.layer_norm, config.near_zero_heads
+        self.policy = self.policy_class(read, actions, sizes, norm, near_zero)
+        critic_sizes = tuple(config.critic_sizes)
+        self.q1 = Critic(read, actions, critic_sizes, layer_norm=norm, near_zero_head=near_zero)
+        self.q2 = Critic(read, actions, critic_sizes, layer_norm=norm, near_zero_head=near_zero)
         self.register_bounds(spec)
         # A float (0 or 1), as every other tensor here: one dtype keeps parameter copies fused.
         self.register_buffer("learning", torch.zeros(()))

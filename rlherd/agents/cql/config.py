@@ -44,6 +44,7 @@ class CQLConfig(ObservationConfig):
     policy_sizes: tuple[int, ...] = (256, 256)
     critic_sizes: tuple[int, ...] = (256, 256)
     layer_norm: bool = True  # Acme's LayerNormMLP torsos; False: plain ReLU MLPs (SAC's)
+    near_zero_heads: bool = True  # output layers start near zero (Acme's); False: PyTorch's default
     # Discrete actions.
     learning_rate: float = 1e-4
     target_update_period: int = 100

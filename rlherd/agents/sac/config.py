@@ -48,6 +48,7 @@ class SACConfig:
     policy_sizes: tuple[int, ...] = (256, 256)
     critic_sizes: tuple[int, ...] = (256, 256)
     layer_norm: bool = False  # True: Acme's LayerNormMLP torsos (CQL's); False: ReLU MLPs
+    near_zero_heads: bool = True  # output layers start near zero (Acme's); False: PyTorch's default
 
     # Acting.
     # Act uniformly at random in the box until the learner's first step (once min_replay_size

@@ -20,9 +20,10 @@ class TD3Config:
     """Defaults are the TD3 paper's, as its authors' code has them since 2019
     (``sfujim/TD3``, ``main.py`` and ``TD3.py``): one-step transitions, batches of 256, Adam at
     3e-4 for policy and critics, Polyak targets with tau 0.005, target actions smoothed with
-    noise of 0.2 clipped at 0.5, the policy and targets updated every 2 critic updates,
-    exploration noise of 0.1, (256, 256) ReLU networks, 25,000 transitions before learning
-    starts, one update per environment step (``samples_per_insert / batch_size``; see
+    noise of 0.2 clipped at 0.5, the twin critics' squared errors summed, the policy and
+    targets updated every 2 critic updates, exploration noise of 0.1, (256, 256) ReLU networks
+    initialised as PyTorch's default, 25,000 transitions before learning starts, one update per
+    environment step (``samples_per_insert / batch_size``; see
     :class:`~rlherd.agents.sac.SACConfig`). Actions are in the canonical box ``[-1, 1]``,
     so the noises are fractions of half the action range, as the paper's are."""
 
@@ -47,6 +48,9 @@ class TD3Config:
     policy_sizes: tuple[int, ...] = (256, 256)
     critic_sizes: tuple[int, ...] = (256, 256)
     layer_norm: bool = False  # True: Acme's LayerNormMLP torsos (D4PG's); False: ReLU MLPs
+    # False: every layer as PyTorch initialises it, as the authors' code; True: the output
+    # layers start near zero, as Acme's (D4PG's).
+    near_zero_heads: bool = False
 
     # Acting.
     # Act uniformly at random in the box until the learner's first step (once min_replay_size
