@@ -315,9 +315,9 @@ def test_control_suite_tasks_are_flat_float32_boxes_and_train_in_worker_processe
 # -164 / -160 / -161, DDPG -825 / -827 / -157 / -165, MPO -162 / -163 / -150 / -150, DMPO -161 /
 # -147 / -148 / -148; at 30k (README) -143 to -146 over 10 episodes. On an Intel Xeon, over 100
 # episodes: D4PG -163.2, MPO -161.3 and DMPO -156.9 at 5k, DDPG -155.4 at 15k. SAC and TD3 are held
-# to their own bar, -200 at 20k steps (seed 1, 100 episodes: -149.8 and -152.3), and judged at 10k
-# on the way, where they are past it already (on an Intel Xeon: -151.7 and -156.8 at 10k, -148.3 and
-# -151.6 at 20k): a run that is there stops.
+# to their own bar, -200 at 20k steps (seed 1, 100 episodes: -149.8 and -152.0), and judged at 10k
+# on the way, where they are past it already (SAC on an Intel Xeon: -151.7 at 10k, -148.3 at 20k;
+# TD3 on an AMD EPYC: -152.7 at 10k): a run that is there stops.
 PENDULUM_STEPS = {"d4pg": 5_000, "ddpg": 15_000, "mpo": 5_000, "dmpo": 5_000, "sac": 20_000,
                   "td3": 20_000}
 PENDULUM_EVAL_EVERY = {"sac": 10_000, "td3": 10_000}
