@@ -39,6 +39,8 @@ def test_soft_td_target_and_twin_critic_loss_against_naive_references():
         assert y[b].item() == pytest.approx(naive, abs=1e-6)
     naive = sum(0.5 * (q1[b] - y[b]) ** 2 + 0.5 * (q2[b] - y[b]) ** 2 for b in range(7)) / 7
     assert twin_critic_loss(q1, q2, y).item() == pytest.approx(naive.item(), rel=1e-6)
+    summed = sum((q1[b] - y[b]) ** 2 + (q2[b] - y[b]) ** 2 for b in range(7)) / 7  # TD3's
+    assert twin_critic_loss(q1, q2, y, 1.0).item() == pytest.approx(summed.item(), rel=1e-6)
 
 
 def test_sac_policy_loss_with_the_tanh_log_density_correction_against_a_naive_reference():
