@@ -135,14 +135,8 @@ def require_bounded_box(spec: EnvSpec, agent: str) -> None:
 class DeterministicPolicy(nn.Module):
     """``obs [B, ...] -> action [B, D]`` in ``[-1, 1]``."""
 
-    def __init__(
-        self,
-        read: ObsVector,
-        action_dim: int,
-        sizes: tuple[int, ...],
-        layer_norm: bool = True,
-        near_zero_head: bool = True,
-    ):
+    def __init__(self, read: ObsVector, action_dim: int, sizes: tuple[int, ...],
+                 layer_norm: bool = True, near_zero_head: bool = True):  # fmt: skip
         super().__init__()
         self.read = read
         self.torso = torso(read.out_dim, sizes, layer_norm)
@@ -182,14 +176,8 @@ class TanhGaussianPolicy(nn.Module):
     squashes into the canonical box (SAC's policy, Haarnoja et al. 2018); ``log_std`` is clipped
     to ``[-20, 2]`` as SAC's code does."""
 
-    def __init__(
-        self,
-        read: ObsVector,
-        action_dim: int,
-        sizes: tuple[int, ...],
-        layer_norm: bool = True,
-        near_zero_head: bool = True,
-    ):
+    def __init__(self, read: ObsVector, action_dim: int, sizes: tuple[int, ...],
+                 layer_norm: bool = True, near_zero_head: bool = True):  # fmt: skip
         super().__init__()
         self.read = read
         self.torso = torso(read.out_dim, sizes, layer_norm)
