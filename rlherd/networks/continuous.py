@@ -77,7 +77,7 @@ def near_zero_linear(in_dim: int, out_dim: int, scale: float = 1e-4) -> nn.Linea
     return layer
 
 
-def head(in_dim: int, out_dim: int, near_zero: bool) -> nn.Linear:
+def output_layer(in_dim: int, out_dim: int, near_zero: bool) -> nn.Linear:
     """An output layer: :func:`near_zero_linear` (Acme's networks), or PyTorch's default
     initialisation, which the TD3 authors' code and Stable-Baselines3 keep."""
     return near_zero_linear(in_dim, out_dim) if near_zero else nn.Linear(in_dim, out_dim)
@@ -140,7 +140,7 @@ class DeterministicPolicy(nn.Module):
         super().__init__()
         self.read = read
         self.torso = torso(read.out_dim, sizes, layer_norm)
-        self.head = head(self.torso.out_dim, action_dim, near_zero_head)
+        self.head = output_layer(self.torso.out_dim, action_dim, near_zero_head)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.head(self.torso(self.read(obs, F.obs_len(obs)))))
@@ -181,8 +181,8 @@ class TanhGaussianPolicy(nn.Module):
         super().__init__()
         self.read = read
         self.torso = torso(read.out_dim, sizes, layer_norm)
-        self.mean = head(self.torso.out_dim, action_dim, near_zero_head)
-        self.log_std = head(self.torso.out_dim, action_dim, near_zero_head)
+        self.mean = output_layer(self.torso.out_dim, action_dim, near_zero_head)
+        self.log_std = output_layer(self.torso.out_dim, action_dim, near_zero_head)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.torso(self.read(obs, F.obs_len(obs)))
@@ -231,7 +231,7 @@ class Critic(nn.Module):
         super().__init__()
         self.read = read
         self.torso = torso(read.out_dim + action_dim, sizes, layer_norm)
-        self.head = head(self.torso.out_dim, num_atoms, near_zero_head)
+        self.head = output_layer(self.torso.out_dim, num_atoms, near_zero_head)
         self.num_atoms = num_atoms
         if num_atoms > 1:
             self.register_buffer("atoms", torch.linspace(vmin, vmax, num_atoms))

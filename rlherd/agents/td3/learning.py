@@ -48,7 +48,8 @@ class TD3Learner(NetworkLearner):
             next_action = smoothed_target_action(next_action, noise, c.noise_clip)
             next_q1, next_q2 = target.q1(next_obs, next_action), target.q2(next_obs, next_action)
             q_target = soft_td_target(d["reward"], d["discount"], next_q1, next_q2, 0.0, 0.0)
-        critic_loss = twin_critic_loss(net.q1(obs, action), net.q2(obs, action), q_target, 1.0)
+        q1, q2 = net.q1(obs, action), net.q2(obs, action)
+        critic_loss = twin_critic_loss(q1, q2, q_target, weight=1.0)  # summed, as the authors'
         critic = self.optimizers["critic"]
         critic.zero_grad(set_to_none=True)
         critic_loss.backward()
