@@ -121,6 +121,31 @@ def test_td3_updates_the_policy_and_targets_every_policy_delay_critic_updates():
                 torch.testing.assert_close(v, 0.9 * target[k] + 0.1 * now[k])
 
 
+@pytest.mark.parametrize("agent", ["sac", "td3"])
+@pytest.mark.parametrize("tolerance", [0.1, 0.0])
+def test_the_learner_runs_ahead_of_one_update_per_step_by_what_the_tolerance_allows(
+    agent, tolerance
+):
+    """In one process the learner steps whenever its limiter lets it. The reference codes
+    (Stable-Baselines3's SAC, TD3's authors' ``main.py``) take one update per environment step
+    once ``min_replay_size`` transitions are in; Acme's tolerance lets the learner run
+    ``min_replay_size * tolerance`` updates ahead of that (1,000 for SAC's MuJoCo preset, 2,500
+    for TD3's), all taken as learning starts, and a tolerance of 0 keeps it within 2."""
+    config, _ = resolve_config(agent, "Hopper-v5", None,
+                               dict(samples_per_insert_tolerance=tolerance))  # fmt: skip
+    limiter = BUILDERS[agent](config).rate_limiter().without_insert_blocking()
+    start, batch = config.min_replay_size, config.batch_size
+    ahead = []  # after each insert from the start on: updates taken less the references'
+    for inserts in range(1, start + 2_000):
+        limiter.inserts += 1  # as the table counts an insert
+        while limiter.can_sample(batch):
+            limiter.samples += batch  # as the table counts a sampled batch
+        if inserts >= start:
+            ahead.append(limiter.samples // batch - (inserts - start))
+    lead = round(start * tolerance) if tolerance else 2
+    assert ahead == [lead] * len(ahead)
+
+
 def _mlp(layers: list[torch.nn.Linear], final: torch.nn.Module | None = None) -> torch.nn.Module:
     """A plain ``Linear -> ReLU -> ... -> Linear`` with copies of ``layers``' weights."""
     modules: list[torch.nn.Module] = []
