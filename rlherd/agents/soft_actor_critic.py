@@ -33,7 +33,9 @@ from rlherd.replay import ReplaySample
 class SACLearner(NetworkLearner):
     """One ``step()``: one batch; the critics' loss (and any penalty), the policy's and the
     temperature's, each through its own Adam, from one forward pass; then the target critics
-    move ``tau`` of the way toward the critics.
+    move ``tau`` of the way toward the critics. All three gradients are taken at the parameters
+    as they were, as Acme's SAC takes them; Stable-Baselines3's steps the critics before the
+    policy's loss reads them (docs/agents/sac.md says what else differs, and by how much).
 
     The policy's loss runs through the critics, but only the policy's parameters take its
     gradient (``backward(inputs=...)``), so the critics learn from their own loss alone.
