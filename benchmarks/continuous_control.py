@@ -19,11 +19,14 @@ at 20k steps: TD3 -152, SAC -157. Acme publishes no Gymnasium MuJoCo numbers for
 the same invocation, with one intra-op thread as rlherd's runs use, and prints its final
 training return (last 20 episodes), mean-action return and steps/s the same way. It is trained
 again on every invocation (its episodes go to ``--out/sb3-td3-ENV-seedN/monitor.csv``).
+``--alternative preset`` gives it instead the values of rlherd's TD3 preset for the task (the
+TD3 paper's on MuJoCo), so that the two differ only in implementation: both updates are the TD3
+authors' (``docs/benchmarks/continuous-control.md``), and what is left is the loop around them.
 
 ``--quick`` is a CI-sized budget (5,000 steps on each task): it checks that every pair runs and
 prints its figures, not that it learns.
 
-Usage: python benchmarks/continuous_control.py [--steps 1000000] [--quick] [--alternative]
+Usage: python benchmarks/continuous_control.py [--steps 1000000] [--quick] [--alternative [preset]]
        [--agents d4pg mpo ppo] [--envs HalfCheetah-v5 Hopper-v5] [--seeds 0]
        [--out runs/continuous_control]
 A 1M-step run takes hours on a 2-core CPU; run environments or agents in separate invocations
@@ -33,6 +36,7 @@ to use both cores.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -42,6 +46,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlherd.agents.continuous import preset_for
+from rlherd.agents.td3.config import PRESETS, TD3Config
 from rlherd.commands.evaluate import evaluate
 from rlherd.commands.train import train_to
 from rlherd.run.provenance import machine
@@ -53,7 +59,6 @@ PUBLISHED = {
     "Pendulum-v1": (-152, -157),
 }
 QUICK_STEPS = 5_000
-MACHINE = machine()
 
 
 def score(agent: str, env: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:
@@ -70,7 +75,7 @@ def score(agent: str, env: str, steps: int, seed: int, out: Path, eval_episodes:
                 final_return_mean=summary["final_return_mean"],
                 mean_action_return=greedy["eval_return_mean"], sps=summary["sps"],
                 wall_time_s=summary["wall_time_s"], published_td3=td3, published_sac=sac,
-                machine=MACHINE)  # fmt: skip
+                machine=summary["machine"])  # fmt: skip
 
 
 # RL Zoo's TD3 settings (hyperparams/td3.yml) beyond SB3's TD3 defaults (Adam 1e-3, batch 256,
@@ -79,8 +84,31 @@ def score(agent: str, env: str, steps: int, seed: int, out: Path, eval_episodes:
 TD3_ZOO = {"Pendulum-v1": dict(gamma=0.98, buffer_size=200_000)}
 
 
-def sb3_td3(env_id: str, steps: int, seed: int, out: Path, eval_episodes: int) -> dict:
-    """Stable-Baselines3's TD3 with RL Zoo's settings: the row ``score`` prints for rlherd.
+def td3_zoo(env_id: str) -> tuple[dict, float]:
+    """SB3's TD3 arguments for RL Zoo's settings, and the exploration noise's std."""
+    return dict(learning_starts=10_000, **TD3_ZOO.get(env_id, {})), 0.1
+
+
+def td3_preset(env_id: str) -> tuple[dict, float]:
+    """SB3's TD3 arguments for rlherd's TD3 preset for the task, field by field, and the noise.
+
+    Both act in ``[-1, 1]`` on these tasks, so the noises mean the same; SB3 keeps one critic
+    learning rate with the policy's, so the preset's must match."""
+    config = TD3Config(**PRESETS[preset_for(env_id)])
+    if config.critic_learning_rate != config.learning_rate or config.n_step != 1:
+        raise ValueError(f"{env_id}'s TD3 preset has no Stable-Baselines3 equivalent")
+    return dict(learning_rate=config.learning_rate, batch_size=config.batch_size,
+                tau=config.tau, gamma=config.discount, buffer_size=config.replay_size,
+                learning_starts=config.min_replay_size, policy_delay=config.policy_delay,
+                target_policy_noise=config.policy_noise, target_noise_clip=config.noise_clip,
+                policy_kwargs=dict(net_arch=dict(pi=list(config.policy_sizes),
+                                                 qf=list(config.critic_sizes)))), config.sigma
+
+
+def sb3_td3(env_id: str, steps: int, seed: int, out: Path, eval_episodes: int,
+            values: str) -> dict:  # fmt: skip
+    """Stable-Baselines3's TD3 with RL Zoo's settings (``values="zoo"``) or rlherd's preset's
+    (``"preset"``): the row ``score`` prints for rlherd.
 
     Its training episodes go to ``out/sb3-td3-ENV-seedN/monitor.csv`` as they end, so a run of
     hours shows its progress. Unlike rlherd's runs it cannot be continued or reused: each
@@ -96,9 +124,9 @@ def sb3_td3(env_id: str, steps: int, seed: int, out: Path, eval_episodes: int) -
     run_dir.mkdir(parents=True, exist_ok=True)
     env = Monitor(gym.make(env_id), str(run_dir / "monitor.csv"))
     n = env.action_space.shape[0]
-    model = TD3("MlpPolicy", env, learning_starts=10_000, seed=seed,
-                action_noise=NormalActionNoise(np.zeros(n), 0.1 * np.ones(n)),
-                **TD3_ZOO.get(env_id, {}))  # fmt: skip
+    kwargs, sigma = td3_zoo(env_id) if values == "zoo" else td3_preset(env_id)
+    model = TD3("MlpPolicy", env, seed=seed,
+                action_noise=NormalActionNoise(np.zeros(n), sigma * np.ones(n)), **kwargs)
     start = time.perf_counter()
     model.learn(steps)
     wall = time.perf_counter() - start
@@ -106,12 +134,13 @@ def sb3_td3(env_id: str, steps: int, seed: int, out: Path, eval_episodes: int) -
                                 deterministic=True)  # fmt: skip
     returns = env.get_episode_rewards()[-20:]
     td3, sac = PUBLISHED.get(env_id, (None, None))
-    return dict(bench="continuous_control", agent="sb3-td3", env=env_id, steps=steps, seed=seed,
-                learner_steps=int(model.num_timesteps - min(steps, 10_000)),
+    learner_steps = int(model.num_timesteps - min(steps, model.learning_starts))
+    return dict(bench="continuous_control", agent=f"sb3-td3-{values}", env=env_id, steps=steps,
+                seed=seed, learner_steps=learner_steps,
                 final_return_mean=float(np.mean(returns)) if returns else None,
                 mean_action_return=float(greedy), sps=round(steps / wall, 1),
                 wall_time_s=round(wall, 1), published_td3=td3, published_sac=sac,
-                machine=MACHINE)  # fmt: skip
+                machine=machine())  # fmt: skip
 
 
 def table(rows: list[dict]) -> str:
@@ -141,9 +170,14 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--out", default="runs/continuous_control", help="where runs are kept")
-    parser.add_argument("--alternative", action="store_true",
-                        help="also train Stable-Baselines3's TD3 (RL Zoo's settings)")  # fmt: skip
+    parser.add_argument("--alternative", nargs="?", const="zoo", choices=["zoo", "preset"],
+                        help="also train Stable-Baselines3's TD3, with RL Zoo's settings or "
+                             "rlherd's TD3 preset's")  # fmt: skip
     args = parser.parse_args()
+    if args.alternative and importlib.util.find_spec("stable_baselines3") is None:
+        # Found after rlherd's runs, this would be an ImportError after their hours.
+        parser.error("--alternative trains Stable-Baselines3's TD3, which is not installed: "
+                     "pip install 'rlherd[bench]'")  # fmt: skip
     steps = QUICK_STEPS if args.quick else args.steps
     rows = []
     for env in args.envs:
@@ -152,7 +186,8 @@ def main() -> None:
                 rows.append(score(agent, env, steps, seed, Path(args.out), args.eval_episodes))
                 print(json.dumps(rows[-1]), flush=True)
         for seed in args.seeds if args.alternative else []:
-            rows.append(sb3_td3(env, steps, seed, Path(args.out), args.eval_episodes))
+            rows.append(sb3_td3(env, steps, seed, Path(args.out), args.eval_episodes,
+                                args.alternative))
             print(json.dumps(rows[-1]), flush=True)
     print(table(rows))
 
