@@ -92,8 +92,9 @@ def td3_zoo(env_id: str) -> tuple[dict, float]:
 def td3_preset(env_id: str) -> tuple[dict, float]:
     """SB3's TD3 arguments for rlherd's TD3 preset for the task, field by field, and the noise.
 
-    Both act in ``[-1, 1]`` on these tasks, so the noises mean the same; SB3 keeps one critic
-    learning rate with the policy's, so the preset's must match."""
+    Both act in ``[-1, 1]`` on these tasks, so the noises mean the same. SB3's TD3 takes one
+    learning rate for the policy and the critics, and one-step targets, so a preset with two
+    rates or n-step targets has no equivalent there."""
     config = TD3Config(**PRESETS[preset_for(env_id)])
     if config.critic_learning_rate != config.learning_rate or config.n_step != 1:
         raise ValueError(f"{env_id}'s TD3 preset has no Stable-Baselines3 equivalent")
