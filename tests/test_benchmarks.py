@@ -175,21 +175,30 @@ def test_control_suite_refuses_bad_flags_in_one_line_before_any_run(
     assert not out.exists()
 
 
-def test_control_suite_alternative_without_stable_baselines3_is_one_line(tmp_path, monkeypatch,
-                                                                        capsys):  # fmt: skip
+@pytest.mark.parametrize("script, flags", [
+    ("control_suite", ["--agents", "sac", "--tasks", "Pendulum-v1", "--alternative"]),
+    ("continuous_control", ["--agents", "td3", "--envs", "Pendulum-v1", "--alternative",
+                            "preset"]),
+])  # fmt: skip
+def test_an_alternative_without_stable_baselines3_is_one_line(script, flags, tmp_path,
+                                                             monkeypatch, capsys):  # fmt: skip
     """``--alternative`` without the bench extra names the extra before rlherd's runs train,
-    not as an ImportError once they have."""
+    not as an ImportError once their hours have passed."""
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
-    monkeypatch.setattr("sys.argv", ["control_suite.py", "--steps", "4", "--agents", "sac",
-                                     "--tasks", "Pendulum-v1", "--alternative", "--out",
-                                     str(tmp_path / "runs")])  # fmt: skip
+    monkeypatch.setattr("sys.argv", [f"{script}.py", "--steps", "4", *flags,
+                                     "--out", str(tmp_path / "runs")])  # fmt: skip
     with pytest.raises(SystemExit) as stopped:
-        load("control_suite").main()
+        load(script).main()
     assert stopped.value.code == 2
     assert "pip install 'rlherd[bench]'" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
 
-def test_control_suite_rows_give_the_machine_their_run_trained_on(tmp_path):
+
+@pytest.mark.parametrize("script, args, run", [
+    ("control_suite", ("sac", "Pendulum-v1", 4, 1, 0), "sac-Pendulum-v1-ar1-seed0"),
+    ("continuous_control", ("td3", "Pendulum-v1", 4, 0), "td3-Pendulum-v1-seed0"),
+])  # fmt: skip
+def test_benchmark_rows_give_the_machine_their_run_trained_on(script, args, run, tmp_path):
     """A row's steps/s and wall time are its run's, so its machine is too (one intra-op
     thread), also for a finished run that a later call reuses from ``--out`` in a process of
     other threads, and not this script's at its start."""
@@ -198,47 +207,12 @@ def test_control_suite_rows_give_the_machine_their_run_trained_on(tmp_path):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(threads + 1)
-        bench = load("control_suite")
-        first = bench.score("sac", "Pendulum-v1", 4, 1, 0, tmp_path, 1)
+        bench = load(script)
+        first = bench.score(*args, tmp_path, 1)
         torch.set_num_threads(threads + 1)
-        again = bench.score("sac", "Pendulum-v1", 4, 1, 0, tmp_path, 1)  # reused, not trained
+        again = bench.score(*args, tmp_path, 1)  # reused, not trained
     finally:
         torch.set_num_threads(threads)
-    summary = json.loads((tmp_path / "sac-Pendulum-v1-ar1-seed0" / "summary.json").read_text())
-    assert first["machine"] == again["machine"] == summary["machine"]
-    assert again["machine"]["torch_threads"] == 1
-
-
-def test_continuous_control_alternative_without_stable_baselines3_is_one_line(tmp_path,
-                                                                             monkeypatch,
-                                                                             capsys):  # fmt: skip
-    """``--alternative`` without the bench extra names the extra before rlherd's runs train,
-    not as an ImportError once their hours have passed."""
-    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # as if not installed
-    monkeypatch.setattr("sys.argv", ["continuous_control.py", "--steps", "4", "--agents", "td3",
-                                     "--envs", "Pendulum-v1", "--alternative", "preset",
-                                     "--out", str(tmp_path / "runs")])  # fmt: skip
-    with pytest.raises(SystemExit) as stopped:
-        load("continuous_control").main()
-    assert stopped.value.code == 2
-    assert "pip install 'rlherd[bench]'" in capsys.readouterr().err
-    assert not (tmp_path / "runs").exists()
-
-
-def test_continuous_control_rows_give_the_machine_their_run_trained_on(tmp_path):
-    """As the Control Suite's: a row's steps/s are its run's, so its machine is the run's (one
-    intra-op thread), not the one this script saw when it was imported."""
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads + 1)
-        bench = load("continuous_control")
-        first = bench.score("td3", "Pendulum-v1", 4, 0, tmp_path, 1)
-        torch.set_num_threads(threads + 1)
-        again = bench.score("td3", "Pendulum-v1", 4, 0, tmp_path, 1)  # reused, not trained
-    finally:
-        torch.set_num_threads(threads)
-    summary = json.loads((tmp_path / "td3-Pendulum-v1-seed0" / "summary.json").read_text())
+    summary = json.loads((tmp_path / run / "summary.json").read_text())
     assert first["machine"] == again["machine"] == summary["machine"]
     assert again["machine"]["torch_threads"] == 1
