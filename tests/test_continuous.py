@@ -332,8 +332,8 @@ def test_agent_swings_pendulum_up_within_30k_steps(agent, tmp_path):
 
     The test trains at most the first ``PENDULUM_STEPS[agent]`` steps of that run: nothing in these
     agents depends on the run's length, so with the same seed they are the same steps, and the
-    whole 30k (the README's figures, from ``benchmarks/continuous_control.py``) would take the
-    suite three times as long. Judged over 100 evaluation episodes, not the default 10: a
+    whole 30k (the benchmark page's figures, from ``benchmarks/continuous_control.py``) would
+    take the suite three times as long. Judged over 100 evaluation episodes, not the default 10: a
     Pendulum episode's return depends on its random start (standard deviation ~85-100 for
     these policies), so ten of them put the mean within about +-40 of the policy's worth."""
     steps = PENDULUM_STEPS[agent]

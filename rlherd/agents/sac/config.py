@@ -75,8 +75,9 @@ PRESETS: dict[str, dict] = {
     "mujoco": {},
     # The Control Suite from state features: the defaults, learning from 5,000 random steps as
     # Yarats and Kostrikov's pytorch_sac does (the state SAC of the DrQ paper). That code also
-    # widens the networks to (1024, 1024) with batches of 1,024: 16 times the arithmetic of an
-    # update here, hours per 100k steps on a CPU (set policy_sizes, critic_sizes, batch_size).
+    # widens the networks to (1024, 1024) with batches of 1,024: about 60 times the arithmetic
+    # of an update here, hours per 100k steps on a CPU (set policy_sizes, critic_sizes,
+    # batch_size).
     "control": dict(min_replay_size=5_000),
     # Pendulum and other short tasks: RL Zoo's SAC on Pendulum-v1 (Adam at 1e-3; the rest the
     # defaults), learning from 256 transitions (RL Zoo's 100 are less than a batch here), with
